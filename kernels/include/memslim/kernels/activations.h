@@ -1,0 +1,455 @@
+//===- activations.h - per-activation math, written once for host and device ===//
+//
+// What: for each activation, the forward (aten's formula, so outputs match
+// aten), the reference derivative from the input (aten's backward formula), the
+// bit an output-saving backward needs, the "keep exactly" test (guard band
+// around a non-monotonic function's minimum), and the derivative recovered from
+// the saved output plus that bit.
+// Why: one definition feeds the CPU loops, the CUDA kernels and the CPU tests,
+// so the tests check the very formulas the GPU runs.
+//
+// Inversion (gelu, silu, mish): each branch of the function is monotonic; we
+// solve f(x) = y by Newton's method safeguarded by bisection on a bracket that
+// is valid for every y (right branch: x in [max(x*, y), max(2y, 0)] because
+// x/2 <= f(x) <= x for x >= 0; left branch: in the log domain, where
+// log(-f) is increasing and concave, so Newton from the tail converges).
+// Near the minimum x* no inverse can be exact (the rounded output carries too
+// little information, ../shared/DESIGN.md); elements with |x - x*| < band are
+// kept exactly in a sparse list and never inverted.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "memslim/kernels/hd.h"
+
+namespace memslim {
+namespace kernels {
+
+enum class Act : int {
+  Gelu = 0,     // gelu(approximate="none")
+  GeluTanh,     // gelu(approximate="tanh")
+  Silu,
+  Mish,
+  Softplus,     // p0 = beta, p1 = threshold
+  Elu,          // p0 = alpha, p1 = scale, p2 = input_scale (also celu, selu)
+  LeakyRelu,    // p0 = negative_slope
+  Hardswish,
+  Hardsigmoid,
+  Sigmoid,
+  Tanh,
+  Relu,
+  NumActs
+};
+
+// Parameters of one activation call. `bits` says whether a branch/mask bit is
+// stored; `band` is the guard-band half-width for the exact list (0 = none).
+struct ActParams {
+  double p0 = 0, p1 = 0, p2 = 0;
+  double band = 0;
+  bool bits = false;
+};
+
+// What the backward of an activation keeps.
+enum class SaveKind : int {
+  Output,           // y only (sigmoid, tanh; elu/softplus unless params need a bit)
+  OutputBitsExact,  // y + branch bit + exact list near the minimum (non-monotonic)
+  Mask              // 1 bit only: the derivative does not depend on y
+};
+
+MEMSLIM_HD SaveKind save_kind(Act a) {
+  switch (a) {
+  case Act::Gelu: case Act::GeluTanh: case Act::Silu: case Act::Mish: case Act::Hardswish:
+    return SaveKind::OutputBitsExact;
+  case Act::LeakyRelu: case Act::Hardsigmoid: case Act::Relu:
+    return SaveKind::Mask;
+  default:
+    return SaveKind::Output;
+  }
+}
+
+// Whether a bit is stored for these parameters. Elu needs one when its
+// negative branch can reach positive outputs; softplus when its threshold is so
+// low that the linear region's derivative (1) differs from the smooth branch's
+// 1 - exp(-beta*y) by more than 1e-6 (exp(-14) = 8.3e-7).
+inline bool act_uses_bits(Act a, double p0, double p1, double p2) {
+  switch (save_kind(a)) {
+  case SaveKind::OutputBitsExact: case SaveKind::Mask: return true;
+  default: break;
+  }
+  if (a == Act::Elu) return !(p0 >= 0 && p1 > 0 && p2 >= 0);
+  if (a == Act::Softplus) return !(p1 >= 14.0);
+  return false;
+}
+
+namespace detail {
+
+template <typename T> MEMSLIM_HD T sigmoid(T x) { return T(1) / (T(1) + m::exp(-x)); }
+
+// Minimum of a non-monotonic activation: location, value, curvature (mpmath,
+// 40 digits), and the tail guess used for the left branch.
+struct MinInfo { double x, y, curv; };
+
+// Accurate f and f' used only for inversion (erfc / sigmoid forms that keep
+// relative accuracy in the left tail where aten's forward formula cancels).
+template <Act A, typename T> MEMSLIM_HD void eval_accurate(T x, T& f, T& fp);
+
+template <> MEMSLIM_HD void eval_accurate<Act::Gelu, float>(float x, float& f, float& fp) {
+  float cdf = 0.5f * m::erfc(-x * 0.70710678118654752f);
+  float pdf = m::exp(-0.5f * x * x) * 0.39894228040143268f;
+  f = x * cdf;
+  fp = cdf + x * pdf;
+}
+template <> MEMSLIM_HD void eval_accurate<Act::Gelu, double>(double x, double& f, double& fp) {
+  double cdf = 0.5 * m::erfc(-x * 0.70710678118654752440);
+  double pdf = m::exp(-0.5 * x * x) * 0.39894228040143267794;
+  f = x * cdf;
+  fp = cdf + x * pdf;
+}
+template <typename T> MEMSLIM_HD void eval_gelu_tanh(T x, T& f, T& fp) {
+  const T k = T(0.79788456080286535588), kap = T(0.044715);
+  T u = k * (x + kap * x * x * x);
+  T s2 = sigmoid(T(2) * u);  // (1 + tanh(u)) / 2 without cancellation
+  f = x * s2;
+  fp = s2 + T(2) * x * s2 * (T(1) - s2) * k * (T(1) + T(3) * kap * x * x);
+}
+template <> MEMSLIM_HD void eval_accurate<Act::GeluTanh, float>(float x, float& f, float& fp) { eval_gelu_tanh(x, f, fp); }
+template <> MEMSLIM_HD void eval_accurate<Act::GeluTanh, double>(double x, double& f, double& fp) { eval_gelu_tanh(x, f, fp); }
+template <typename T> MEMSLIM_HD void eval_silu(T x, T& f, T& fp) {
+  T s = sigmoid(x);
+  f = x * s;
+  fp = s * (T(1) + x * (T(1) - s));
+}
+template <> MEMSLIM_HD void eval_accurate<Act::Silu, float>(float x, float& f, float& fp) { eval_silu(x, f, fp); }
+template <> MEMSLIM_HD void eval_accurate<Act::Silu, double>(double x, double& f, double& fp) { eval_silu(x, f, fp); }
+template <typename T> MEMSLIM_HD void eval_mish(T x, T& f, T& fp) {
+  T sp = x > T(20) ? x : m::log1p(m::exp(x));
+  T t = m::tanh(sp);
+  T s = sigmoid(x);
+  f = x * t;
+  fp = t + x * s * (T(1) - t * t);
+}
+template <> MEMSLIM_HD void eval_accurate<Act::Mish, float>(float x, float& f, float& fp) { eval_mish(x, f, fp); }
+template <> MEMSLIM_HD void eval_accurate<Act::Mish, double>(double x, double& f, double& fp) { eval_mish(x, f, fp); }
+
+template <Act A> MEMSLIM_HD MinInfo min_info() {
+  switch (A) {
+  case Act::Gelu: return {-0.75179152469356445747, -0.16997120747990366169, 0.43149399231404691979};
+  case Act::GeluTanh: return {-0.75246142207101625849, -0.17004075057125405064, 0.43040009102485850908};
+  case Act::Silu: return {-1.2784645427610737951, -0.27846454276107379511, 0.21781170571980009878};
+  case Act::Mish: return {-1.1924312145154952121, -0.30884341301725040663, 0.26694791404953451132};
+  default: return {-1.5, -0.375, 1.0 / 3.0};  // hardswish
+  }
+}
+
+// Left-tail first guess for x given a tiny negative y.
+template <Act A, typename T> MEMSLIM_HD T tail_guess(T y) {
+  if (A == Act::Gelu || A == Act::GeluTanh) {
+    // -y ~ phi(x) for x -> -inf.
+    T a = -m::log(-y * T(2.5066282746310002));
+    return a > T(0) ? -m::sqrt(T(2) * a) : T(-2);
+  }
+  // silu / mish: -y ~ |x| e^x.
+  T L = m::log(-y);
+  return L < T(-1) ? L - m::log(-L) : T(-2);
+}
+
+template <typename T> struct iter_limits;
+template <> struct iter_limits<float> {
+  static constexpr int max_iter = 30;
+  static constexpr float rel_tol = 2e-7f;
+  static constexpr float floor_x = -120.f;
+};
+template <> struct iter_limits<double> {
+  static constexpr int max_iter = 60;
+  static constexpr double rel_tol = 1e-15;
+  static constexpr double floor_x = -1000.0;
+};
+
+// f'(x) at the x with f(x) = y on the chosen branch (right: x >= x*).
+template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool right) {
+  const MinInfo mi = min_info<A>();
+  const T xs = T(mi.x), ys = T(mi.y), curv = T(mi.curv);
+  using L = iter_limits<T>;
+  if (!(y > ys)) return T(0);  // at (or rounded below) the minimum: f'(x*) = 0
+  T f, fp;
+  if (right) {
+    if (y == T(0)) {  // x = 0 exactly
+      eval_accurate<A, T>(T(0), f, fp);
+      return fp;
+    }
+    T lo = y > T(0) ? y : xs;
+    T hi = y > T(0) ? T(2) * y : T(0);
+    if (lo < xs) lo = xs;
+    T x = y < T(1) ? xs + m::sqrt(T(2) * (y - ys) / curv) : y;
+    if (!(x > lo && x < hi)) x = T(0.5) * (lo + hi);
+    for (int it = 0; it < L::max_iter; ++it) {
+      eval_accurate<A, T>(x, f, fp);
+      T r = f - y;
+      if (r == T(0)) return fp;
+      if (r < T(0)) lo = x; else hi = x;
+      T xn = x - r / fp;
+      if (!(xn > lo && xn < hi)) xn = T(0.5) * (lo + hi);
+      T dx = xn - x;
+      x = xn;
+      if (m::fabs(dx) <= L::rel_tol * (T(1) + m::fabs(x))) break;
+    }
+    eval_accurate<A, T>(x, f, fp);
+    return fp;
+  }
+  // Left branch: y in (y*, 0). Solve g(x) = log(-f(x)) = log(-y), g' = f'/f.
+  if (!(y < T(0))) return T(0);  // underflowed output: f'(x) ~ 0 that far out
+  const T t = m::log(-y);
+  T lo = T(L::floor_x), hi = xs;
+  T x = y < T(0.5) * ys ? xs - m::sqrt(T(2) * (y - ys) / curv) : tail_guess<A, T>(y);
+  if (!(x > lo && x < hi)) x = T(0.5) * (lo + hi);
+  for (int it = 0; it < L::max_iter; ++it) {
+    eval_accurate<A, T>(x, f, fp);
+    T g = m::log(-f);
+    T r = g - t;
+    if (r == T(0)) return fp;
+    if (r < T(0)) lo = x; else hi = x;  // g increases with x
+    T xn = x - r * f / fp;
+    if (!(xn > lo && xn < hi)) xn = T(0.5) * (lo + hi);
+    T dx = xn - x;
+    x = xn;
+    if (m::fabs(dx) <= L::rel_tol * (T(1) + m::fabs(x))) break;
+  }
+  eval_accurate<A, T>(x, f, fp);
+  return fp;
+}
+
+} // namespace detail
+
+// ---------------------------------------------------------------------------
+// Per-activation definitions. T is the compute type (float or double).
+// ---------------------------------------------------------------------------
+template <Act A> struct ActMath;
+
+template <> struct ActMath<Act::Gelu> {
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
+    return x * T(0.5) * (T(1) + m::erf(x * T(0.70710678118654752440)));
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams&) {
+    T cdf = T(0.5) * (T(1) + m::erf(x * T(0.70710678118654752440)));
+    T pdf = m::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+    return cdf + x * pdf;
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
+    return !(x < T(detail::min_info<Act::Gelu>().x));
+  }
+  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
+    return m::fabs(x - T(detail::min_info<Act::Gelu>().x)) < T(p.band);
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
+    return detail::derivative_by_inversion<Act::Gelu, T>(y, b);
+  }
+};
+
+template <> struct ActMath<Act::GeluTanh> {
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
+    const T k = T(0.79788456080286535588), kap = T(0.044715);
+    return T(0.5) * x * (T(1) + m::tanh(k * (x + kap * x * x * x)));
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams&) {
+    const T k = T(0.79788456080286535588), kap = T(0.044715);
+    T x2 = x * x;
+    T inner = k * (x + kap * x2 * x);
+    T t = m::tanh(inner);
+    T left = T(0.5) * x, right = T(1) + t;
+    T left_d = T(0.5), right_d = (T(1) - t * t) * k * (T(1) + T(3) * kap * x2);
+    return left * right_d + left_d * right;
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
+    return !(x < T(detail::min_info<Act::GeluTanh>().x));
+  }
+  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
+    return m::fabs(x - T(detail::min_info<Act::GeluTanh>().x)) < T(p.band);
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
+    return detail::derivative_by_inversion<Act::GeluTanh, T>(y, b);
+  }
+};
+
+template <> struct ActMath<Act::Silu> {
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
+    return x / (T(1) + m::exp(-x));
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams&) {
+    T s = T(1) / (T(1) + m::exp(-x));
+    return s * (T(1) + x * (T(1) - s));
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
+    return !(x < T(detail::min_info<Act::Silu>().x));
+  }
+  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
+    return m::fabs(x - T(detail::min_info<Act::Silu>().x)) < T(p.band);
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
+    return detail::derivative_by_inversion<Act::Silu, T>(y, b);
+  }
+};
+
+template <> struct ActMath<Act::Mish> {
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
+    return x * m::tanh(m::log1p(m::exp(x)));
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams&) {
+    T sig = T(1) / (T(1) + m::exp(-x));
+    T tsp = m::tanh(m::log1p(m::exp(x)));
+    return tsp + x * sig * (T(1) - tsp * tsp);
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
+    return !(x < T(detail::min_info<Act::Mish>().x));
+  }
+  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
+    return m::fabs(x - T(detail::min_info<Act::Mish>().x)) < T(p.band);
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
+    return detail::derivative_by_inversion<Act::Mish, T>(y, b);
+  }
+};
+
+template <> struct ActMath<Act::Softplus> {
+  // bit: x*beta > threshold (the linear region).
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams& p) {
+    T beta = T(p.p0), th = T(p.p1);
+    return (x * beta) > th ? x : m::log1p(m::exp(x * beta)) / beta;
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams& p) {
+    T beta = T(p.p0), th = T(p.p1);
+    T z = m::exp(x * beta);
+    return (x * beta) > th ? T(1) : z / (z + T(1));
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams& p) {
+    return (x * T(p.p0)) > T(p.p1);
+  }
+  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  // Without a bit (threshold >= 14) the smooth formula serves the linear
+  // region too: 1 - exp(-beta*y) differs from 1 by < exp(-threshold).
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams& p) {
+    if (p.bits && b) return T(1);
+    return -m::expm1(-T(p.p0) * y);  // sigmoid(beta*x) = 1 - exp(-beta*y)
+  }
+};
+
+template <> struct ActMath<Act::Elu> {
+  // y = x > 0 ? scale*x : scale*alpha*(exp(input_scale*x) - 1); bit: x > 0.
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams& p) {
+    T alpha = T(p.p0), scale = T(p.p1), iscale = T(p.p2);
+    return x <= T(0) ? m::expm1(x * iscale) * (alpha * scale) : x * scale;
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams& p) {
+    T alpha = T(p.p0), scale = T(p.p1), iscale = T(p.p2);
+    return x <= T(0) ? iscale * (alpha * scale) * m::exp(x * iscale) : scale;
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) { return x > T(0); }
+  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams& p) {
+    T alpha = T(p.p0), scale = T(p.p1), iscale = T(p.p2);
+    bool pos = p.bits ? b : (y > T(0));
+    return pos ? scale : iscale * (y + alpha * scale);
+  }
+};
+
+template <> struct ActMath<Act::LeakyRelu> {
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams& p) {
+    return x > T(0) ? x : x * T(p.p0);
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams& p) {
+    return x > T(0) ? T(1) : T(p.p0);
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) { return x > T(0); }
+  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T, bool b, const ActParams& p) {
+    return b ? T(1) : T(p.p0);
+  }
+};
+
+template <> struct ActMath<Act::Hardswish> {
+  // Closed-form inverse: on [-3, 3] y = x(x+3)/6, so f'(x) = (2x+3)/6 =
+  // +-sqrt(9 + 24y)/6. bit: -3 <= x < -1.5 (the decreasing branch). With the
+  // bit clear, y == -0 can only come from x < -3 (derivative 0), y == +0 only
+  // from x == +0 (0.5); x == -0 is kept exactly.
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
+    return x * m::min(m::max(x + T(3), T(0)), T(6)) / T(6);
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams&) {
+    return x < T(-3) ? T(0) : (x <= T(3) ? x / T(3) + T(0.5) : T(1));
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
+    return x >= T(-3) && x < T(-1.5);
+  }
+  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
+    return m::fabs(x + T(1.5)) < T(p.band) || (x == T(0) && m::signbit(x));
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
+    T r = m::sqrt(m::max(T(9) + T(24) * y, T(0))) / T(6);
+    if (b) return -r;
+    if (y > T(3)) return T(1);
+    if (y == T(0) && m::signbit(y)) return T(0);
+    return r;
+  }
+};
+
+template <> struct ActMath<Act::Hardsigmoid> {
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
+    return m::min(m::max(x + T(3), T(0)), T(6)) / T(6);
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams&) {
+    return (x > T(-3) && x < T(3)) ? T(1) / T(6) : T(0);
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
+    return x > T(-3) && x < T(3);
+  }
+  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T, bool b, const ActParams&) {
+    return b ? T(1) / T(6) : T(0);
+  }
+};
+
+template <> struct ActMath<Act::Sigmoid> {
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
+    return T(1) / (T(1) + m::exp(-x));
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams& p) {
+    T y = forward(x, p);
+    return y * (T(1) - y);
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool, const ActParams&) {
+    return (T(1) - y) * y;
+  }
+};
+
+template <> struct ActMath<Act::Tanh> {
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) { return m::tanh(x); }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams&) {
+    T y = m::tanh(x);
+    return T(1) - y * y;
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool, const ActParams&) {
+    return T(1) - y * y;
+  }
+};
+
+template <> struct ActMath<Act::Relu> {
+  // NaN propagates like aten's clamp_min; the bit is "not <= 0" so a NaN input
+  // passes its gradient through, as aten's threshold_backward on the result does.
+  template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
+    return x <= T(0) ? T(0) : x;
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams&) {
+    return x > T(0) ? T(1) : T(0);
+  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) { return !(x <= T(0)); }
+  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T, bool b, const ActParams&) {
+    return b ? T(1) : T(0);
+  }
+};
+
+} // namespace kernels
+} // namespace memslim

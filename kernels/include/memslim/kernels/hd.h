@@ -1,0 +1,156 @@
+//===- hd.h - host+device helpers shared by the CPU loops and CUDA kernels -===//
+//
+// What: the MEMSLIM_HD qualifier, math wrappers overloaded for float/double,
+// 16-bit storage conversions (IEEE half and bfloat16 held as uint16_t), an
+// atomic add that works on both sides, and the compute type for each storage
+// type. Why: kernels/ carries no torch, so everything a kernel body needs to
+// run unchanged on the host and on the device lives here.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define MEMSLIM_HD __host__ __device__ __forceinline__
+#else
+#define MEMSLIM_HD inline
+#endif
+
+namespace memslim {
+namespace kernels {
+
+// 16-bit storage types. They are plain uint16_t wrappers so the same bytes
+// torch keeps in c10::Half / c10::BFloat16 can be passed as raw pointers.
+struct half_t { uint16_t bits; };
+struct bf16_t { uint16_t bits; };
+
+// Arithmetic is done in float for 16-bit and float storage, double for double.
+template <typename S> struct compute_type { using type = float; };
+template <> struct compute_type<double> { using type = double; };
+
+namespace m {
+MEMSLIM_HD float exp(float x) { return ::expf(x); }
+MEMSLIM_HD double exp(double x) { return ::exp(x); }
+MEMSLIM_HD float expm1(float x) { return ::expm1f(x); }
+MEMSLIM_HD double expm1(double x) { return ::expm1(x); }
+MEMSLIM_HD float log(float x) { return ::logf(x); }
+MEMSLIM_HD double log(double x) { return ::log(x); }
+MEMSLIM_HD float log1p(float x) { return ::log1pf(x); }
+MEMSLIM_HD double log1p(double x) { return ::log1p(x); }
+MEMSLIM_HD float erf(float x) { return ::erff(x); }
+MEMSLIM_HD double erf(double x) { return ::erf(x); }
+MEMSLIM_HD float erfc(float x) { return ::erfcf(x); }
+MEMSLIM_HD double erfc(double x) { return ::erfc(x); }
+MEMSLIM_HD float tanh(float x) { return ::tanhf(x); }
+MEMSLIM_HD double tanh(double x) { return ::tanh(x); }
+MEMSLIM_HD float sqrt(float x) { return ::sqrtf(x); }
+MEMSLIM_HD double sqrt(double x) { return ::sqrt(x); }
+MEMSLIM_HD float fabs(float x) { return ::fabsf(x); }
+MEMSLIM_HD double fabs(double x) { return ::fabs(x); }
+template <typename T> MEMSLIM_HD T min(T a, T b) { return b < a ? b : a; }
+template <typename T> MEMSLIM_HD T max(T a, T b) { return a < b ? b : a; }
+template <typename T> MEMSLIM_HD bool isnan(T x) { return x != x; }
+MEMSLIM_HD bool signbit(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return (u >> 31) != 0;
+}
+MEMSLIM_HD bool signbit(double x) {
+  uint64_t u;
+  memcpy(&u, &x, sizeof u);
+  return (u >> 63) != 0;
+}
+} // namespace m
+
+// ---- 16-bit conversions (round to nearest even, NaN kept quiet) ----------
+MEMSLIM_HD float bits_to_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+MEMSLIM_HD uint32_t float_to_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+MEMSLIM_HD float to_float(bf16_t v) { return bits_to_float(uint32_t(v.bits) << 16); }
+MEMSLIM_HD bf16_t to_bf16(float f) {
+  uint32_t u = float_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16_t{uint16_t((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16_t{uint16_t(u >> 16)};
+}
+
+MEMSLIM_HD float to_float(half_t v) {
+  const uint32_t h = v.bits;
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  if (exp == 0x1fu) return bits_to_float(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return bits_to_float(sign);
+    // Subnormal half: value = man * 2^-24.
+    float f = float(man) * 5.9604644775390625e-8f;
+    return sign ? -f : f;
+  }
+  return bits_to_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+MEMSLIM_HD half_t to_half(float f) {
+  uint32_t u = float_to_bits(f);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return half_t{uint16_t(sign | 0x7e00u)};  // NaN
+  if (u >= 0x477ff000u) return half_t{uint16_t(sign | 0x7c00u)}; // overflow -> inf
+  if (u < 0x38800000u) {
+    // Result is subnormal (or zero): round f * 2^24 to an integer, ties to even.
+    float a = bits_to_float(u) * 16777216.0f;
+    uint32_t r = uint32_t(a);
+    float frac = a - float(r);
+    if (frac > 0.5f || (frac == 0.5f && (r & 1u))) ++r;
+    return half_t{uint16_t(sign | r)};
+  }
+  // Normal: rebias exponent, round mantissa from 23 to 10 bits.
+  uint32_t e = ((u >> 23) - 112u) << 10;
+  uint32_t man = u & 0x7fffffu;
+  uint32_t h = e | (man >> 13);
+  uint32_t rest = man & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return half_t{uint16_t(sign | h)};
+}
+
+// Load/store between storage and compute type.
+template <typename C> MEMSLIM_HD C load(float v) { return C(v); }
+template <typename C> MEMSLIM_HD C load(double v) { return C(v); }
+template <typename C> MEMSLIM_HD C load(half_t v) { return C(to_float(v)); }
+template <typename C> MEMSLIM_HD C load(bf16_t v) { return C(to_float(v)); }
+template <typename S> struct store_to;
+template <> struct store_to<float> {
+  template <typename C> MEMSLIM_HD static float cvt(C v) { return float(v); }
+};
+template <> struct store_to<double> {
+  template <typename C> MEMSLIM_HD static double cvt(C v) { return double(v); }
+};
+template <> struct store_to<half_t> {
+  template <typename C> MEMSLIM_HD static half_t cvt(C v) { return to_half(float(v)); }
+};
+template <> struct store_to<bf16_t> {
+  template <typename C> MEMSLIM_HD static bf16_t cvt(C v) { return to_bf16(float(v)); }
+};
+template <typename S, typename C> MEMSLIM_HD S store(C v) { return store_to<S>::cvt(v); }
+
+// Relaxed atomic add on a 64-bit counter: atomicAdd on the device, the GCC
+// builtin on the host (the CPU loops run in torch's thread pool).
+MEMSLIM_HD unsigned long long atomic_add(unsigned long long* p, unsigned long long v) {
+#if defined(__CUDA_ARCH__)
+  return atomicAdd(p, v);
+#else
+  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+} // namespace kernels
+} // namespace memslim

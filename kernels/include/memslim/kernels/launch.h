@@ -1,0 +1,66 @@
+//===- launch.h - torch-free entry points of memslim_kernels ----------------===//
+//
+// What: type-erased arguments and the CPU / CUDA launchers the runtime calls
+// with raw pointers. CPU launchers process a range [begin, end) of groups (or
+// exact-list entries) so the caller can spread ranges over its own thread pool
+// (the runtime uses at::parallel_for; kernels/ stays free of torch). CUDA
+// launchers run a grid-stride kernel on the given stream.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+
+#include "memslim/kernels/activations.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace memslim {
+namespace kernels {
+
+enum class DType : int { Float, Double, Half, BFloat16 };
+
+struct ForwardArgs {
+  const void* x = nullptr;
+  void* y = nullptr;
+  uint8_t* bits = nullptr;
+  int64_t n = 0;
+  ActParams act;
+  int32_t* exact_idx = nullptr;
+  void* exact_val = nullptr;
+  unsigned long long* exact_count = nullptr;
+  int64_t exact_cap = 0;
+};
+
+struct BackwardArgs {
+  const void* grad = nullptr;
+  const void* y = nullptr;
+  const uint8_t* bits = nullptr;
+  void* grad_in = nullptr;
+  int64_t n = 0;
+  ActParams act;
+};
+
+struct FixupArgs {
+  const int32_t* idx = nullptr;
+  const void* val = nullptr;
+  const void* grad = nullptr;
+  void* grad_in = nullptr;
+  int64_t count = 0;
+  ActParams act;
+};
+
+// Number of 8-element groups (= bytes of packed bits) for n elements.
+inline int64_t groups_for(int64_t n) { return (n + 7) / 8; }
+
+void forward_cpu(Act a, DType t, const ForwardArgs& args, int64_t g_begin, int64_t g_end);
+void backward_cpu(Act a, DType t, const BackwardArgs& args, int64_t g_begin, int64_t g_end);
+void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t k_begin, int64_t k_end);
+
+// Present only in builds with CUDA (MEMSLIM_WITH_CUDA).
+void forward_cuda(Act a, DType t, const ForwardArgs& args, cudaStream_t stream);
+void backward_cuda(Act a, DType t, const BackwardArgs& args, cudaStream_t stream);
+void fixup_cuda(Act a, DType t, const FixupArgs& args, cudaStream_t stream);
+
+} // namespace kernels
+} // namespace memslim

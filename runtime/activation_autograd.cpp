@@ -1,0 +1,108 @@
+//===- activation_autograd.cpp - Autograd kernels that save less ------------===//
+//
+// What: one torch::autograd::Function for every activation. Its forward calls
+// memslim::activation_forward (through the dispatcher, so fake tensors and
+// torch.compile trace it) and saves the output plus packed bits, an exact list
+// near a minimum, or only a mask; its backward calls
+// memslim::activation_backward, itself a registered op with a Meta kernel.
+// When the input does not require grad the op redispatches below autograd and
+// saves nothing.
+// Double backward: not supported; the saved output and bits determine the
+// first derivative only, so a create_graph backward raises a clear error.
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "memslim/activation_ops.h"
+
+namespace memslim {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+using ForwardOp = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, c10::string_view, at::ArrayRef<double>, bool);
+using BackwardOp = at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&,
+                              const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              c10::string_view, at::ArrayRef<double>);
+using PlainOp = at::Tensor(const at::Tensor&);
+
+const c10::TypedOperatorHandle<ForwardOp>& forward_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("memslim::activation_forward", "")
+                             .typed<ForwardOp>();
+  return op;
+}
+const c10::TypedOperatorHandle<BackwardOp>& backward_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("memslim::activation_backward", "")
+                             .typed<BackwardOp>();
+  return op;
+}
+
+struct ActivationFunction : public torch::autograd::Function<ActivationFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const ActSpec& spec) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [y, bits, idx, val] = forward_op().call(x, spec.act, spec.params, /*save=*/true);
+    const kernels::Act a = act_from_name(spec.act);
+    const kernels::SaveKind kind = kernels::save_kind(a);
+    const bool mask = kind == kernels::SaveKind::Mask;
+    const bool exact = kind == kernels::SaveKind::OutputBitsExact;
+    ctx->save_for_backward({mask ? at::Tensor() : y, bits.numel() ? bits : at::Tensor(),
+                            exact ? idx : at::Tensor(), exact ? val : at::Tensor()});
+    ctx->saved_data["op"] = spec.op;
+    ctx->saved_data["act"] = spec.act;
+    ctx->saved_data["params"] = spec.params;
+    // The layout bits refer to: y's (dense) sizes and strides.
+    ctx->saved_data["sizes"] = y.sizes().vec();
+    ctx->saved_data["strides"] = y.strides().vec();
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const std::string op = ctx->saved_data["op"].toStringRef();
+    TORCH_CHECK(!at::GradMode::is_enabled(), "memslim::", op,
+                ": double backward is not supported (the backward keeps only the output and "
+                "packed bits); use the aten op where higher-order gradients are needed");
+    at::Tensor g = grads[0];
+    if (!g.defined()) return {at::Tensor(), at::Tensor()};
+    auto saved = ctx->get_saved_variables();
+    const std::string act = ctx->saved_data["act"].toStringRef();
+    const std::vector<double> params = ctx->saved_data["params"].toDoubleVector();
+    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
+    const std::vector<int64_t> strides = ctx->saved_data["strides"].toIntVector();
+    if (g.strides() != c10::IntArrayRef(strides))
+      g = at::empty_strided(sizes, strides, g.options()).copy_(g);
+    auto empty = [&](const at::Tensor& t, at::ScalarType st) {
+      return t.defined() ? t : at::empty({0}, g.options().dtype(st));
+    };
+    std::optional<at::Tensor> out;
+    if (saved[0].defined()) out = saved[0];
+    at::Tensor gi = backward_op().call(g, out, empty(saved[1], at::kByte),
+                                       empty(saved[2], at::kInt),
+                                       empty(saved[3], g.scalar_type()), act, params);
+    return {gi, at::Tensor()};
+  }
+};
+
+} // namespace
+
+at::Tensor activation_with_autograd(const at::Tensor& x, const ActSpec& spec) {
+  check_dtype(x, spec.op);
+  if (at::GradMode::is_enabled() && x.requires_grad())
+    return ActivationFunction::apply(x, spec);
+  // Nothing to differentiate: run the plain forward below autograd.
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return std::get<0>(forward_op().call(x, spec.act, spec.params, /*save=*/false));
+}
+
+TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
+#define MEMSLIM_REG(NAME, SPEC) m.impl(NAME, TORCH_FN(OpKernels<SPEC>::autograd));
+  MEMSLIM_FOR_EACH_PUBLIC_OP(MEMSLIM_REG)
+#undef MEMSLIM_REG
+}
+
+} // namespace memslim

@@ -1,0 +1,228 @@
+//===- activation_ops.cpp - forward/backward impls, CPU and Meta kernels ----===//
+//
+// What: the device-generic bodies of the internal activation_forward /
+// activation_backward ops and of the public ops' plain forward, the CPU
+// launchers (kernels/ bodies spread over at::parallel_for), and the CPU and
+// Meta registrations.
+// Layout: any non-overlapping dense tensor (contiguous, channels_last, other
+// permutations) is processed in memory order without a copy; bits and exact
+// indices refer to that order, and backward receives grad in the same layout
+// (the Autograd kernel conforms it). Other inputs are made contiguous first.
+//
+//===----------------------------------------------------------------------===//
+#include "memslim/activation_ops.h"
+
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <climits>
+
+namespace memslim {
+
+using kernels::Act;
+
+namespace {
+
+kernels::DType to_kernel_dtype(at::ScalarType t) {
+  switch (t) {
+  case at::kFloat: return kernels::DType::Float;
+  case at::kDouble: return kernels::DType::Double;
+  case at::kHalf: return kernels::DType::Half;
+  case at::kBFloat16: return kernels::DType::BFloat16;
+  default: TORCH_CHECK(false, "memslim: unsupported dtype ", t);
+  }
+}
+
+// Groups per parallel_for task: a group is 8 elements, so 512 groups = 4096
+// elements, enough work to amortise a task even for relu.
+constexpr int64_t kGrainGroups = 512;
+
+void cpu_forward(Act a, kernels::DType t, const kernels::ForwardArgs& args) {
+  at::parallel_for(0, kernels::groups_for(args.n), kGrainGroups,
+                   [&](int64_t b, int64_t e) { kernels::forward_cpu(a, t, args, b, e); });
+}
+void cpu_backward(Act a, kernels::DType t, const kernels::BackwardArgs& args) {
+  at::parallel_for(0, kernels::groups_for(args.n), kGrainGroups,
+                   [&](int64_t b, int64_t e) { kernels::backward_cpu(a, t, args, b, e); });
+}
+void cpu_fixup(Act a, kernels::DType t, const kernels::FixupArgs& args) {
+  at::parallel_for(0, args.count, 4096,
+                   [&](int64_t b, int64_t e) { kernels::fixup_cpu(a, t, args, b, e); });
+}
+
+// First guess of the exact-list length; the forward reruns with the measured
+// length when it was too small. 16-bit bands are wide (see guard_band).
+int64_t exact_capacity_guess(int64_t n, at::ScalarType t) {
+  const bool narrow = t == at::kHalf || t == at::kBFloat16;
+  return (narrow ? n / 4 : n / 64) + 64;
+}
+
+} // namespace
+
+const Launchers& cpu_launchers() {
+  static const Launchers L{cpu_forward, cpu_backward, cpu_fixup};
+  return L;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activation_forward_impl(
+    const at::Tensor& self, c10::string_view act_sv, at::ArrayRef<double> params, bool save,
+    const Launchers& L) {
+  const std::string act(act_sv);
+  const Act a = act_from_name(act);
+  check_dtype(self, act);
+  const at::Tensor x = self.is_non_overlapping_and_dense() ? self : self.contiguous();
+  at::Tensor y = at::empty_like(x);
+  const kernels::ActParams p = make_params(a, params.vec(), x.scalar_type());
+  const int64_t n = x.numel();
+  const auto opts = x.options();
+  const bool want_bits = save && p.bits;
+  const bool want_exact = save && kernels::save_kind(a) == kernels::SaveKind::OutputBitsExact;
+  at::Tensor bits = at::empty({want_bits ? kernels::groups_for(n) : 0}, opts.dtype(at::kByte));
+  at::Tensor idx = at::empty({0}, opts.dtype(at::kInt));
+  at::Tensor val = at::empty({0}, opts);
+  if (n == 0) return {y, bits, idx, val};
+
+  kernels::ForwardArgs args;
+  args.x = x.const_data_ptr();
+  args.y = y.mutable_data_ptr();
+  args.bits = want_bits ? bits.mutable_data_ptr<uint8_t>() : nullptr;
+  args.n = n;
+  args.act = p;
+  const kernels::DType dt = to_kernel_dtype(x.scalar_type());
+  if (!want_exact) {
+    L.forward(a, dt, args);
+    return {y, bits, idx, val};
+  }
+  TORCH_CHECK(n <= INT32_MAX, "memslim::", act, ": tensors over 2^31-1 elements are not "
+              "supported yet (exact-list indices are int32)");
+  int64_t cap = exact_capacity_guess(n, x.scalar_type());
+  for (;;) {
+    idx = at::empty({cap}, opts.dtype(at::kInt));
+    val = at::empty({cap}, opts);
+    at::Tensor count = at::zeros({1}, opts.dtype(at::kLong));
+    args.exact_idx = idx.mutable_data_ptr<int32_t>();
+    args.exact_val = val.mutable_data_ptr();
+    args.exact_count = reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>());
+    args.exact_cap = cap;
+    L.forward(a, dt, args);
+    const int64_t c = count.item<int64_t>();
+    if (c <= cap) {
+      // Copy to exact size so the saved storages hold only what is needed.
+      if (c < cap) {
+        idx = idx.narrow(0, 0, c).clone();
+        val = val.narrow(0, 0, c).clone();
+      }
+      break;
+    }
+    cap = c;  // too small: rerun with the measured length
+  }
+  return {y, bits, idx, val};
+}
+
+at::Tensor activation_backward_impl(const at::Tensor& grad, const std::optional<at::Tensor>& out,
+                                    const at::Tensor& bits, const at::Tensor& exact_idx,
+                                    const at::Tensor& exact_val, c10::string_view act_sv,
+                                    at::ArrayRef<double> params, const Launchers& L) {
+  const std::string act(act_sv);
+  const Act a = act_from_name(act);
+  check_dtype(grad, act);
+  const kernels::ActParams p = make_params(a, params.vec(), grad.scalar_type());
+  const int64_t n = grad.numel();
+  TORCH_CHECK(grad.is_non_overlapping_and_dense(),
+              "memslim::activation_backward: grad must be dense");
+  const bool has_out = out.has_value() && out->defined();
+  const bool mask = kernels::save_kind(a) == kernels::SaveKind::Mask;
+  TORCH_CHECK(mask || has_out, "memslim::activation_backward: '", act, "' needs the saved output");
+  if (has_out) {
+    TORCH_CHECK(out->sizes() == grad.sizes() && out->strides() == grad.strides() &&
+                    out->scalar_type() == grad.scalar_type(),
+                "memslim::activation_backward: grad and saved output differ in layout or dtype");
+  }
+  TORCH_CHECK(!p.bits || bits.numel() == kernels::groups_for(n),
+              "memslim::activation_backward: expected ", kernels::groups_for(n),
+              " bytes of bits, got ", bits.numel());
+  TORCH_CHECK(exact_idx.numel() == exact_val.numel(),
+              "memslim::activation_backward: exact list index/value lengths differ");
+  at::Tensor gi = at::empty_like(grad);
+  if (n == 0) return gi;
+  const kernels::DType dt = to_kernel_dtype(grad.scalar_type());
+  kernels::BackwardArgs args;
+  args.grad = grad.const_data_ptr();
+  args.y = has_out ? out->const_data_ptr() : nullptr;
+  args.bits = p.bits ? bits.const_data_ptr<uint8_t>() : nullptr;
+  args.grad_in = gi.mutable_data_ptr();
+  args.n = n;
+  args.act = p;
+  L.backward(a, dt, args);
+  if (exact_idx.numel() > 0) {
+    TORCH_CHECK(exact_idx.scalar_type() == at::kInt && exact_val.scalar_type() == grad.scalar_type(),
+                "memslim::activation_backward: exact list has the wrong dtype");
+    kernels::FixupArgs f;
+    const at::Tensor ei = exact_idx.contiguous(), ev = exact_val.contiguous();
+    f.idx = ei.const_data_ptr<int32_t>();
+    f.val = ev.const_data_ptr();
+    f.grad = grad.const_data_ptr();
+    f.grad_in = gi.mutable_data_ptr();
+    f.count = ei.numel();
+    f.act = p;
+    L.fixup(a, dt, f);
+  }
+  return gi;
+}
+
+at::Tensor activation_plain(const at::Tensor& x, const ActSpec& spec, const Launchers& L) {
+  check_dtype(x, spec.op);
+  return std::get<0>(activation_forward_impl(x, spec.act, spec.params, false, L));
+}
+
+at::Tensor activation_meta(const at::Tensor& x, const ActSpec& spec) {
+  check_dtype(x, spec.op);
+  return at::empty_like(x);
+}
+
+namespace {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cpu(
+    const at::Tensor& self, c10::string_view act, at::ArrayRef<double> params, bool save) {
+  return activation_forward_impl(self, act, params, save, cpu_launchers());
+}
+at::Tensor backward_cpu(const at::Tensor& grad, const std::optional<at::Tensor>& out,
+                        const at::Tensor& bits, const at::Tensor& idx, const at::Tensor& val,
+                        c10::string_view act, at::ArrayRef<double> params) {
+  return activation_backward_impl(grad, out, bits, idx, val, act, params, cpu_launchers());
+}
+at::Tensor backward_meta(const at::Tensor& grad, const std::optional<at::Tensor>& out,
+                         const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         c10::string_view act, at::ArrayRef<double>) {
+  check_dtype(grad, std::string(act));
+  if (out.has_value() && out->defined())
+    TORCH_CHECK(out->sizes() == grad.sizes(), "memslim::activation_backward: size mismatch");
+  return at::empty_like(grad);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(memslim, CPU, m) {
+#define MEMSLIM_REG(NAME, SPEC) m.impl(NAME, TORCH_FN(OpKernels<SPEC>::cpu));
+  MEMSLIM_FOR_EACH_PUBLIC_OP(MEMSLIM_REG)
+#undef MEMSLIM_REG
+  m.impl("activation_forward", TORCH_FN(forward_cpu));
+  m.impl("activation_backward", TORCH_FN(backward_cpu));
+}
+
+// activation_forward has no Meta kernel here: its exact list has a
+// data-dependent length, which only a fake impl with an unbacked size can
+// express (python/memslim registers it with torch.library.register_fake).
+TORCH_LIBRARY_IMPL(memslim, Meta, m) {
+#define MEMSLIM_REG(NAME, SPEC) m.impl(NAME, TORCH_FN(OpKernels<SPEC>::meta));
+  MEMSLIM_FOR_EACH_PUBLIC_OP(MEMSLIM_REG)
+#undef MEMSLIM_REG
+  m.impl("activation_backward", TORCH_FN(backward_meta));
+}
+
+} // namespace memslim
+
+// Anchor referenced by users of the library so the linker keeps it (a library
+// holding only static registrations is dropped under --as-needed).
+extern "C" int memslim_runtime_anchor() { return 1; }

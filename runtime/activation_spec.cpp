@@ -1,0 +1,97 @@
+//===- activation_spec.cpp - op arguments -> kernel activation + params ----===//
+#include "memslim/activation_spec.h"
+
+#include <c10/util/Exception.h>
+
+namespace memslim {
+
+using kernels::Act;
+
+namespace {
+struct NameEntry { const char* name; Act act; };
+constexpr NameEntry kNames[] = {
+    {"gelu", Act::Gelu},         {"gelu_tanh", Act::GeluTanh},
+    {"silu", Act::Silu},         {"mish", Act::Mish},
+    {"softplus", Act::Softplus}, {"elu", Act::Elu},
+    {"leaky_relu", Act::LeakyRelu}, {"hardswish", Act::Hardswish},
+    {"hardsigmoid", Act::Hardsigmoid}, {"sigmoid", Act::Sigmoid},
+    {"tanh", Act::Tanh},         {"relu", Act::Relu},
+};
+} // namespace
+
+Act act_from_name(const std::string& act) {
+  for (const auto& e : kNames)
+    if (act == e.name) return e.act;
+  TORCH_CHECK(false, "memslim: unknown activation '", act, "'");
+}
+
+const char* act_name(Act a) {
+  for (const auto& e : kNames)
+    if (e.act == a) return e.name;
+  return "?";
+}
+
+double guard_band(Act a, at::ScalarType t) {
+  if (kernels::save_kind(a) != kernels::SaveKind::OutputBitsExact) return 0.0;
+  // Half-widths measured by test/python/test_numerics.py: the smallest round
+  // values that keep the fp32 error under 1e-4 of |grad_out| and the 16-bit
+  // errors within 4x aten's own 16-bit backward near the minimum.
+  switch (t) {
+  case at::kDouble: return 1e-6;
+  case at::kFloat: return 2e-3;
+  case at::kHalf: return 0.1;
+  case at::kBFloat16: return 0.25;
+  default: return 0.0;
+  }
+}
+
+kernels::ActParams make_params(Act a, const std::vector<double>& params, at::ScalarType t) {
+  kernels::ActParams p;
+  p.p0 = params.size() > 0 ? params[0] : 0.0;
+  p.p1 = params.size() > 1 ? params[1] : 0.0;
+  p.p2 = params.size() > 2 ? params[2] : 0.0;
+  p.band = guard_band(a, t);
+  p.bits = kernels::act_uses_bits(a, p.p0, p.p1, p.p2);
+  return p;
+}
+
+void check_dtype(const at::Tensor& x, const std::string& op) {
+  const auto t = x.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16,
+              "memslim::", op, ": expected a floating-point tensor (float, double, half or "
+              "bfloat16), got ", t);
+}
+
+ActSpec spec_gelu(c10::string_view approximate) {
+  if (approximate == "none") return {"gelu", "gelu", {}};
+  if (approximate == "tanh") return {"gelu", "gelu_tanh", {}};
+  TORCH_CHECK(false, "memslim::gelu: approximate argument must be either none or tanh, got '",
+              std::string(approximate), "'");
+}
+
+ActSpec spec_softplus(const c10::Scalar& beta, const c10::Scalar& threshold) {
+  return {"softplus", "softplus", {beta.toDouble(), threshold.toDouble()}};
+}
+
+ActSpec spec_elu(const c10::Scalar& alpha, const c10::Scalar& scale,
+                 const c10::Scalar& input_scale) {
+  return {"elu", "elu", {alpha.toDouble(), scale.toDouble(), input_scale.toDouble()}};
+}
+
+ActSpec spec_celu(const c10::Scalar& alpha) {
+  const double a = alpha.toDouble();
+  TORCH_CHECK(a != 0.0, "memslim::celu: ZeroDivisionError (alpha must not be 0)");
+  return {"celu", "elu", {a, 1.0, 1.0 / a}};
+}
+
+ActSpec spec_selu() {
+  return {"selu", "elu", {1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0}};
+}
+
+ActSpec spec_leaky_relu(const c10::Scalar& negative_slope) {
+  return {"leaky_relu", "leaky_relu", {negative_slope.toDouble()}};
+}
+
+ActSpec spec_simple(const std::string& name) { return {name, name, {}}; }
+
+} // namespace memslim

@@ -1,0 +1,92 @@
+//===- activation_ops.h - device-generic op implementations ----------------===//
+//
+// What: the forward / backward implementations shared by the CPU and CUDA
+// registrations, parameterised by a table of launchers, and the per-op kernel
+// set (backend, Meta, Autograd) generated from each op's spec function.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+#include <tuple>
+
+#include "memslim/activation_spec.h"
+#include "memslim/kernels/launch.h"
+
+namespace memslim {
+
+struct Launchers {
+  void (*forward)(kernels::Act, kernels::DType, const kernels::ForwardArgs&);
+  void (*backward)(kernels::Act, kernels::DType, const kernels::BackwardArgs&);
+  void (*fixup)(kernels::Act, kernels::DType, const kernels::FixupArgs&);
+};
+
+const Launchers& cpu_launchers();
+#ifdef MEMSLIM_WITH_CUDA
+const Launchers& cuda_launchers();
+// activation_plain on the tensor's CUDA device (sets the device guard).
+at::Tensor activation_plain_cuda(const at::Tensor& x, const ActSpec& spec);
+#endif
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activation_forward_impl(
+    const at::Tensor& self, c10::string_view act, at::ArrayRef<double> params, bool save,
+    const Launchers& L);
+
+at::Tensor activation_backward_impl(const at::Tensor& grad, const std::optional<at::Tensor>& out,
+                                    const at::Tensor& bits, const at::Tensor& exact_idx,
+                                    const at::Tensor& exact_val, c10::string_view act,
+                                    at::ArrayRef<double> params, const Launchers& L);
+
+// Forward only (nothing saved): what a public op runs below autograd.
+at::Tensor activation_plain(const at::Tensor& x, const ActSpec& spec, const Launchers& L);
+
+// The Autograd kernel body: saves less when x requires grad, else redispatches.
+at::Tensor activation_with_autograd(const at::Tensor& x, const ActSpec& spec);
+
+at::Tensor activation_meta(const at::Tensor& x, const ActSpec& spec);
+
+// Kernel set of one public op, from its spec function ActSpec F(args...).
+template <auto F> struct OpKernels;
+template <typename... A, ActSpec (*F)(A...)> struct OpKernels<F> {
+  static at::Tensor cpu(const at::Tensor& x, A... a) {
+    return activation_plain(x, F(a...), cpu_launchers());
+  }
+#ifdef MEMSLIM_WITH_CUDA
+  static at::Tensor cuda(const at::Tensor& x, A... a) { return activation_plain_cuda(x, F(a...)); }
+#endif
+  static at::Tensor meta(const at::Tensor& x, A... a) { return activation_meta(x, F(a...)); }
+  static at::Tensor autograd(const at::Tensor& x, A... a) {
+    return activation_with_autograd(x, F(a...));
+  }
+};
+
+// Spec functions of the public ops (argument lists as in the schemas).
+inline ActSpec spec_silu() { return spec_simple("silu"); }
+inline ActSpec spec_mish() { return spec_simple("mish"); }
+inline ActSpec spec_hardswish() { return spec_simple("hardswish"); }
+inline ActSpec spec_hardsigmoid() { return spec_simple("hardsigmoid"); }
+inline ActSpec spec_sigmoid() { return spec_simple("sigmoid"); }
+inline ActSpec spec_tanh() { return spec_simple("tanh"); }
+inline ActSpec spec_relu() { return spec_simple("relu"); }
+
+// Registers every public op's kernels for one dispatch key via `Get`, which
+// maps an OpKernels instantiation to the kernel for that key.
+#define MEMSLIM_FOR_EACH_PUBLIC_OP(X)   \
+  X("gelu", ::memslim::spec_gelu)       \
+  X("silu", ::memslim::spec_silu)       \
+  X("mish", ::memslim::spec_mish)       \
+  X("softplus", ::memslim::spec_softplus) \
+  X("elu", ::memslim::spec_elu)         \
+  X("celu", ::memslim::spec_celu)       \
+  X("selu", ::memslim::spec_selu)       \
+  X("leaky_relu", ::memslim::spec_leaky_relu) \
+  X("hardswish", ::memslim::spec_hardswish) \
+  X("hardsigmoid", ::memslim::spec_hardsigmoid) \
+  X("sigmoid", ::memslim::spec_sigmoid) \
+  X("tanh", ::memslim::spec_tanh)       \
+  X("relu", ::memslim::spec_relu)
+
+} // namespace memslim

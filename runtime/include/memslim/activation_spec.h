@@ -1,0 +1,51 @@
+//===- activation_spec.h - from a memslim op's arguments to kernel params --===//
+//
+// What: maps each public op (aten name and arguments) to the kernel activation
+// it runs and that kernel's parameters, and picks the guard-band width per
+// dtype. Why: the public ops keep aten's signatures (celu and selu are elu with
+// fixed parameters, gelu's `approximate` selects the kernel), while the
+// internal forward/backward ops carry one `str act, float[] params` form.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Scalar.h>
+
+#include <string>
+#include <vector>
+
+#include "memslim/kernels/activations.h"
+
+namespace memslim {
+
+struct ActSpec {
+  std::string op;              // public op name, for messages: "gelu"
+  std::string act;             // kernel activation name: "gelu_tanh"
+  std::vector<double> params;  // up to three kernel parameters
+};
+
+kernels::Act act_from_name(const std::string& act);
+const char* act_name(kernels::Act a);
+
+// Kernel parameters for one call on a tensor of dtype `t`.
+kernels::ActParams make_params(kernels::Act a, const std::vector<double>& params,
+                               at::ScalarType t);
+
+// Guard-band half-width around a non-monotonic activation's minimum for dtype t
+// (see the README's numerics table for how each was chosen).
+double guard_band(kernels::Act a, at::ScalarType t);
+
+// Rejects non-floating dtypes with a one-line error naming the op.
+void check_dtype(const at::Tensor& x, const std::string& op);
+
+ActSpec spec_gelu(c10::string_view approximate);
+ActSpec spec_softplus(const c10::Scalar& beta, const c10::Scalar& threshold);
+ActSpec spec_elu(const c10::Scalar& alpha, const c10::Scalar& scale,
+                 const c10::Scalar& input_scale);
+ActSpec spec_celu(const c10::Scalar& alpha);
+ActSpec spec_selu();
+ActSpec spec_leaky_relu(const c10::Scalar& negative_slope);
+ActSpec spec_simple(const std::string& name);  // silu, mish, hardswish, ...
+
+} // namespace memslim

@@ -1,0 +1,52 @@
+//===- schema.cpp - the memslim op library: one schema per op --------------===//
+//
+// Every public op has aten's functional signature, so rewriting an activation
+// is a namespace swap that keeps every argument. Each runs on CPU, CUDA (in
+// CUDA builds) and Meta, and its Autograd kernel keeps less for backward than
+// aten: the output (+ 1 bit per element and an exact list near the minimum for
+// non-monotonic functions), or only a 1-bit mask where the derivative does not
+// depend on the output.
+//
+//===----------------------------------------------------------------------===//
+#include <torch/library.h>
+
+TORCH_LIBRARY(memslim, m) {
+  // GELU (erf or tanh form). Saves y + branch bit (x >= x*) + exact band list.
+  m.def("gelu(Tensor self, str approximate=\"none\") -> Tensor");
+  // SiLU / swish. Saves y + branch bit + exact band list.
+  m.def("silu(Tensor self) -> Tensor");
+  // Mish. Saves y + branch bit + exact band list.
+  m.def("mish(Tensor self) -> Tensor");
+  // Softplus. Saves y; adds a linear-region bit when threshold < 14.
+  m.def("softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor");
+  // ELU. Saves y; adds a sign bit when alpha < 0 or scale <= 0 or input_scale < 0.
+  m.def("elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor");
+  // CELU = elu(alpha, 1, 1/alpha). Saves y.
+  m.def("celu(Tensor self, Scalar alpha=1.0) -> Tensor");
+  // SELU = elu with the fixed SELU constants. Saves y.
+  m.def("selu(Tensor self) -> Tensor");
+  // Leaky ReLU. Saves only the 1-bit mask x > 0 (the derivative is 1 or slope).
+  m.def("leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor");
+  // Hardswish. Saves y + branch bit (-3 <= x < -1.5) + exact band list.
+  m.def("hardswish(Tensor self) -> Tensor");
+  // Hardsigmoid. Saves only the 1-bit mask -3 < x < 3.
+  m.def("hardsigmoid(Tensor self) -> Tensor");
+  // Sigmoid. Saves y (as aten does; here for a uniform rewrite target).
+  m.def("sigmoid(Tensor self) -> Tensor");
+  // Tanh. Saves y (as aten does).
+  m.def("tanh(Tensor self) -> Tensor");
+  // ReLU, mask-only form: saves 1 bit, for when nobody else saves its output.
+  m.def("relu(Tensor self) -> Tensor");
+
+  // Internal: the forward that also produces what backward needs. `act` is a
+  // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),
+  // `params` its parameters. Returns (out, packed bits, exact-list indices
+  // (int32, memory order), exact-list input values); with save=False the last
+  // three are empty. The exact list has a data-dependent length.
+  m.def("activation_forward(Tensor self, str act, float[] params, bool save) -> "
+        "(Tensor, Tensor, Tensor, Tensor)");
+  // Internal: dL/dx from dL/dy, the saved output (None for mask-only
+  // activations), bits and exact list. grad and out share one dense layout.
+  m.def("activation_backward(Tensor grad, Tensor? out, Tensor bits, Tensor exact_idx, "
+        "Tensor exact_val, str act, float[] params) -> Tensor");
+}
