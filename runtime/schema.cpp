@@ -27,7 +27,7 @@ TORCH_LIBRARY(memslim, m) {
   m.def("selu(Tensor self) -> Tensor");
   // Leaky ReLU. Saves only the 1-bit mask x > 0 (the derivative is 1 or slope).
   m.def("leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor");
-  // Hardswish. Saves y + branch bit (-3 <= x < -1.5) + exact band list.
+  // Hardswish. Saves y + branch bit (x < -1.5) + exact band list.
   m.def("hardswish(Tensor self) -> Tensor");
   // Hardsigmoid. Saves only the 1-bit mask -3 < x < 3.
   m.def("hardsigmoid(Tensor self) -> Tensor");

@@ -366,28 +366,26 @@ template <> struct ActMath<Act::LeakyRelu> {
 };
 
 template <> struct ActMath<Act::Hardswish> {
-  // Closed-form inverse: on [-3, 3] y = x(x+3)/6, so f'(x) = (2x+3)/6 =
-  // +-sqrt(9 + 24y)/6. bit: -3 <= x < -1.5 (the decreasing branch). With the
-  // bit clear, y == -0 can only come from x < -3 (derivative 0), y == +0 only
-  // from x == +0 (0.5); x == -0 is kept exactly.
+  // Closed-form inverse: on (-3, 3) y = x(x+3)/6, so f'(x) = (2x+3)/6 =
+  // +-sqrt(9 + 24y)/6. aten's backward uses x <= -3 -> 0, x < 3 -> x/3 + 0.5,
+  // else 1. bit: x < -1.5 (the decreasing branch and the flat tail). With the
+  // bit set, y == 0 only comes from x <= -3 (derivative 0); with it clear,
+  // y >= 3 only from x >= 3 (derivative 1), and y == +-0 from x == +-0 or a
+  // tiny negative x whose output underflowed (derivative 0.5, the formula's).
   template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
     return x * m::min(m::max(x + T(3), T(0)), T(6)) / T(6);
   }
   template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams&) {
-    return x < T(-3) ? T(0) : (x <= T(3) ? x / T(3) + T(0.5) : T(1));
+    return x <= T(-3) ? T(0) : (x < T(3) ? x / T(3) + T(0.5) : T(1));
   }
-  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
-    return x >= T(-3) && x < T(-1.5);
-  }
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) { return x < T(-1.5); }
   template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
-    return m::fabs(x + T(1.5)) < T(p.band) || (x == T(0) && m::signbit(x));
+    return m::fabs(x + T(1.5)) < T(p.band);
   }
   template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
     T r = m::sqrt(m::max(T(9) + T(24) * y, T(0))) / T(6);
-    if (b) return -r;
-    if (y > T(3)) return T(1);
-    if (y == T(0) && m::signbit(y)) return T(0);
-    return r;
+    if (b) return y == T(0) ? T(0) : -r;
+    return y >= T(3) ? T(1) : r;
   }
 };
 

@@ -53,16 +53,6 @@ MEMSLIM_HD double fabs(double x) { return ::fabs(x); }
 template <typename T> MEMSLIM_HD T min(T a, T b) { return b < a ? b : a; }
 template <typename T> MEMSLIM_HD T max(T a, T b) { return a < b ? b : a; }
 template <typename T> MEMSLIM_HD bool isnan(T x) { return x != x; }
-MEMSLIM_HD bool signbit(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  return (u >> 31) != 0;
-}
-MEMSLIM_HD bool signbit(double x) {
-  uint64_t u;
-  memcpy(&u, &x, sizeof u);
-  return (u >> 63) != 0;
-}
 } // namespace m
 
 // ---- 16-bit conversions (round to nearest even, NaN kept quiet) ----------

@@ -1,0 +1,20 @@
+"""memslim: make PyTorch training keep less memory for backward.
+
+Importing memslim loads the runtime library, which registers the
+``torch.ops.memslim.*`` activation ops (aten signatures; autograd keeps the
+output plus packed bits, or only a mask, instead of the input).
+"""
+from __future__ import annotations
+
+from ._library import library_path, load_library
+from .measure import saved_bytes
+
+load_library()
+
+__all__ = ["library_path", "saved_bytes", "OPS"]
+
+# Public ops with their aten counterparts (the rewrite targets).
+OPS = (
+    "gelu", "silu", "mish", "softplus", "elu", "celu", "selu", "leaky_relu",
+    "hardswish", "hardsigmoid", "sigmoid", "tanh", "relu",
+)

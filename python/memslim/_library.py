@@ -1,0 +1,55 @@
+"""Locating and loading the memslim runtime library, and its fake kernels."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+_LOADED = False
+_LIB_NAME = "libmemslim_runtime.so"
+
+
+def library_path() -> Path:
+    """The runtime library: $MEMSLIM_LIBRARY, else the copy the build puts in memslim/lib."""
+    env = os.environ.get("MEMSLIM_LIBRARY")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent / "lib" / _LIB_NAME
+
+
+def load_library() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    path = library_path()
+    if not path.is_file():
+        raise ImportError(
+            f"memslim: runtime library not found at {path}; build it first "
+            "(scripts/setup.sh) or set MEMSLIM_LIBRARY")
+    torch.ops.load_library(str(path))
+    _register_fakes()
+    _LOADED = True
+
+
+def _register_fakes() -> None:
+    # activation_forward returns an exact list whose length depends on the data;
+    # under FakeTensorMode (torch.compile, torch.export) that length is an
+    # unbacked symbolic size. The C++ library deliberately has no Meta kernel
+    # for this op, so this fake impl is the one tracing uses.
+    @torch.library.register_fake("memslim::activation_forward")
+    def _(self, act, params, save):
+        out = torch.empty_like(self)
+        n = self.numel()
+        nonmono = act in ("gelu", "gelu_tanh", "silu", "mish", "hardswish")
+        uses_bits = nonmono or act in ("leaky_relu", "hardsigmoid", "relu") or (
+            act == "elu" and not (params[0] >= 0 and params[1] > 0 and params[2] >= 0)) or (
+            act == "softplus" and not params[1] >= 14.0)
+        bits = self.new_empty(((n + 7) // 8 if save and uses_bits else 0,), dtype=torch.uint8)
+        if save and nonmono:
+            k = torch.library.get_ctx().new_dynamic_size()
+        else:
+            k = 0
+        idx = self.new_empty((k,), dtype=torch.int32)
+        val = self.new_empty((k,))
+        return out, bits, idx, val

@@ -1,0 +1,83 @@
+"""Saved-for-backward measurement with torch.autograd.graph.saved_tensors_hooks.
+
+The figure memslim is judged by: distinct storage bytes that autograd keeps for
+backward during one training forward, parameters excluded. A scripted module's
+first calls run a profiling plan that saves other tensors than later calls, so
+the measurement follows `warmup` full training steps (forward + backward) whose
+parameter gradients and buffers are restored afterwards.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable
+
+import torch
+
+
+def _storage_key(t: torch.Tensor):
+    try:
+        st = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return (t.device.type, t.device.index, st.data_ptr(), st.nbytes())
+
+
+def _params_of(model) -> Iterable[torch.Tensor]:
+    if isinstance(model, torch.nn.Module):
+        return list(model.parameters())
+    return []
+
+
+def _run_backward(out) -> None:
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+    if tensors:
+        torch.autograd.backward([o.float().sum() for o in tensors])
+
+
+class _SavedRecorder:
+    def __init__(self, exclude: Iterable[torch.Tensor]):
+        self.exclude = {_storage_key(p) for p in exclude}
+        self.storages: Dict[tuple, int] = {}
+
+    def pack(self, t: torch.Tensor):
+        key = _storage_key(t)
+        if key is not None and key not in self.exclude and key not in self.storages:
+            self.storages[key] = key[3]
+        return t
+
+    @staticmethod
+    def unpack(t):
+        return t
+
+
+def _measure(model: Callable, inputs, warmup: int):
+    params = _params_of(model)
+    saved_grads = [p.grad for p in params]
+    buffers = []
+    if isinstance(model, torch.nn.Module):
+        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        for _ in range(warmup):
+            _run_backward(model(*inputs))
+        rec = _SavedRecorder(params)
+        with torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
+            out = model(*inputs)
+        del out
+        return rec
+    finally:
+        for p, g in zip(params, saved_grads):
+            p.grad = g
+        with torch.no_grad():
+            for b, v in buffers:
+                b.copy_(v)
+
+
+def saved_bytes(model: Callable, *inputs, warmup: int = 2) -> int:
+    """Distinct storage bytes autograd saves in one training forward of model(*inputs).
+
+    Parameters' storages are excluded; each storage counts once however many
+    saved tensors view it. `warmup` training steps run first (their gradients
+    and buffer updates are undone).
+    """
+    return sum(_measure(model, inputs, warmup).storages.values())
+
