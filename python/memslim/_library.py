@@ -32,6 +32,22 @@ def load_library() -> None:
     _LOADED = True
 
 
+def _ignorable_in_dynamo(size) -> None:
+    # Dynamo propagates fake tensors through the public op (memslim::gelu),
+    # whose C++ autograd kernel calls activation_forward internally: the exact
+    # list's size symbol is created but not returned by the public op, which
+    # Dynamo would report as a pending unbacked symbol. AOTAutograd later
+    # traces activation_forward as its own node, where the symbol is bound.
+    # Same pattern as torch.distributed's device_mesh ops.
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+        in_dynamo = InstructionTranslator.current_tx() is not None
+    except (ImportError, AttributeError):
+        in_dynamo = False
+    if in_dynamo and isinstance(size, torch.SymInt):
+        size.node.shape_env.ignorable_fresh_unbacked_symbols.append(size.node._expr)
+
+
 def _register_fakes() -> None:
     # activation_forward returns an exact list whose length depends on the data;
     # under FakeTensorMode (torch.compile, torch.export) that length is an
@@ -48,6 +64,7 @@ def _register_fakes() -> None:
         bits = self.new_empty(((n + 7) // 8 if save and uses_bits else 0,), dtype=torch.uint8)
         if save and nonmono:
             k = torch.library.get_ctx().new_dynamic_size()
+            _ignorable_in_dynamo(k)
         else:
             k = 0
         idx = self.new_empty((k,), dtype=torch.int32)

@@ -1,0 +1,126 @@
+"""The memslim activation ops against aten: values, gradients, layouts, modes, errors."""
+import pytest
+import torch
+
+import memslim
+from memslim import _numerics as N
+
+M = torch.ops.memslim
+CASES = sorted(N.CASES)
+
+
+def grads(fn, x, g):
+    x = x.detach().clone().requires_grad_(True)
+    y = fn(x)
+    y.backward(g)
+    return y.detach(), x.grad
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_forward_and_grad_match_aten(name, dtype):
+    c = N.CASES[name]
+    x = (torch.randn(4096, dtype=dtype) * 3)
+    g = torch.randn_like(x)
+    y1, g1 = grads(c.ours, x, g)
+    y2, g2 = grads(c.aten, x, g)
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(y1, y2, rtol=tol * 10, atol=tol)
+    # Gradient error relative to |grad_out|. fp64 bar: 1e-7, because aten's own
+    # fp64 celu backward is off by 1.7e-8 at x = -4e-4 (checked with mpmath:
+    # exp(x/0.7) = 0.99943105364682, memslim gives ...682, aten ...706).
+    assert ((g1 - g2).abs() / g.abs().clamp_min(1e-30)).max() < (1e-4 if dtype == torch.float32 else 1e-7)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradcheck_fp64(name):
+    x = torch.randn(48, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(N.CASES[name].ours, (x,))
+
+
+@pytest.mark.parametrize("name", ["gelu", "silu", "hardswish", "elu", "relu", "leaky_relu", "sigmoid"])
+def test_layouts(name):
+    c = N.CASES[name]
+    base = torch.randn(4, 6, 5, 7)
+    inputs = {
+        "channels_last": base.to(memory_format=torch.channels_last),
+        "strided": base[:, ::2, :, 1:],
+        "transposed": base.transpose(1, 3),
+        "empty": torch.randn(0, 3),
+        "scalar": torch.tensor(-0.7),
+    }
+    for label, x in inputs.items():
+        g = torch.randn_like(x)
+        # grad in a different layout from the output: the backward conforms it.
+        if label == "channels_last":
+            g = g.contiguous()
+        y1, g1 = grads(c.ours, x, g)
+        y2, g2 = grads(c.aten, x, g)
+        torch.testing.assert_close(y1, y2, rtol=1e-5, atol=1e-6, msg=label)
+        # fp32 output-saving error is up to 4.5e-5 of |grad_out| (README table).
+        torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-4 * float(g.abs().amax()) if g.numel() else 0.0, msg=label)
+        assert y1.shape == y2.shape, label
+        if label == "channels_last":
+            assert y1.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("name", ["gelu", "relu", "elu"])
+def test_no_grad_paths_save_nothing(name):
+    c = N.CASES[name]
+    x = torch.randn(256, 256)
+    assert memslim.saved_bytes(c.ours, x) == 0  # input does not require grad
+    xr = x.clone().requires_grad_(True)
+    with torch.no_grad():
+        assert not c.ours(xr).requires_grad
+    with torch.inference_mode():
+        y = c.ours(xr)
+        assert not y.requires_grad
+        torch.testing.assert_close(y, c.aten(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_integer_dtype_is_a_clear_error(dtype):
+    x = torch.ones(4, dtype=dtype)
+    with pytest.raises(RuntimeError, match="memslim::gelu: expected a floating-point tensor"):
+        M.gelu(x)
+    with pytest.raises(RuntimeError, match="memslim::leaky_relu: expected a floating-point tensor"):
+        M.leaky_relu(x)
+
+
+def test_bad_approximate_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
+        M.gelu(torch.randn(3), "erf")
+
+
+def test_double_backward_is_a_clear_error():
+    x = torch.randn(16, requires_grad=True)
+    y = M.gelu(x)
+    with pytest.raises(RuntimeError, match="double backward is not supported"):
+        torch.autograd.grad(y.sum(), x, create_graph=True)
+
+
+def test_16bit_grads_track_aten():
+    for dtype in (torch.float16, torch.bfloat16):
+        for name in CASES:
+            c = N.CASES[name]
+            x = torch.randn(2048).to(dtype)
+            g = torch.ones_like(x)
+            _, g1 = grads(c.ours, x, g)
+            _, g2 = grads(c.aten, x, g)
+            # Away from the guard band both round the same f' to 16 bits.
+            assert (g1.float() - g2.float()).abs().max() < 2e-2, (name, dtype)
+
+
+def test_exact_list_holds_exactly_the_band():
+    # fp32 band is 2e-3 around x*; every band element is listed once with its input.
+    x = torch.linspace(-3, 3, 100_001)
+    for name, act in [("gelu", "gelu"), ("silu", "silu"), ("mish", "mish"), ("hardswish", "hardswish")]:
+        xs = N.CASES[name].x_min
+        y, bits, idx, val = M.activation_forward(x, act, [], True)
+        expect = ((x - xs).abs() < 2e-3).nonzero().flatten()
+        assert torch.equal(idx.long().sort().values, expect), name
+        assert torch.equal(val[idx.long().argsort()], x[expect]), name
+        assert bits.numel() == (x.numel() + 7) // 8
+        branch = torch.tensor([(int(b) >> j) & 1 for b in bits.tolist() for j in range(8)])[: x.numel()]
+        ref_branch = (x < -1.5) if name == "hardswish" else (x >= xs)
+        assert torch.equal(branch.bool(), ref_branch), name
