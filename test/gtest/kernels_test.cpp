@@ -1,0 +1,238 @@
+//===- kernels_test.cpp - kernel bodies and math on the CPU, no torch ------===//
+//
+// The CUDA kernels are thin wrappers that call forward_body / backward_body /
+// fixup_body with (blockIdx*blockDim + threadIdx, gridDim*blockDim). Here the
+// same bodies run for every thread index of small launch grids, with aligned
+// and misaligned pointers and a tail group, and must reproduce an element-by-
+// element reference built from the ActMath definitions.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "memslim/kernels/dispatch.h"
+
+using namespace memslim::kernels;
+
+namespace {
+
+template <typename S> S from_double(double v) { return store<S>(typename compute_type<S>::type(v)); }
+template <typename S> double to_double(S v) { return double(load<typename compute_type<S>::type>(v)); }
+
+struct Grid { int64_t blocks, threads; };
+const Grid kGrids[] = {{1, 1}, {3, 64}, {2, 7}, {40, 32}};
+
+ActParams params_for(Act a) {
+  ActParams p;
+  switch (a) {
+  case Act::Softplus: p.p0 = 2.0; p.p1 = 1.0; break;   // low threshold: uses a bit
+  case Act::Elu: p.p0 = 0.5; p.p1 = 2.0; p.p2 = 1.5; break;
+  case Act::LeakyRelu: p.p0 = 0.2; break;
+  default: break;
+  }
+  p.bits = act_uses_bits(a, p.p0, p.p1, p.p2);
+  p.band = save_kind(a) == SaveKind::OutputBitsExact ? 0.05 : 0.0;
+  return p;
+}
+
+template <Act A, typename S> void check_bodies(int64_t n, int offset) {
+  using C = typename compute_type<S>::type;
+  std::mt19937 rng(1234);
+  std::normal_distribution<double> dist(-0.5, 2.0);
+  // Storage with room for a misaligning offset.
+  std::vector<S> xs(n + 8), ys(n + 8), gs(n + 8), gis(n + 8);
+  S* x = xs.data() + offset;
+  S* y = ys.data() + offset;
+  S* g = gs.data() + offset;
+  S* gi = gis.data() + offset;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = from_double<S>(dist(rng));
+    g[i] = from_double<S>(dist(rng));
+  }
+  const ActParams p = params_for(A);
+  const int64_t ng = num_groups(n);
+  for (const Grid& grid : kGrids) {
+    std::vector<uint8_t> bits(ng, 0xAA);
+    std::vector<int32_t> idx(n);
+    std::vector<S> val(n);
+    unsigned long long count = 0;
+    ForwardArgs fa;
+    fa.x = x; fa.y = y; fa.bits = p.bits ? bits.data() : nullptr; fa.n = n; fa.act = p;
+    const bool exact = save_kind(A) == SaveKind::OutputBitsExact;
+    if (exact) {
+      fa.exact_idx = idx.data(); fa.exact_val = val.data();
+      fa.exact_count = &count; fa.exact_cap = n;
+    }
+    const ForwardParams<S> fp = typed<S>(fa);
+    EXPECT_EQ(fp.aligned, aligned16(x) && aligned16(y));
+    const int64_t nthreads = grid.blocks * grid.threads;
+    for (int64_t tid = 0; tid < nthreads; ++tid) forward_body<A, S>(tid, nthreads, fp);
+
+    std::set<int32_t> expect_exact;
+    for (int64_t i = 0; i < n; ++i) {
+      const C xv = load<C>(x[i]);
+      S ref = store<S>(ActMath<A>::forward(xv, p));
+      ASSERT_EQ(std::memcmp(&ref, &y[i], sizeof(S)), 0) << "y at " << i;
+      if (p.bits) {
+        const bool b = (bits[i / 8] >> (i % 8)) & 1u;
+        ASSERT_EQ(b, ActMath<A>::bit(xv, p)) << "bit at " << i;
+      }
+      if (exact && ActMath<A>::exact(xv, p)) expect_exact.insert(int32_t(i));
+    }
+    ASSERT_EQ(count, expect_exact.size());
+    std::set<int32_t> got(idx.begin(), idx.begin() + int64_t(count));
+    ASSERT_EQ(got, expect_exact);
+    for (unsigned long long k = 0; k < count; ++k)
+      ASSERT_EQ(std::memcmp(&val[k], &x[idx[k]], sizeof(S)), 0);
+
+    // Backward + fixup over the same grid.
+    BackwardArgs ba;
+    ba.grad = g; ba.y = save_kind(A) == SaveKind::Mask ? nullptr : y;
+    ba.bits = p.bits ? bits.data() : nullptr; ba.grad_in = gi; ba.n = n; ba.act = p;
+    const BackwardParams<S> bp = typed<S>(ba);
+    for (int64_t tid = 0; tid < nthreads; ++tid) backward_body<A, S>(tid, nthreads, bp);
+    FixupArgs xa;
+    xa.idx = idx.data(); xa.val = val.data(); xa.grad = g; xa.grad_in = gi;
+    xa.count = int64_t(count); xa.act = p;
+    const FixupParams<S> xp = typed<S>(xa);
+    for (int64_t tid = 0; tid < nthreads; ++tid) fixup_body<A, S>(tid, nthreads, xp);
+    for (int64_t i = 0; i < n; ++i) {
+      const C xv = load<C>(x[i]);
+      S ref;
+      if (expect_exact.count(int32_t(i))) {
+        ref = store<S>(load<C>(g[i]) * ActMath<A>::grad_from_input(xv, p));
+      } else {
+        const bool b = p.bits ? ((bits[i / 8] >> (i % 8)) & 1u) : false;
+        const C yv = ba.y ? load<C>(y[i]) : C(0);
+        ref = store<S>(load<C>(g[i]) * ActMath<A>::grad_from_output(yv, b, p));
+      }
+      ASSERT_EQ(std::memcmp(&ref, &gi[i], sizeof(S)), 0) << "grad at " << i;
+    }
+  }
+}
+
+template <Act A> void check_all_dtypes() {
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(8), int64_t(1003)}) {
+    for (int offset : {0, 1}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset);
+      check_bodies<A, float>(n, offset);
+      check_bodies<A, double>(n, offset);
+      check_bodies<A, half_t>(n, offset);
+      check_bodies<A, bf16_t>(n, offset);
+    }
+  }
+}
+
+} // namespace
+
+#define BODY_TEST(NAME) \
+  TEST(KernelBodies, NAME) { check_all_dtypes<Act::NAME>(); }
+BODY_TEST(Gelu)
+BODY_TEST(GeluTanh)
+BODY_TEST(Silu)
+BODY_TEST(Mish)
+BODY_TEST(Softplus)
+BODY_TEST(Elu)
+BODY_TEST(LeakyRelu)
+BODY_TEST(Hardswish)
+BODY_TEST(Hardsigmoid)
+BODY_TEST(Sigmoid)
+BODY_TEST(Tanh)
+BODY_TEST(Relu)
+
+// The CPU launcher's range entry points reproduce the bodies (spot check).
+TEST(KernelBodies, CpuRangeLauncherMatchesBody) {
+  const int64_t n = 999;
+  std::vector<float> x(n), y1(n), y2(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = float(i - 500) / 100.f;
+  ForwardArgs a;
+  a.x = x.data(); a.y = y1.data(); a.n = n;
+  forward_cpu(Act::Gelu, DType::Float, a, 0, 60);
+  forward_cpu(Act::Gelu, DType::Float, a, 60, groups_for(n));
+  a.y = y2.data();
+  const ForwardParams<float> p = typed<float>(a);
+  for (int64_t t = 0; t < 5; ++t) forward_body<Act::Gelu, float>(t, 5, p);
+  EXPECT_EQ(y1, y2);
+}
+
+// Inversion: from the output and bit, the derivative of every activation
+// matches the input-based formula in double, away from the guard band.
+template <Act A> void check_inverse(double lo, double hi, double band_skip) {
+  ActParams p = params_for(A);
+  p.band = 0;
+  const double xs = detail::min_info<A>().x;
+  for (int i = 0; i <= 20000; ++i) {
+    const double x = lo + (hi - lo) * i / 20000.0;
+    if (save_kind(A) == SaveKind::OutputBitsExact && std::fabs(x - xs) < band_skip) continue;
+    const double y = ActMath<A>::forward(x, p);
+    const double d = ActMath<A>::grad_from_output(y, ActMath<A>::bit(x, p), p);
+    const double ref = ActMath<A>::grad_from_input(x, p);
+    ASSERT_NEAR(d, ref, 1e-9) << "x=" << x;
+  }
+}
+
+TEST(Inversion, DoubleMatchesInputFormula) {
+  check_inverse<Act::Gelu>(-9, 20, 1e-4);
+  check_inverse<Act::GeluTanh>(-8, 20, 1e-4);
+  check_inverse<Act::Silu>(-40, 40, 1e-4);
+  check_inverse<Act::Mish>(-40, 40, 1e-4);
+  check_inverse<Act::Hardswish>(-6, 6, 1e-4);
+  check_inverse<Act::Softplus>(-20, 20, 0);
+  check_inverse<Act::Elu>(-20, 20, 0);
+  check_inverse<Act::Sigmoid>(-20, 20, 0);
+  check_inverse<Act::Tanh>(-8, 8, 0);
+}
+
+TEST(Inversion, FloatBranchesAndTails) {
+  ActParams p;
+  // Far left tails underflow to +-0 or tiny values: the derivative is ~0 there.
+  for (float x : {-30.f, -15.f, -12.f, -9.f}) {
+    const float y = ActMath<Act::Gelu>::forward(x, p);
+    EXPECT_NEAR(ActMath<Act::Gelu>::grad_from_output(y, false, p), 0.f, 1e-6f) << x;
+  }
+  for (float x : {-200.f, -90.f, -60.f}) {
+    const float y = ActMath<Act::Silu>::forward(x, p);
+    EXPECT_NEAR(ActMath<Act::Silu>::grad_from_output(y, false, p), 0.f, 1e-6f) << x;
+  }
+  // x = 0 on the right branch: derivative 0.5 for gelu and silu.
+  EXPECT_FLOAT_EQ(ActMath<Act::Gelu>::grad_from_output(0.f, true, p), 0.5f);
+  EXPECT_FLOAT_EQ(ActMath<Act::Silu>::grad_from_output(0.f, true, p), 0.5f);
+  // Hardswish kinks follow aten 2.14: x <= -3 -> 0, x >= 3 -> 1, +-0 -> 0.5.
+  for (float x : {-5.f, -3.f, -0.f, 0.f, 3.f, 4.f}) {
+    const float y = ActMath<Act::Hardswish>::forward(x, p);
+    EXPECT_FLOAT_EQ(ActMath<Act::Hardswish>::grad_from_output(y, ActMath<Act::Hardswish>::bit(x, p), p),
+                    ActMath<Act::Hardswish>::grad_from_input(x, p)) << x;
+  }
+}
+
+TEST(Conversions, HalfRoundTripsEveryPattern) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const half_t h{uint16_t(b)};
+    const float f = to_float(h);
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(to_half(f).bits, h.bits) << b;
+  }
+}
+
+TEST(Conversions, Bf16RoundTripsEveryPattern) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const bf16_t h{uint16_t(b)};
+    const float f = to_float(h);
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(to_bf16(f).bits, h.bits) << b;
+  }
+}
+
+TEST(Conversions, RoundToNearestEven) {
+  // 1 + 2^-11 is halfway between two halves: ties to the even 1.0.
+  EXPECT_EQ(to_half(1.0f + 0.00048828125f).bits, 0x3c00);
+  EXPECT_EQ(to_half(1.0f + 3 * 0.00048828125f).bits, 0x3c02);
+  EXPECT_EQ(to_half(65520.f).bits, 0x7c00);  // rounds to inf
+  EXPECT_EQ(to_half(5.96046448e-8f).bits, 0x0001);  // smallest subnormal
+  EXPECT_EQ(to_bf16(1.0f + 0.00390625f).bits, 0x3f80);  // tie -> even
+  EXPECT_EQ(to_bf16(1.0f + 3 * 0.00390625f).bits, 0x3f82);
+}
