@@ -1,0 +1,93 @@
+"""CPU speed of the memslim ops against aten: forward + backward, side by side.
+
+For each activation, x has N fp32 elements drawn from N(0, 1) (the distribution
+of pre-activation values after a normalisation layer). One timed step is
+forward + backward with grad_out = 1. aten and memslim steps are interleaved
+(A B A B ...) so both see the same machine state, and the ratio of medians is
+reported. Usage: bench/op_speed.py [--numel N] [--reps R] [--threads T] [--out FILE]
+"""
+import argparse
+import datetime
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import memslim
+
+M = torch.ops.memslim
+
+OPS = [
+    ("gelu", F.gelu, lambda x: M.gelu(x)),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), lambda x: M.gelu(x, "tanh")),
+    ("silu", F.silu, lambda x: M.silu(x)),
+    ("mish", F.mish, lambda x: M.mish(x)),
+    ("softplus", F.softplus, lambda x: M.softplus(x)),
+    ("elu", F.elu, lambda x: M.elu(x)),
+    ("celu", F.celu, lambda x: M.celu(x)),
+    ("selu", F.selu, lambda x: M.selu(x)),
+    ("leaky_relu", F.leaky_relu, lambda x: M.leaky_relu(x)),
+    ("hardswish", F.hardswish, lambda x: M.hardswish(x)),
+    ("hardsigmoid", F.hardsigmoid, lambda x: M.hardsigmoid(x)),
+    ("sigmoid", torch.sigmoid, lambda x: M.sigmoid(x)),
+    ("tanh", torch.tanh, lambda x: M.tanh(x)),
+    ("relu", F.relu, lambda x: M.relu(x)),
+]
+
+
+def step(fn, x, g):
+    t0 = time.perf_counter()
+    y = fn(x)
+    y.backward(g)
+    t1 = time.perf_counter()
+    x.grad = None
+    return t1 - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--numel", type=int, default=16 * 1024 * 1024)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    ap.add_argument("--only", default="", help="comma-separated op names")
+    ap.add_argument("--out", default="", help="write the markdown table here too")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    x = torch.randn(args.numel, requires_grad=True)
+    g = torch.ones(args.numel)
+    only = set(filter(None, args.only.split(",")))
+    lines = [
+        f"CPU forward+backward, {args.numel:,} fp32 N(0,1) elements, median of {args.reps} "
+        f"interleaved steps; {datetime.date.today()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
+        "",
+        "| op | aten ms | memslim ms | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    print("\n".join(lines), flush=True)
+    for name, aten, ours in OPS:
+        if only and name not in only:
+            continue
+        step(aten, x, g), step(ours, x, g)  # warm-up
+        ta, tm = [], []
+        for _ in range(args.reps):
+            ta.append(step(aten, x, g))
+            tm.append(step(ours, x, g))
+        a, m = statistics.median(ta) * 1e3, statistics.median(tm) * 1e3
+        line = f"| {name} | {a:.1f} | {m:.1f} | {m / a:.2f}x |"
+        lines.append(line)
+        print(line, flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("Command: `.venv/bin/python " + " ".join(sys.argv) + "`\n\n")
+            f.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
