@@ -21,6 +21,7 @@
 #pragma once
 
 #include "memslim/kernels/hd.h"
+#include "memslim/kernels/inverse_fits.h"
 
 namespace memslim {
 namespace kernels {
@@ -153,23 +154,58 @@ template <Act A, typename T> MEMSLIM_HD T tail_guess(T y) {
   return L < T(-1) ? L - m::log(-L) : T(-2);
 }
 
+template <Act A> struct FitFor;
+template <> struct FitFor<Act::Gelu> { using Right = fits::GeluRight; using Left = fits::GeluLeft; };
+template <> struct FitFor<Act::GeluTanh> { using Right = fits::GeluTanhRight; using Left = fits::GeluTanhLeft; };
+template <> struct FitFor<Act::Silu> { using Right = fits::SiluRight; using Left = fits::SiluLeft; };
+template <> struct FitFor<Act::Mish> { using Right = fits::MishRight; using Left = fits::MishLeft; };
+
 template <typename T> struct iter_limits;
 template <> struct iter_limits<float> {
-  static constexpr int max_iter = 30;
-  static constexpr float rel_tol = 2e-7f;
+  static constexpr int max_iter = 8;
+  static constexpr float rel_tol = 1e-6f;  // f' error <= f'' * tol: ~4e-7
   static constexpr float floor_x = -120.f;
 };
 template <> struct iter_limits<double> {
-  static constexpr int max_iter = 60;
-  static constexpr double rel_tol = 1e-15;
+  static constexpr int max_iter = 12;
+  static constexpr double rel_tol = 1e-12;
   static constexpr double floor_x = -1000.0;
 };
 
-// f'(x) at the x with f(x) = y on the chosen branch (right: x >= x*).
-template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool right) {
-  const MinInfo mi = min_info<A>();
-  const T xs = T(mi.x), ys = T(mi.y), curv = T(mi.curv);
+// Newton from a first guess, safeguarded by bisection on [lo, hi]; returns
+// f' at the last evaluated point once the step is below tolerance (that point
+// is within one step of the root, so f' there is off by f'' * step at most).
+template <Act A, typename T> MEMSLIM_HD T newton_derivative(T x, T y, T lo, T hi) {
   using L = iter_limits<T>;
+  x = m::min(m::max(x, lo), hi);  // a guess on the bracket's edge is still a guess
+  T f, fp;
+  for (int it = 0; it < L::max_iter; ++it) {
+    eval_accurate<A, T>(x, f, fp);
+    const T r = f - y;
+    if (r == T(0)) return fp;
+    const T step = r / fp;
+    // Converged: x is within one (tiny) step of the root. Checked before the
+    // bracket update, which would otherwise turn a zero step into a bisection.
+    if (m::fabs(step) <= L::rel_tol * (T(1) + m::fabs(x))) return fp;
+    if ((r < T(0)) == (fp > T(0))) lo = x; else hi = x;
+    T xn = x - step;
+    if (!(xn >= lo && xn <= hi)) xn = T(0.5) * (lo + hi);
+    x = xn;
+  }
+  eval_accurate<A, T>(x, f, fp);
+  return fp;
+}
+
+// f'(x) at the x with f(x) = y on the chosen branch (right: x >= x*).
+// First guesses: the generated Chebyshev fits in t = sqrt(y - y*) (good to
+// <= 1.5e-4 in x, so one or two Newton steps reach working precision); right
+// of the fitted range x = y; left of it (the far tail, y -> 0-) the tail
+// asymptote and Newton on log(-f), where the function is smooth.
+template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool right) {
+  using Fit = FitFor<A>;
+  using L = iter_limits<T>;
+  const MinInfo mi = min_info<A>();
+  const T xs = T(mi.x), ys = T(mi.y);
   if (!(y > ys)) return T(0);  // at (or rounded below) the minimum: f'(x*) = 0
   T f, fp;
   if (right) {
@@ -178,41 +214,31 @@ template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool righ
       return fp;
     }
     T lo = y > T(0) ? y : xs;
-    T hi = y > T(0) ? T(2) * y : T(0);
+    const T hi = y > T(0) ? T(2) * y : T(0);
     if (lo < xs) lo = xs;
-    T x = y < T(1) ? xs + m::sqrt(T(2) * (y - ys) / curv) : y;
-    if (!(x > lo && x < hi)) x = T(0.5) * (lo + hi);
-    for (int it = 0; it < L::max_iter; ++it) {
-      eval_accurate<A, T>(x, f, fp);
-      T r = f - y;
-      if (r == T(0)) return fp;
-      if (r < T(0)) lo = x; else hi = x;
-      T xn = x - r / fp;
-      if (!(xn > lo && xn < hi)) xn = T(0.5) * (lo + hi);
-      T dx = xn - x;
-      x = xn;
-      if (m::fabs(dx) <= L::rel_tol * (T(1) + m::fabs(x))) break;
-    }
-    eval_accurate<A, T>(x, f, fp);
-    return fp;
+    const T x = y <= T(Fit::Right::y_end) ? Fit::Right::guess(m::sqrt(y - ys)) : y;
+    return newton_derivative<A, T>(x, y, lo, hi);
   }
-  // Left branch: y in (y*, 0). Solve g(x) = log(-f(x)) = log(-y), g' = f'/f.
   if (!(y < T(0))) return T(0);  // underflowed output: f'(x) ~ 0 that far out
+  if (y <= T(Fit::Left::y_end)) {
+    const T x = Fit::Left::guess(m::sqrt(y - ys));
+    return newton_derivative<A, T>(x, y, T(Fit::Left::x_end) - T(0.5), xs);
+  }
+  // Far left tail: solve g(x) = log(-f(x)) = log(-y), g' = f'/f.
   const T t = m::log(-y);
-  T lo = T(L::floor_x), hi = xs;
-  T x = y < T(0.5) * ys ? xs - m::sqrt(T(2) * (y - ys) / curv) : tail_guess<A, T>(y);
+  T lo = T(L::floor_x), hi = T(Fit::Left::x_end) + T(0.5);
+  T x = tail_guess<A, T>(y);
   if (!(x > lo && x < hi)) x = T(0.5) * (lo + hi);
-  for (int it = 0; it < L::max_iter; ++it) {
+  for (int it = 0; it < 4 * L::max_iter; ++it) {
     eval_accurate<A, T>(x, f, fp);
-    T g = m::log(-f);
-    T r = g - t;
+    const T r = m::log(-f) - t;
     if (r == T(0)) return fp;
+    const T step = r * f / fp;
+    if (m::fabs(step) <= L::rel_tol * (T(1) + m::fabs(x))) return fp;
     if (r < T(0)) lo = x; else hi = x;  // g increases with x
-    T xn = x - r * f / fp;
+    T xn = x - step;
     if (!(xn > lo && xn < hi)) xn = T(0.5) * (lo + hi);
-    T dx = xn - x;
     x = xn;
-    if (m::fabs(dx) <= L::rel_tol * (T(1) + m::fabs(x))) break;
   }
   eval_accurate<A, T>(x, f, fp);
   return fp;
