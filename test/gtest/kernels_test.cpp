@@ -22,6 +22,11 @@ namespace {
 
 template <typename S> S from_double(double v) { return store<S>(typename compute_type<S>::type(v)); }
 template <typename S> double to_double(S v) { return double(load<typename compute_type<S>::type>(v)); }
+template <typename S> DType dtype_of();
+template <> DType dtype_of<float>() { return DType::Float; }
+template <> DType dtype_of<double>() { return DType::Double; }
+template <> DType dtype_of<half_t>() { return DType::Half; }
+template <> DType dtype_of<bf16_t>() { return DType::BFloat16; }
 
 struct Grid { int64_t blocks, threads; };
 const Grid kGrids[] = {{1, 1}, {3, 64}, {2, 7}, {40, 32}};
@@ -144,20 +149,75 @@ BODY_TEST(Sigmoid)
 BODY_TEST(Tanh)
 BODY_TEST(Relu)
 
-// The CPU launcher's range entry points reproduce the bodies (spot check).
-TEST(KernelBodies, CpuRangeLauncherMatchesBody) {
-  const int64_t n = 999;
-  std::vector<float> x(n), y1(n), y2(n);
-  for (int64_t i = 0; i < n; ++i) x[i] = float(i - 500) / 100.f;
-  ForwardArgs a;
-  a.x = x.data(); a.y = y1.data(); a.n = n;
-  forward_cpu(Act::Gelu, DType::Float, a, 0, 60);
-  forward_cpu(Act::Gelu, DType::Float, a, 60, groups_for(n));
-  a.y = y2.data();
-  const ForwardParams<float> p = typed<float>(a);
-  for (int64_t t = 0; t < 5; ++t) forward_body<Act::Gelu, float>(t, 5, p);
-  EXPECT_EQ(y1, y2);
+// The CPU loops (chunked passes, libmvec vector math, AVX2 or baseline build)
+// agree with the shared bodies: bits and exact lists exactly, outputs and
+// gradients to a few ulp (vector libm variants round differently).
+template <Act A, typename S> void check_cpu_loops(int64_t n) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> dist(-0.5, 2.0);
+  std::vector<S> x(n), y1(n), y2(n), g(n), gi1(n), gi2(n), v1(n), v2(n);
+  for (int64_t i = 0; i < n; ++i) { x[i] = from_double<S>(dist(rng)); g[i] = from_double<S>(dist(rng)); }
+  const ActParams p = params_for(A);
+  const int64_t ng = groups_for(n);
+  std::vector<uint8_t> b1(ng), b2(ng);
+  std::vector<int32_t> i1(n), i2(n);
+  unsigned long long c1 = 0, c2 = 0;
+  const bool exact = save_kind(A) == SaveKind::OutputBitsExact;
+  ForwardArgs fa;
+  fa.x = x.data(); fa.n = n; fa.act = p; fa.exact_cap = n;
+  fa.y = y1.data(); fa.bits = p.bits ? b1.data() : nullptr;
+  if (exact) { fa.exact_idx = i1.data(); fa.exact_val = v1.data(); fa.exact_count = &c1; }
+  forward_cpu(A, dtype_of<S>(), fa, 0, ng / 2);
+  forward_cpu(A, dtype_of<S>(), fa, ng / 2, ng);
+  ForwardArgs fb = fa;
+  fb.y = y2.data(); fb.bits = p.bits ? b2.data() : nullptr;
+  if (exact) { fb.exact_idx = i2.data(); fb.exact_val = v2.data(); fb.exact_count = &c2; }
+  const ForwardParams<S> fp = typed<S>(fb);
+  for (int64_t t = 0; t < 13; ++t) forward_body<A, S>(t, 13, fp);
+  const double tol = sizeof(S) == 2 ? 1e-2 : 4e-6;
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(to_double(y1[i]), to_double(y2[i]), tol * (1 + std::fabs(to_double(y2[i])))) << i;
+  EXPECT_EQ(b1, b2);
+  ASSERT_EQ(c1, c2);
+  std::set<int32_t> s1(i1.begin(), i1.begin() + int64_t(c1)), s2(i2.begin(), i2.begin() + int64_t(c2));
+  EXPECT_EQ(s1, s2);
+  BackwardArgs ba;
+  ba.grad = g.data(); ba.y = save_kind(A) == SaveKind::Mask ? nullptr : y2.data();
+  ba.bits = p.bits ? b2.data() : nullptr; ba.n = n; ba.act = p;
+  ba.grad_in = gi1.data();
+  backward_cpu(A, dtype_of<S>(), ba, 0, ng);
+  BackwardArgs bb = ba;
+  bb.grad_in = gi2.data();
+  const BackwardParams<S> bp = typed<S>(bb);
+  for (int64_t t = 0; t < 13; ++t) backward_body<A, S>(t, 13, bp);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(to_double(gi1[i]), to_double(gi2[i]), 10 * tol * (1 + std::fabs(to_double(g[i])))) << i;
 }
+
+template <Act A> void check_cpu_loops_all() {
+  for (int64_t n : {int64_t(5), int64_t(1003), int64_t(5000)}) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    check_cpu_loops<A, float>(n);
+    check_cpu_loops<A, double>(n);
+    check_cpu_loops<A, half_t>(n);
+    check_cpu_loops<A, bf16_t>(n);
+  }
+}
+
+#define CPU_LOOP_TEST(NAME) \
+  TEST(CpuLoops, NAME) { check_cpu_loops_all<Act::NAME>(); }
+CPU_LOOP_TEST(Gelu)
+CPU_LOOP_TEST(GeluTanh)
+CPU_LOOP_TEST(Silu)
+CPU_LOOP_TEST(Mish)
+CPU_LOOP_TEST(Softplus)
+CPU_LOOP_TEST(Elu)
+CPU_LOOP_TEST(LeakyRelu)
+CPU_LOOP_TEST(Hardswish)
+CPU_LOOP_TEST(Hardsigmoid)
+CPU_LOOP_TEST(Sigmoid)
+CPU_LOOP_TEST(Tanh)
+CPU_LOOP_TEST(Relu)
 
 // Inversion: from the output and bit, the derivative of every activation
 // matches the input-based formula in double, away from the guard band.

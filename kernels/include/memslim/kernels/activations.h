@@ -120,7 +120,8 @@ template <typename T> MEMSLIM_HD void eval_silu(T x, T& f, T& fp, T& fpp) {
   fpp = s * (T(1) - s) * (T(2) + x * (T(1) - T(2) * s));
 }
 template <typename T> MEMSLIM_HD void eval_mish(T x, T& f, T& fp, T& fpp) {
-  T sp = x > T(20) ? x : m::log1p(m::exp(x));
+  const T sp_smooth = m::log1p(m::exp(x));  // computed unconditionally: vectorises
+  T sp = x > T(20) ? x : sp_smooth;
   T t = m::tanh(sp);
   T s = sigmoid(x);
   T w = s * (T(1) - t * t);
@@ -222,6 +223,36 @@ template <Act A, typename T> MEMSLIM_HD T fitted_derivative(T x, T y, T lo, T hi
   return newton_derivative<A, T>(x, y, lo, hi);
 }
 
+// Branch-free common case (float): both fits evaluated, the branch selected,
+// one evaluation and the f''-corrected Newton step of fitted_derivative. `ok`
+// is false where it does not apply (outside the fits' ranges, at or below the
+// minimum, y == 0 on the right branch, a step too large to trust); the caller
+// then takes derivative_by_inversion's general path. Written without
+// branches so the CPU loops vectorise it (libmvec) and CUDA threads of a warp
+// stay converged; for the elements where it applies it computes exactly what
+// fitted_derivative computes.
+template <Act A, typename T> MEMSLIM_HD T fast_inverse_derivative(T y, bool right, bool& ok) {
+  using Fit = FitFor<A>;
+  const MinInfo mi = min_info<A>();
+  const T xs = T(mi.x), ys = T(mi.y);
+  const T t = m::sqrt(m::max(y - ys, T(0)));
+  const T xr = Fit::Right::guess(t);
+  const T xl = Fit::Left::guess(t);
+  // The right bracket's lower end (max(x*, y) for y > 0) and the left one's.
+  const T lo = right ? (y > T(0) ? m::max(xs, y) : xs) : T(Fit::Left::x_end) - T(0.5);
+  const T hi = right ? (y > T(0) ? T(2) * y : T(0)) : xs;
+  const T x = m::min(m::max(right ? xr : xl, lo), hi);
+  T f, fp, fpp;
+  eval_accurate<A, T>(x, f, fp, fpp);
+  const T d = (y - f) / fp;
+  // Bitwise logic, not ?: between bools: GCC cannot vectorise a select of bools.
+  const bool right_ok = (y <= T(Fit::Right::y_end)) & (y != T(0));
+  const bool left_ok = y <= T(Fit::Left::y_end);
+  const bool in_range = (right & right_ok) | (!right & left_ok);
+  ok = (y > ys) & in_range & (m::fabs(d) <= T(2e-4) * (T(1) + m::fabs(x)));
+  return fp + fpp * d;
+}
+
 // f'(x) at the x with f(x) = y on the chosen branch (right: x >= x*).
 // First guesses: the generated Chebyshev fits in t = sqrt(y - y*) (good to
 // <= 1.5e-4 in x, so one or two Newton steps reach working precision); right
@@ -230,6 +261,11 @@ template <Act A, typename T> MEMSLIM_HD T fitted_derivative(T x, T y, T lo, T hi
 template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool right) {
   using Fit = FitFor<A>;
   using L = iter_limits<T>;
+  if (sizeof(T) == sizeof(float)) {
+    bool ok;
+    const T d = fast_inverse_derivative<A, T>(y, right, ok);
+    if (ok) return d;
+  }
   const MinInfo mi = min_info<A>();
   const T xs = T(mi.x), ys = T(mi.y);
   if (!(y > ys)) return T(0);  // at (or rounded below) the minimum: f'(x*) = 0
@@ -366,12 +402,14 @@ template <> struct ActMath<Act::Softplus> {
   // bit: x*beta > threshold (the linear region).
   template <typename T> MEMSLIM_HD static T forward(T x, const ActParams& p) {
     T beta = T(p.p0), th = T(p.p1);
-    return (x * beta) > th ? x : m::log1p(m::exp(x * beta)) / beta;
+    const T smooth = m::log1p(m::exp(x * beta)) / beta;  // unconditional: vectorises
+    return (x * beta) > th ? x : smooth;
   }
   template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams& p) {
     T beta = T(p.p0), th = T(p.p1);
-    T z = m::exp(x * beta);
-    return (x * beta) > th ? T(1) : z / (z + T(1));
+    const T z = m::exp(x * beta);
+    const T smooth = z / (z + T(1));
+    return (x * beta) > th ? T(1) : smooth;
   }
   template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams& p) {
     return (x * T(p.p0)) > T(p.p1);
@@ -389,11 +427,13 @@ template <> struct ActMath<Act::Elu> {
   // y = x > 0 ? scale*x : scale*alpha*(exp(input_scale*x) - 1); bit: x > 0.
   template <typename T> MEMSLIM_HD static T forward(T x, const ActParams& p) {
     T alpha = T(p.p0), scale = T(p.p1), iscale = T(p.p2);
-    return x <= T(0) ? m::expm1(x * iscale) * (alpha * scale) : x * scale;
+    const T neg = m::expm1(x * iscale) * (alpha * scale);  // unconditional: vectorises
+    return x <= T(0) ? neg : x * scale;
   }
   template <typename T> MEMSLIM_HD static T grad_from_input(T x, const ActParams& p) {
     T alpha = T(p.p0), scale = T(p.p1), iscale = T(p.p2);
-    return x <= T(0) ? iscale * (alpha * scale) * m::exp(x * iscale) : scale;
+    const T neg = iscale * (alpha * scale) * m::exp(x * iscale);
+    return x <= T(0) ? neg : scale;
   }
   template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) { return x > T(0); }
   template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }

@@ -1,0 +1,3 @@
+// CPU loops compiled with -mavx2 -mfma (set in kernels/CMakeLists.txt): see cpu_loops_impl.h.
+#define MEMSLIM_CPU_NS avx2
+#include "cpu_loops_impl.h"

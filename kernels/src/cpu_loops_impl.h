@@ -1,0 +1,139 @@
+//===- cpu_loops_impl.h - CPU loops over element ranges (one ISA per TU) ----===//
+//
+// What: the CPU forward / backward / fix-up loops. They use the very per-element
+// math of activations.h that the CUDA bodies use, but are laid out for SIMD:
+// each range is cut into L1-sized chunks, and each chunk goes through separate
+// straight-line passes (outputs; bits; exact-list scan; for the inverting
+// activations a branch-free fast derivative, then the general path only for the
+// few elements it does not cover) so GCC vectorises the math with libmvec.
+// Included by cpu_loops.cpp (baseline x86-64) and cpu_loops_avx2.cpp (AVX2+FMA)
+// inside namespace MEMSLIM_CPU_NS; cpu_dispatch.cpp picks one at run time.
+//
+//===----------------------------------------------------------------------===//
+#include "simd_math.h"
+
+#include "memslim/kernels/dispatch.h"
+
+namespace memslim {
+namespace kernels {
+namespace MEMSLIM_CPU_NS {
+
+constexpr int64_t kChunk = 512;  // elements per pass; a multiple of 8
+
+template <Act A> constexpr bool has_fast_inverse() {
+  return A == Act::Gelu || A == Act::GeluTanh || A == Act::Silu || A == Act::Mish;
+}
+
+template <Act A, typename S>
+void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
+  using C = typename compute_type<S>::type;
+  const int64_t begin = gb * 8;
+  const int64_t end = ge * 8 < p.n ? ge * 8 : p.n;
+  C xv[kChunk];
+  unsigned char bv[kChunk];
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const int64_t len = end - c0 < kChunk ? end - c0 : kChunk;
+    const S* __restrict x = p.x + c0;
+    for (int64_t i = 0; i < len; ++i) xv[i] = load<C>(x[i]);
+    if (p.y) {
+      S* __restrict y = p.y + c0;
+      for (int64_t i = 0; i < len; ++i) y[i] = store<S>(ActMath<A>::forward(xv[i], p.act));
+    }
+    if (p.bits) {
+      for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::bit(xv[i], p.act) ? 1 : 0;
+      for (int64_t i = len; i < ((len + 7) & ~int64_t(7)); ++i) bv[i] = 0;
+      uint8_t* __restrict bits = p.bits + c0 / 8;
+      for (int64_t g = 0; g < (len + 7) / 8; ++g) {
+        const unsigned char* b = bv + 8 * g;
+        bits[g] = uint8_t(b[0] | b[1] << 1 | b[2] << 2 | b[3] << 3 | b[4] << 4 | b[5] << 5 |
+                          b[6] << 6 | b[7] << 7);
+      }
+    }
+    if (p.exact_idx) {
+      for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::exact(xv[i], p.act) ? 1 : 0;
+      for (int64_t i = 0; i < len; ++i) {
+        if (!bv[i]) continue;
+        const unsigned long long k = atomic_add(p.exact_count, 1ull);
+        if (int64_t(k) < p.exact_cap) {
+          p.exact_idx[k] = int32_t(c0 + i);
+          p.exact_val[k] = x[i];
+        }
+      }
+    }
+  }
+}
+
+template <Act A, typename S>
+void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
+  using C = typename compute_type<S>::type;
+  const int64_t begin = gb * 8;
+  const int64_t end = ge * 8 < p.n ? ge * 8 : p.n;
+  C yv[kChunk], dv[kChunk];
+  unsigned char bv[kChunk], okv[kChunk];  // bytes, not bool: GCC vectorises these
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+    const int64_t len = end - c0 < kChunk ? end - c0 : kChunk;
+    if (p.y) {
+      for (int64_t i = 0; i < len; ++i) yv[i] = load<C>(p.y[c0 + i]);
+    } else {
+      for (int64_t i = 0; i < len; ++i) yv[i] = C(0);
+    }
+    if (p.bits) {
+      const uint8_t* bits = p.bits + c0 / 8;
+      for (int64_t g = 0; g < (len + 7) / 8; ++g) {
+        const unsigned byte = bits[g];
+        for (int j = 0; j < 8; ++j) bv[8 * g + j] = (byte >> j) & 1u;
+      }
+    } else {
+      for (int64_t i = 0; i < len; ++i) bv[i] = 0;
+    }
+    if constexpr (has_fast_inverse<A>() && sizeof(C) == sizeof(float)) {
+      for (int64_t i = 0; i < len; ++i) {
+        bool ok;
+        dv[i] = detail::fast_inverse_derivative<A, C>(yv[i], bv[i] != 0, ok);
+        okv[i] = ok ? 1 : 0;
+      }
+      for (int64_t i = 0; i < len; ++i)
+        if (!okv[i]) dv[i] = ActMath<A>::grad_from_output(yv[i], bv[i] != 0, p.act);
+    } else {
+      for (int64_t i = 0; i < len; ++i)
+        dv[i] = ActMath<A>::grad_from_output(yv[i], bv[i] != 0, p.act);
+    }
+    const S* __restrict g = p.grad + c0;
+    S* __restrict gi = p.grad_in + c0;
+    for (int64_t i = 0; i < len; ++i) gi[i] = store<S>(load<C>(g[i]) * dv[i]);
+  }
+}
+
+struct ForwardRange {
+  template <Act A, typename S>
+  static void run(const ForwardArgs& a, int64_t b, int64_t e) {
+    forward_range<A, S>(typed<S>(a), b, e);
+  }
+};
+struct BackwardRange {
+  template <Act A, typename S>
+  static void run(const BackwardArgs& a, int64_t b, int64_t e) {
+    backward_range<A, S>(typed<S>(a), b, e);
+  }
+};
+struct FixupRange {
+  template <Act A, typename S>
+  static void run(const FixupArgs& a, int64_t b, int64_t e) {
+    const FixupParams<S> p = typed<S>(a);
+    for (int64_t k = b; k < e; ++k) fixup_one<A, S>(k, p);
+  }
+};
+
+void forward_cpu(Act a, DType t, const ForwardArgs& args, int64_t b, int64_t e) {
+  dispatch<ForwardRange>(a, t, args, b, e);
+}
+void backward_cpu(Act a, DType t, const BackwardArgs& args, int64_t b, int64_t e) {
+  dispatch<BackwardRange>(a, t, args, b, e);
+}
+void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t b, int64_t e) {
+  dispatch<FixupRange>(a, t, args, b, e);
+}
+
+} // namespace MEMSLIM_CPU_NS
+} // namespace kernels
+} // namespace memslim
