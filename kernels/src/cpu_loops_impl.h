@@ -29,6 +29,9 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
   using C = typename compute_type<S>::type;
   const int64_t begin = gb * 8;
   const int64_t end = ge * 8 < p.n ? ge * 8 : p.n;
+  // A local copy: parameter loads inside a select (x > 0 ? x : x * slope) are
+  // then plain register reads the vectoriser may speculate.
+  const ActParams act = p.act;
   C xv[kChunk];
   unsigned char bv[kChunk];
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
@@ -37,10 +40,10 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
     for (int64_t i = 0; i < len; ++i) xv[i] = load<C>(x[i]);
     if (p.y) {
       S* __restrict y = p.y + c0;
-      for (int64_t i = 0; i < len; ++i) y[i] = store<S>(ActMath<A>::forward(xv[i], p.act));
+      for (int64_t i = 0; i < len; ++i) y[i] = store<S>(ActMath<A>::forward(xv[i], act));
     }
     if (p.bits) {
-      for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::bit(xv[i], p.act) ? 1 : 0;
+      for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::bit(xv[i], act) ? 1 : 0;
       for (int64_t i = len; i < ((len + 7) & ~int64_t(7)); ++i) bv[i] = 0;
       uint8_t* __restrict bits = p.bits + c0 / 8;
       for (int64_t g = 0; g < (len + 7) / 8; ++g) {
@@ -50,7 +53,7 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
       }
     }
     if (p.exact_idx) {
-      for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::exact(xv[i], p.act) ? 1 : 0;
+      for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::exact(xv[i], act) ? 1 : 0;
       for (int64_t i = 0; i < len; ++i) {
         if (!bv[i]) continue;
         const unsigned long long k = atomic_add(p.exact_count, 1ull);
@@ -68,6 +71,7 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
   using C = typename compute_type<S>::type;
   const int64_t begin = gb * 8;
   const int64_t end = ge * 8 < p.n ? ge * 8 : p.n;
+  const ActParams act = p.act;  // see forward_range
   C yv[kChunk], dv[kChunk];
   unsigned char bv[kChunk], okv[kChunk];  // bytes, not bool: GCC vectorises these
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
@@ -93,10 +97,10 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
         okv[i] = ok ? 1 : 0;
       }
       for (int64_t i = 0; i < len; ++i)
-        if (!okv[i]) dv[i] = ActMath<A>::grad_from_output(yv[i], bv[i] != 0, p.act);
+        if (!okv[i]) dv[i] = ActMath<A>::grad_from_output(yv[i], bv[i] != 0, act);
     } else {
       for (int64_t i = 0; i < len; ++i)
-        dv[i] = ActMath<A>::grad_from_output(yv[i], bv[i] != 0, p.act);
+        dv[i] = ActMath<A>::grad_from_output(yv[i], bv[i] != 0, act);
     }
     const S* __restrict g = p.grad + c0;
     S* __restrict gi = p.grad_in + c0;
