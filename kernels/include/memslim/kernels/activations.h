@@ -165,10 +165,17 @@ template <Act A, typename T> MEMSLIM_HD T tail_guess(T y) {
 }
 
 template <Act A> struct FitFor;
-template <> struct FitFor<Act::Gelu> { using Right = fits::GeluRight; using Left = fits::GeluLeft; };
-template <> struct FitFor<Act::GeluTanh> { using Right = fits::GeluTanhRight; using Left = fits::GeluTanhLeft; };
-template <> struct FitFor<Act::Silu> { using Right = fits::SiluRight; using Left = fits::SiluLeft; };
-template <> struct FitFor<Act::Mish> { using Right = fits::MishRight; using Left = fits::MishLeft; };
+#define MEMSLIM_FITS(ACT)                                                          \
+  template <> struct FitFor<Act::ACT> {                                            \
+    using Right = fits::ACT##Right;                                                \
+    using Left = fits::ACT##Left;                                                  \
+    using Tail = fits::ACT##Tail;                                                  \
+  };
+MEMSLIM_FITS(Gelu)
+MEMSLIM_FITS(GeluTanh)
+MEMSLIM_FITS(Silu)
+MEMSLIM_FITS(Mish)
+#undef MEMSLIM_FITS
 
 template <typename T> struct iter_limits;
 template <> struct iter_limits<float> {
@@ -236,28 +243,32 @@ template <Act A, typename T> MEMSLIM_HD T fast_inverse_derivative(T y, bool righ
   const MinInfo mi = min_info<A>();
   const T xs = T(mi.x), ys = T(mi.y);
   const T t = m::sqrt(m::max(y - ys, T(0)));
+  const T w = m::sqrt(m::max(T(-2) * fast_log(m::max(-y, T(1e-30))), T(0)));
   const T xr = Fit::Right::guess(t);
   const T xl = Fit::Left::guess(t);
+  const T xt = Fit::Tail::guess(w);
+  const bool near = y <= T(Fit::Left::y_end);  // left branch, within the t-fit
   // The right bracket's lower end (max(x*, y) for y > 0) and the left one's.
-  const T lo = right ? (y > T(0) ? m::max(xs, y) : xs) : T(Fit::Left::x_end) - T(0.5);
+  const T lo = right ? (y > T(0) ? m::max(xs, y) : xs) : T(Fit::Tail::x_end) - T(0.5);
   const T hi = right ? (y > T(0) ? T(2) * y : T(0)) : xs;
-  const T x = m::min(m::max(right ? xr : xl, lo), hi);
+  const T x = m::min(m::max(right ? xr : (near ? xl : xt), lo), hi);
   T f, fp, fpp;
   eval_accurate<A, T>(x, f, fp, fpp);
   const T d = (y - f) / fp;
   // Bitwise logic, not ?: between bools: GCC cannot vectorise a select of bools.
   const bool right_ok = (y <= T(Fit::Right::y_end)) & (y != T(0));
-  const bool left_ok = y <= T(Fit::Left::y_end);
+  const bool left_ok = y <= T(Fit::Tail::y_end);
   const bool in_range = (right & right_ok) | (!right & left_ok);
   ok = (y > ys) & in_range & (m::fabs(d) <= T(2e-4) * (T(1) + m::fabs(x)));
   return fp + fpp * d;
 }
 
 // f'(x) at the x with f(x) = y on the chosen branch (right: x >= x*).
-// First guesses: the generated Chebyshev fits in t = sqrt(y - y*) (good to
-// <= 1.5e-4 in x, so one or two Newton steps reach working precision); right
-// of the fitted range x = y; left of it (the far tail, y -> 0-) the tail
-// asymptote and Newton on log(-f), where the function is smooth.
+// First guesses: the generated Chebyshev fits in t = sqrt(y - y*), and on the
+// left tail in w = sqrt(-2 log(-y)) (good to <= 1.5e-4 in x, so one or two
+// Newton steps reach working precision); right of the fitted range x = y;
+// beyond the tail fit (gelu x < -8, silu/mish x < -30: outputs of 1e-15 and
+// less) the tail asymptote and Newton on log(-f), where the function is smooth.
 template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool right) {
   using Fit = FitFor<A>;
   using L = iter_limits<T>;
@@ -285,11 +296,15 @@ template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool righ
   if (!(y < T(0))) return T(0);  // underflowed output: f'(x) ~ 0 that far out
   if (y <= T(Fit::Left::y_end)) {
     return fitted_derivative<A, T>(Fit::Left::guess(m::sqrt(y - ys)), y,
-                                   T(Fit::Left::x_end) - T(0.5), xs);
+                                   T(Fit::Tail::x_end) - T(0.5), xs);
+  }
+  if (y <= T(Fit::Tail::y_end)) {
+    return fitted_derivative<A, T>(Fit::Tail::guess(m::sqrt(T(-2) * m::log(-y))), y,
+                                   T(Fit::Tail::x_end) - T(0.5), xs);
   }
   // Far left tail: solve g(x) = log(-f(x)) = log(-y), g' = f'/f.
   const T t = m::log(-y);
-  T lo = T(L::floor_x), hi = T(Fit::Left::x_end) + T(0.5);
+  T lo = T(L::floor_x), hi = T(Fit::Tail::x_end) + T(0.5);
   T x = tail_guess<A, T>(y);
   if (!(x > lo && x < hi)) x = T(0.5) * (lo + hi);
   for (int it = 0; it < 4 * L::max_iter; ++it) {

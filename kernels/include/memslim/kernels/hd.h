@@ -110,6 +110,24 @@ MEMSLIM_HD half_t to_half(float f) {
   return half_t{uint16_t(sign | h)};
 }
 
+// Natural log for positive normal floats, to ~2e-7 relative: exponent from the
+// bits, log2 of the mantissa in [sqrt(1/2), sqrt(2)) by a short series in
+// (m-1)/(m+1). Branch-free, so it vectorises without libmvec's special-case
+// fallbacks; used only to form a first guess, never a result.
+MEMSLIM_HD float fast_log(float v) {
+  uint32_t u = float_to_bits(v);
+  int32_t e = int32_t((u >> 23) & 0xffu) - 127;
+  float mnt = bits_to_float((u & 0x7fffffu) | 0x3f800000u);  // [1, 2)
+  const bool big = mnt > 1.41421356f;
+  mnt = big ? mnt * 0.5f : mnt;
+  e = big ? e + 1 : e;
+  const float z = (mnt - 1.f) / (mnt + 1.f);  // |z| <= 0.172
+  const float z2 = z * z;
+  const float series = z * (2.f + z2 * (0.6666666667f + z2 * (0.4f + z2 * (0.2857142857f + z2 * 0.2222222222f))));
+  return float(e) * 0.69314718056f + series;
+}
+MEMSLIM_HD double fast_log(double v) { return ::log(v); }
+
 // Load/store between storage and compute type.
 template <typename C> MEMSLIM_HD C load(float v) { return C(v); }
 template <typename C> MEMSLIM_HD C load(double v) { return C(v); }
