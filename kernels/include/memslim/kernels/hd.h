@@ -15,6 +15,10 @@
 
 #if defined(__CUDACC__)
 #define MEMSLIM_HD __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+// Always inlined on the host too: the CPU loops vectorise only what is
+// inlined into them (a call to the per-element math keeps a loop scalar).
+#define MEMSLIM_HD inline __attribute__((always_inline))
 #else
 #define MEMSLIM_HD inline
 #endif
