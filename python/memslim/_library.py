@@ -32,6 +32,11 @@ def load_library() -> None:
     _LOADED = True
 
 
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+    return is_fake(t)
+
+
 def _ignorable_in_dynamo(size) -> None:
     # Dynamo propagates fake tensors through the public op (memslim::gelu),
     # whose C++ autograd kernel calls activation_forward internally: the exact
@@ -62,10 +67,12 @@ def _register_fakes() -> None:
             act == "elu" and not (params[0] >= 0 and params[1] > 0 and params[2] >= 0)) or (
             act == "softplus" and not params[1] >= 14.0)
         bits = self.new_empty(((n + 7) // 8 if save and uses_bits else 0,), dtype=torch.uint8)
-        if save and nonmono:
+        if save and nonmono and _is_fake(self):
             k = torch.library.get_ctx().new_dynamic_size()
             _ignorable_in_dynamo(k)
         else:
+            # Plain meta tensors carry no data and no ShapeEnv: the list is
+            # modelled as empty (the meta backward kernel never reads it).
             k = 0
         idx = self.new_empty((k,), dtype=torch.int32)
         val = self.new_empty((k,))

@@ -124,3 +124,13 @@ def test_exact_list_holds_exactly_the_band():
         branch = torch.tensor([(int(b) >> j) & 1 for b in bits.tolist() for j in range(8)])[: x.numel()]
         ref_branch = (x < -1.5) if name == "hardswish" else (x >= xs)
         assert torch.equal(branch.bool(), ref_branch), name
+
+
+@pytest.mark.parametrize("name", ["gelu", "relu", "elu", "softplus"])
+def test_meta_tensors(name):
+    c = N.CASES[name]
+    x = torch.empty(4, 5, device="meta", requires_grad=True)
+    y = c.ours(x)
+    assert y.device.type == "meta" and y.shape == x.shape and y.requires_grad
+    y.sum().backward()
+    assert x.grad.shape == x.shape
