@@ -14,28 +14,15 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 import memslim
+from memslim import _numerics as N
 
-M = torch.ops.memslim
-
-OPS = [
-    ("gelu", F.gelu, lambda x: M.gelu(x)),
-    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), lambda x: M.gelu(x, "tanh")),
-    ("silu", F.silu, lambda x: M.silu(x)),
-    ("mish", F.mish, lambda x: M.mish(x)),
-    ("softplus", F.softplus, lambda x: M.softplus(x)),
-    ("elu", F.elu, lambda x: M.elu(x)),
-    ("celu", F.celu, lambda x: M.celu(x)),
-    ("selu", F.selu, lambda x: M.selu(x)),
-    ("leaky_relu", F.leaky_relu, lambda x: M.leaky_relu(x)),
-    ("hardswish", F.hardswish, lambda x: M.hardswish(x)),
-    ("hardsigmoid", F.hardsigmoid, lambda x: M.hardsigmoid(x)),
-    ("sigmoid", torch.sigmoid, lambda x: M.sigmoid(x)),
-    ("tanh", torch.tanh, lambda x: M.tanh(x)),
-    ("relu", F.relu, lambda x: M.relu(x)),
-]
+# The ops and their aten counterparts: memslim._numerics.CASES, one entry per op
+# with default arguments (the parameter variants there are for numerics).
+OPS = [(name, N.CASES[name].aten, N.CASES[name].ours) for name in (
+    "gelu", "gelu_tanh", "silu", "mish", "softplus", "elu", "celu", "selu", "leaky_relu",
+    "hardswish", "hardsigmoid", "sigmoid", "tanh", "relu")]
 
 
 def step(fn, x, g):

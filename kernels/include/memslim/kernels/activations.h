@@ -329,7 +329,21 @@ template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool righ
 // ---------------------------------------------------------------------------
 template <Act A> struct ActMath;
 
-template <> struct ActMath<Act::Gelu> {
+// Shared by gelu, gelu(tanh), silu and mish: the branch bit (x >= x*), the
+// guard band around x*, and the derivative by inversion of the saved output.
+template <Act A> struct InvertedAtMinimum {
+  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
+    return !(x < T(detail::min_info<A>().x));
+  }
+  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
+    return m::fabs(x - T(detail::min_info<A>().x)) < T(p.band);
+  }
+  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
+    return detail::derivative_by_inversion<A, T>(y, b);
+  }
+};
+
+template <> struct ActMath<Act::Gelu> : InvertedAtMinimum<Act::Gelu> {
   template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
     return x * T(0.5) * (T(1) + m::erf(x * T(0.70710678118654752440)));
   }
@@ -338,18 +352,9 @@ template <> struct ActMath<Act::Gelu> {
     T pdf = m::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
     return cdf + x * pdf;
   }
-  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
-    return !(x < T(detail::min_info<Act::Gelu>().x));
-  }
-  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
-    return m::fabs(x - T(detail::min_info<Act::Gelu>().x)) < T(p.band);
-  }
-  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
-    return detail::derivative_by_inversion<Act::Gelu, T>(y, b);
-  }
 };
 
-template <> struct ActMath<Act::GeluTanh> {
+template <> struct ActMath<Act::GeluTanh> : InvertedAtMinimum<Act::GeluTanh> {
   template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
     const T k = T(0.79788456080286535588), kap = T(0.044715);
     return T(0.5) * x * (T(1) + m::tanh(k * (x + kap * x * x * x)));
@@ -363,18 +368,9 @@ template <> struct ActMath<Act::GeluTanh> {
     T left_d = T(0.5), right_d = (T(1) - t * t) * k * (T(1) + T(3) * kap * x2);
     return left * right_d + left_d * right;
   }
-  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
-    return !(x < T(detail::min_info<Act::GeluTanh>().x));
-  }
-  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
-    return m::fabs(x - T(detail::min_info<Act::GeluTanh>().x)) < T(p.band);
-  }
-  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
-    return detail::derivative_by_inversion<Act::GeluTanh, T>(y, b);
-  }
 };
 
-template <> struct ActMath<Act::Silu> {
+template <> struct ActMath<Act::Silu> : InvertedAtMinimum<Act::Silu> {
   template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
     return x / (T(1) + m::exp(-x));
   }
@@ -382,18 +378,9 @@ template <> struct ActMath<Act::Silu> {
     T s = T(1) / (T(1) + m::exp(-x));
     return s * (T(1) + x * (T(1) - s));
   }
-  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
-    return !(x < T(detail::min_info<Act::Silu>().x));
-  }
-  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
-    return m::fabs(x - T(detail::min_info<Act::Silu>().x)) < T(p.band);
-  }
-  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
-    return detail::derivative_by_inversion<Act::Silu, T>(y, b);
-  }
 };
 
-template <> struct ActMath<Act::Mish> {
+template <> struct ActMath<Act::Mish> : InvertedAtMinimum<Act::Mish> {
   template <typename T> MEMSLIM_HD static T forward(T x, const ActParams&) {
     return x * m::tanh(m::log1p(m::exp(x)));
   }
@@ -401,15 +388,6 @@ template <> struct ActMath<Act::Mish> {
     T sig = T(1) / (T(1) + m::exp(-x));
     T tsp = m::tanh(m::log1p(m::exp(x)));
     return tsp + x * sig * (T(1) - tsp * tsp);
-  }
-  template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
-    return !(x < T(detail::min_info<Act::Mish>().x));
-  }
-  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
-    return m::fabs(x - T(detail::min_info<Act::Mish>().x)) < T(p.band);
-  }
-  template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
-    return detail::derivative_by_inversion<Act::Mish, T>(y, b);
   }
 };
 
