@@ -40,4 +40,5 @@ cmake --build build
 # 4. `import memslim` from the venv: the package lives in python/.
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo "$ROOT/python" > "$SITE/memslim-dev.pth"
+ln -sf "$ROOT/build/bin/memslim-opt" .venv/bin/memslim-opt
 .venv/bin/python -c "import memslim" && echo "setup: ok"

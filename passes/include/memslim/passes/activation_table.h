@@ -1,0 +1,31 @@
+//===- activation_table.h - what aten and memslim activations keep ---------===//
+//
+// What: for each activation the rewrite knows, its aten and memslim op names
+// and what each one's autograd keeps for backward. Why: the cost model prices
+// a rewrite from these two columns, never from op names alone.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <ATen/core/interned_strings.h>
+
+#include <optional>
+#include <string>
+
+namespace memslim {
+
+enum class Keeps { Input, Output, OutputAndBits, Bits };
+
+struct ActivationInfo {
+  c10::Symbol aten;     // aten::gelu
+  c10::Symbol memslim;  // memslim::gelu
+  Keeps aten_keeps;
+  Keeps memslim_keeps;
+};
+
+// The activation `kind` is, or nullopt.
+std::optional<ActivationInfo> activation_info(c10::Symbol kind);
+
+const char* keeps_name(Keeps k);
+
+} // namespace memslim

@@ -1,0 +1,61 @@
+//===- pass.h - pass interface, policy, remarks, registry ------------------===//
+//
+// What: the signature every memslim pass has, the cost policy knobs, the
+// remark sink (one line per decision: `remark: <pass>: rewrote|kept ...`), and
+// the explicit registry of passes and pipelines (a list, no static
+// initialisers: the linker cannot drop a pass, and the order is visible).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace memslim {
+
+struct CostPolicy {
+  int64_t min_bytes = 1;  // a rewrite must free at least this many bytes
+};
+
+class Remarks {
+ public:
+  void add(const std::string& pass, const std::string& text);
+  const std::vector<std::string>& lines() const { return lines_; }
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+struct PassContext {
+  CostPolicy policy;
+  Remarks remarks;
+};
+
+using PassFn = void (*)(const std::shared_ptr<torch::jit::Graph>&, PassContext&);
+
+struct PassInfo {
+  const char* flag;         // kebab-case, = its lit file name
+  const char* description;
+  PassFn run;
+};
+
+struct PipelineInfo {
+  const char* name;
+  const char* description;
+  std::vector<std::string> passes;
+};
+
+const std::vector<PassInfo>& registered_passes();
+const std::vector<PipelineInfo>& registered_pipelines();
+const PassInfo* find_pass(const std::string& flag);
+const PipelineInfo* find_pipeline(const std::string& name);
+
+// The passes (one file each).
+void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
+void run_cleanup(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
+
+} // namespace memslim

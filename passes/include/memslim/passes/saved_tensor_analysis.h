@@ -1,0 +1,36 @@
+//===- saved_tensor_analysis.h - which values autograd keeps, in bytes -----===//
+//
+// What: for a TorchScript graph, which node inputs/outputs autograd keeps for
+// backward (a table for the aten ops real models use; unknown ops keep all
+// their tensor inputs, conservatively), and the byte size of a value when its
+// type is a complete tensor type. Why: every rewrite's price is "bytes this
+// node makes autograd keep", and whether a value is kept by someone else.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <optional>
+#include <string>
+
+namespace memslim {
+
+class SavedTensorAnalysis {
+ public:
+  // Whether `user` keeps its input number `index` for backward.
+  static bool keeps_input(const torch::jit::Node* user, size_t index);
+  // Whether `producer` keeps its (tensor) output for backward.
+  static bool keeps_output(const torch::jit::Node* producer);
+
+  // Some node other than `except` keeps `v` (as an input, or its producer as
+  // its output); `who` receives that node's kind for remarks.
+  static bool kept_by_other(const torch::jit::Value* v, const torch::jit::Node* except,
+                            std::string* who = nullptr);
+
+  // Bytes of `v` if its type has concrete sizes and a dtype.
+  static std::optional<int64_t> bytes(const torch::jit::Value* v);
+  static std::optional<int64_t> numel(const torch::jit::Value* v);
+};
+
+} // namespace memslim

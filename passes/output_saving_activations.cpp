@@ -1,0 +1,113 @@
+//===- output_saving_activations.cpp - aten activation -> memslim op --------===//
+//
+// What: replaces an aten activation (gelu, silu, mish, hardswish, softplus,
+// elu, celu, selu, leaky_relu, hardsigmoid, relu) by its memslim op (same
+// arguments) when the cost model says autograd then keeps fewer bytes.
+// Why: aten keeps the activation's input and the next Linear/Conv keeps its
+// output; memslim keeps the output (shared with that consumer) plus n/8 bytes,
+// or only a bit mask. Whether that frees anything depends on the graph: the
+// input may be kept by another consumer, the output may be kept by nobody
+// (then saving it costs memory). Decided per site from SavedTensorAnalysis.
+// Safety: no rewrite where AliasDb sees a writer to the input or the output
+// (an in-place op would change the tensor the backward reads).
+//
+//===----------------------------------------------------------------------===//
+#include <torch/csrc/jit/ir/alias_analysis.h>
+
+#include <sstream>
+
+#include "memslim/passes/activation_table.h"
+#include "memslim/passes/pass.h"
+#include "memslim/passes/saved_tensor_analysis.h"
+
+namespace memslim {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+namespace {
+
+constexpr const char* kPass = "output-saving-activations";
+
+struct Price {
+  int64_t aten = 0, ours = 0;
+  int64_t freed() const { return aten - ours; }
+};
+
+// Bytes this activation makes autograd keep, beyond what others keep anyway.
+int64_t kept_bytes(Keeps k, bool x_kept_elsewhere, bool y_kept_elsewhere, int64_t x_bytes,
+                   int64_t y_bytes, int64_t bits) {
+  switch (k) {
+  case Keeps::Input: return x_kept_elsewhere ? 0 : x_bytes;
+  case Keeps::Output: return y_kept_elsewhere ? 0 : y_bytes;
+  case Keeps::OutputAndBits: return (y_kept_elsewhere ? 0 : y_bytes) + bits;
+  case Keeps::Bits: return bits;
+  }
+  return 0;
+}
+
+std::string at(const Node* n) { return n->kind().toQualString() + std::string(" at %") + n->output()->debugName(); }
+
+} // namespace
+
+void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
+  std::vector<Node*> sites;
+  for (Node* n : g->nodes()) {  // top-level block; nested blocks are left alone
+    auto info = activation_info(n->kind());
+    if (info && n->kind() == info->aten) sites.push_back(n);
+  }
+  if (sites.empty()) return;
+  torch::jit::AliasDb alias(g);
+  for (Node* n : sites) {
+    const ActivationInfo info = *activation_info(n->kind());
+    Value* x = n->input(0);
+    Value* y = n->output();
+    if (info.aten_keeps == Keeps::Output && info.memslim_keeps == Keeps::Output) {
+      ctx.remarks.add(kPass, "kept " + at(n) + ": aten already keeps only the output");
+      continue;
+    }
+    if (alias.hasWriters(x) || alias.hasWriters(y)) {
+      ctx.remarks.add(kPass, "kept " + at(n) + ": an in-place op writes its input or output");
+      continue;
+    }
+    const auto xb = SavedTensorAnalysis::bytes(x), yb = SavedTensorAnalysis::bytes(y);
+    const auto n_el = SavedTensorAnalysis::numel(y);
+    if (!xb || !yb || !n_el) {
+      ctx.remarks.add(kPass, "kept " + at(n) + ": unknown shape (give input shapes)");
+      continue;
+    }
+    std::string x_by, y_by;
+    const bool x_else = SavedTensorAnalysis::kept_by_other(x, n, &x_by);
+    const bool y_else = SavedTensorAnalysis::kept_by_other(y, n, &y_by);
+    const int64_t bits = (*n_el + 7) / 8;
+    Price p{kept_bytes(info.aten_keeps, x_else, y_else, *xb, *yb, bits),
+            kept_bytes(info.memslim_keeps, x_else, y_else, *xb, *yb, bits)};
+    std::ostringstream why;
+    if (p.freed() < ctx.policy.min_bytes) {
+      why << "kept " << at(n) << ": ";
+      if (info.aten_keeps == Keeps::Input && x_else)
+        why << "input also saved by " << x_by;
+      else if (!y_else && info.memslim_keeps != Keeps::Bits)
+        why << "output not saved by any consumer (memslim would add " << (p.ours - p.aten)
+            << " B)";
+      else
+        why << "frees " << p.freed() << " B, below the " << ctx.policy.min_bytes << " B minimum";
+      ctx.remarks.add(kPass, why.str());
+      continue;
+    }
+    torch::jit::WithInsertPoint guard(n);
+    Node* m = g->create(info.memslim, n->inputs(), 1);
+    m->insertBefore(n);
+    m->output()->setType(y->type());
+    m->output()->copyMetadata(y);
+    y->replaceAllUsesWith(m->output());
+    n->destroy();
+    why << "rewrote " << info.aten.toQualString() << " at %" << m->output()->debugName()
+        << ": keeps " << keeps_name(info.memslim_keeps) << " instead of "
+        << keeps_name(info.aten_keeps) << ", frees " << p.freed() << " B (" << p.aten << " -> "
+        << p.ours << ")";
+    ctx.remarks.add(kPass, why.str());
+  }
+}
+
+} // namespace memslim

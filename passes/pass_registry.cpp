@@ -1,0 +1,46 @@
+//===- pass_registry.cpp - the explicit list of passes and pipelines -------===//
+#include "memslim/passes/pass.h"
+
+namespace memslim {
+
+void Remarks::add(const std::string& pass, const std::string& text) {
+  lines_.push_back("remark: " + pass + ": " + text);
+}
+
+const std::vector<PassInfo>& registered_passes() {
+  static const std::vector<PassInfo> passes = {
+      {"output-saving-activations",
+       "activations whose backward can use their output become memslim:: ops when that frees "
+       "memory",
+       run_output_saving_activations},
+      {"cleanup", "dead-code elimination and graph lint", run_cleanup},
+  };
+  return passes;
+}
+
+const std::vector<PipelineInfo>& registered_pipelines() {
+  static const std::vector<PipelineInfo> pipelines = {
+      {"memslim-default", "the training-memory pipeline",
+       {
+           // Output-saving: swaps each activation whose output a consumer keeps anyway.
+           "output-saving-activations",
+           // Last: drop what the rewrites left dead and check the graph is well formed.
+           "cleanup",
+       }},
+  };
+  return pipelines;
+}
+
+const PassInfo* find_pass(const std::string& flag) {
+  for (const auto& p : registered_passes())
+    if (flag == p.flag) return &p;
+  return nullptr;
+}
+
+const PipelineInfo* find_pipeline(const std::string& name) {
+  for (const auto& p : registered_pipelines())
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+} // namespace memslim

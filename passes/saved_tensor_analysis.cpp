@@ -1,0 +1,122 @@
+//===- saved_tensor_analysis.cpp - saved-for-backward table for aten ops ---===//
+//
+// The table follows tools/autograd/derivatives.yaml for the ops that matter
+// in vision and transformer models. "Keeps input i" means the backward formula
+// of some differentiable input reads input i. Training graphs are assumed:
+// every floating tensor may require grad.
+//
+//===----------------------------------------------------------------------===//
+#include "memslim/passes/saved_tensor_analysis.h"
+
+#include <c10/core/ScalarType.h>
+
+#include <set>
+
+#include "memslim/passes/activation_table.h"
+
+namespace memslim {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+namespace {
+
+enum class Rule { None, All, First, FirstTwo, Output, Custom };
+
+// Ops keeping none of their inputs (shape-only or linear backward).
+const std::set<std::string> kKeepsNothing = {
+    "aten::add", "aten::sub", "aten::neg", "aten::view", "aten::reshape", "aten::flatten",
+    "aten::permute", "aten::transpose", "aten::t", "aten::contiguous", "aten::unsqueeze",
+    "aten::squeeze", "aten::expand", "aten::slice", "aten::select", "aten::cat", "aten::stack",
+    "aten::chunk", "aten::split", "aten::size", "aten::sum", "aten::mean",
+    "aten::adaptive_avg_pool2d", "aten::avg_pool2d", "aten::dropout", "aten::feature_dropout",
+    "aten::alpha_dropout", "aten::to", "aten::detach", "aten::clone", "aten::zeros_like",
+    "aten::ones_like", "aten::empty_like", "aten::dim", "aten::len", "aten::__getitem__",
+    "aten::Int", "aten::Float", "aten::ScalarImplicit", "aten::format", "aten::warn",
+    "aten::__is__", "aten::__isnot__", "aten::eq", "aten::ne", "aten::lt", "aten::gt",
+    "aten::le", "aten::ge", "aten::__not__", "aten::list", "aten::append",
+};
+// Ops keeping every tensor input.
+const std::set<std::string> kKeepsAll = {
+    "aten::mul", "aten::div", "aten::matmul", "aten::mm", "aten::bmm", "aten::linear",
+    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution", "aten::convolution",
+    "aten::conv_transpose2d", "aten::einsum", "aten::baddbmm",
+};
+// Ops keeping their first input (and possibly small statistics).
+const std::set<std::string> kKeepsFirst = {
+    "aten::batch_norm", "aten::layer_norm", "aten::group_norm", "aten::instance_norm",
+    "aten::pow", "aten::max_pool2d", "aten::max_pool1d", "aten::log",
+    "aten::sqrt", "aten::rsqrt", "aten::abs", "aten::sin", "aten::cos", "aten::erf",
+    "aten::clamp", "aten::hardtanh", "aten::relu6", "aten::lgamma", "aten::reciprocal",
+};
+// Ops keeping their output.
+const std::set<std::string> kKeepsOutput = {
+    "aten::softmax", "aten::log_softmax", "aten::exp",
+};
+
+bool is_tensor(const Value* v) { return v->type()->cast<c10::TensorType>() != nullptr; }
+
+} // namespace
+
+bool SavedTensorAnalysis::keeps_input(const Node* user, size_t index) {
+  if (!is_tensor(user->input(index))) return false;
+  const c10::Symbol kind = user->kind();
+  if (auto info = activation_info(kind)) {
+    const Keeps k = kind == info->aten ? info->aten_keeps : info->memslim_keeps;
+    return index == 0 && k == Keeps::Input;
+  }
+  const std::string name = kind.toQualString();
+  if (kind.is_prim()) return false;  // Constant, ListConstruct, GetAttr, Return...
+  if (kKeepsNothing.count(name)) return false;
+  if (kKeepsAll.count(name)) return true;
+  if (kKeepsFirst.count(name)) return index == 0;
+  if (kKeepsOutput.count(name)) return false;
+  if (name == "aten::where") return index == 0;         // the condition
+  if (name == "aten::embedding") return index == 1;     // the indices
+  if (name == "aten::addmm") return index >= 1;         // mat1, mat2
+  if (kind.ns().toUnqualString() == std::string("memslim")) return false;
+  return true;  // unknown op: conservatively keeps every tensor input
+}
+
+bool SavedTensorAnalysis::keeps_output(const Node* producer) {
+  const c10::Symbol kind = producer->kind();
+  if (auto info = activation_info(kind)) {
+    const Keeps k = kind == info->aten ? info->aten_keeps : info->memslim_keeps;
+    return k == Keeps::Output || k == Keeps::OutputAndBits;
+  }
+  return kKeepsOutput.count(kind.toQualString()) > 0;
+}
+
+bool SavedTensorAnalysis::kept_by_other(const Value* v, const Node* except, std::string* who) {
+  if (v->node() != except && v->node()->kind() != c10::prim::Param && keeps_output(v->node())) {
+    if (who) *who = v->node()->kind().toQualString();
+    return true;
+  }
+  for (const auto& use : v->uses()) {
+    if (use.user == except) continue;
+    if (keeps_input(use.user, use.offset)) {
+      if (who) *who = use.user->kind().toQualString();
+      return true;
+    }
+  }
+  return false;
+}
+
+std::optional<int64_t> SavedTensorAnalysis::numel(const Value* v) {
+  auto t = v->type()->cast<c10::TensorType>();
+  if (!t) return std::nullopt;
+  auto sizes = t->sizes().concrete_sizes();
+  if (!sizes) return std::nullopt;
+  int64_t n = 1;
+  for (int64_t s : *sizes) n *= s;
+  return n;
+}
+
+std::optional<int64_t> SavedTensorAnalysis::bytes(const Value* v) {
+  auto t = v->type()->cast<c10::TensorType>();
+  auto n = numel(v);
+  if (!t || !n || !t->scalarType()) return std::nullopt;
+  return *n * int64_t(c10::elementSize(*t->scalarType()));
+}
+
+} // namespace memslim
