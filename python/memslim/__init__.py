@@ -11,7 +11,9 @@ from .measure import saved_bytes
 
 load_library()
 
-__all__ = ["library_path", "saved_bytes", "OPS"]
+from .optimize import optimize, report  # noqa: E402  (needs the runtime loaded first)
+
+__all__ = ["library_path", "saved_bytes", "optimize", "report", "OPS"]
 
 # Public ops with their aten counterparts (the rewrite targets).
 OPS = (

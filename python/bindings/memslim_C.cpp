@@ -1,0 +1,38 @@
+//===- memslim_C.cpp - Python bindings of the pass library -----------------===//
+//
+// What: memslim._C.optimize(script_module._c, ...) -> (cloned module, remarks),
+// and the pass/pipeline lists. torch's pybind11 casters take torch._C objects
+// (ScriptModule, Tensor) directly.
+//
+//===----------------------------------------------------------------------===//
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/extension.h>
+
+#include "memslim/passes/optimize.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "memslim pass library";
+  m.def(
+      "optimize",
+      [](const torch::jit::Module& module, const std::vector<std::string>& methods,
+         const std::vector<std::string>& passes, const std::string& pipeline,
+         const std::vector<at::Tensor>& example_inputs, int64_t min_bytes) {
+        memslim::OptimizeOptions o;
+        o.methods = methods;
+        o.passes = passes;
+        o.pipeline = pipeline;
+        o.example_inputs = example_inputs;
+        o.policy.min_bytes = min_bytes;
+        auto r = memslim::optimize(module, o);
+        return py::make_tuple(r.module, r.remarks);
+      },
+      py::arg("module"), py::arg("methods"), py::arg("passes"), py::arg("pipeline"),
+      py::arg("example_inputs"), py::arg("min_bytes"));
+  m.def("list_passes", []() {
+    std::vector<std::string> out;
+    for (const auto& p : memslim::registered_passes()) out.push_back(p.flag);
+    return out;
+  });
+}

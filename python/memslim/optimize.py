@@ -1,0 +1,50 @@
+"""memslim.optimize / memslim.report: the Python front door to the passes.
+
+optimize() scripts an nn.Module (or takes a ScriptModule), clones it so the
+optimized graphs are its own, and runs a pipeline on its method graphs ahead of
+time (the executor's own pass hooks run too late for training, see README).
+Shapes for the cost model come from `example_inputs`; without them every site
+is kept with the remark "unknown shape".
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Iterable, List, Optional, Sequence
+
+import torch
+
+from . import _C
+
+_REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[str]]" = weakref.WeakKeyDictionary()
+
+
+def optimize(model, example_inputs: Optional[Sequence[torch.Tensor]] = None, *,
+             passes: Optional[Iterable[str]] = None, pipeline: str = "memslim-default",
+             methods: Sequence[str] = ("forward",), min_bytes: int = 1):
+    """Returns an optimized ScriptModule (savable with torch.jit.save).
+
+    model: nn.Module (scripted here) or ScriptModule. example_inputs: tensors for
+    forward, used only for their shapes and dtypes. passes: explicit pass flags
+    instead of `pipeline`. min_bytes: the least a rewrite must free.
+    """
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    scripted = model if isinstance(model, torch.jit.ScriptModule) else torch.jit.script(model)
+    if not hasattr(scripted, "_c"):
+        raise TypeError("memslim.optimize: expected an nn.Module or a scripted module, "
+                        f"got {type(model).__name__}")
+    inputs = [t.detach() for t in (example_inputs or ())]
+    cpp, remarks = _C.optimize(scripted._c, list(methods), list(passes or ()), pipeline,
+                               inputs, int(min_bytes))
+    optimized = torch.jit._recursive.wrap_cpp_module(cpp)
+    _REPORTS[optimized] = list(remarks)
+    return optimized
+
+
+def report(optimized) -> List[str]:
+    """The remarks of the optimize() call that produced `optimized`: one line per
+    site, `remark: <pass>: rewrote|kept <op> at %v: <reason, bytes>`."""
+    try:
+        return list(_REPORTS[optimized])
+    except KeyError:
+        raise ValueError("memslim.report: this module was not produced by memslim.optimize") from None
