@@ -1,6 +1,7 @@
 //===- optimize.cpp - memslim::optimize over a module's methods ------------===//
 #include "memslim/passes/optimize.h"
 
+#include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
@@ -53,7 +54,10 @@ void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
 }
 
 OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
-  OptimizeResult result{module.clone(), {}};
+  // clone(inplace=true): new class types with their own method graphs, the
+  // same parameter and buffer tensors (an optimizer over the original model
+  // keeps training the optimized one).
+  OptimizeResult result{module.clone(/*inplace=*/true), {}};
   std::vector<const PassInfo*> plan;
   std::vector<std::string> names = options.passes;
   if (names.empty()) {
@@ -71,6 +75,9 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
     TORCH_CHECK(m, "memslim.optimize: the module has no method '", method, "'");
     std::shared_ptr<Graph> graph = m->graph();
     torch::jit::Inline(*graph);
+    // F.silu / F.gelu and friends script to `if inplace: op_(x) else: op(x)`;
+    // folding the constant flag leaves the plain op at top level.
+    torch::jit::ConstantPropagation(graph);
     if (method == "forward" && !options.example_inputs.empty())
       propagate_shapes(graph, result.module, options.example_inputs);
     PassContext ctx;

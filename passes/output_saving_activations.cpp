@@ -8,8 +8,10 @@
 // or only a bit mask. Whether that frees anything depends on the graph: the
 // input may be kept by another consumer, the output may be kept by nobody
 // (then saving it costs memory). Decided per site from SavedTensorAnalysis.
-// Safety: no rewrite where AliasDb sees a writer to the input or the output
-// (an in-place op would change the tensor the backward reads).
+// Safety: no rewrite where AliasDb sees a later in-place write to the input or
+// the output (or an alias of them): the output is what the backward reads, and
+// a later write to the input means someone relies on aten's saved-input check.
+// Writes before the activation (ResNet's `out += identity`) are harmless.
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/jit/ir/alias_analysis.h>
@@ -46,6 +48,15 @@ int64_t kept_bytes(Keeps k, bool x_kept_elsewhere, bool y_kept_elsewhere, int64_
   return 0;
 }
 
+// The first node after `n` (same block) that writes any of `vs` or an alias of
+// them. Writes before `n` are harmless: the activation reads the final value.
+const Node* later_writer(torch::jit::AliasDb& alias, Node* n, const std::vector<Value*>& vs) {
+  torch::jit::ValueSet set(vs.begin(), vs.end());
+  for (Node* m = n->next(); m != n->owningBlock()->return_node(); m = m->next())
+    if (alias.writesToAlias(m, set)) return m;
+  return nullptr;
+}
+
 std::string at(const Node* n) { return n->kind().toQualString() + std::string(" at %") + n->output()->debugName(); }
 
 } // namespace
@@ -66,8 +77,9 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
       ctx.remarks.add(kPass, "kept " + at(n) + ": aten already keeps only the output");
       continue;
     }
-    if (alias.hasWriters(x) || alias.hasWriters(y)) {
-      ctx.remarks.add(kPass, "kept " + at(n) + ": an in-place op writes its input or output");
+    if (const Node* w = later_writer(alias, n, {x, y})) {
+      ctx.remarks.add(kPass, "kept " + at(n) + ": " + w->kind().toQualString() +
+                                 " later writes its input or output in place");
       continue;
     }
     const auto xb = SavedTensorAnalysis::bytes(x), yb = SavedTensorAnalysis::bytes(y);

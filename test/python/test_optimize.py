@@ -1,0 +1,146 @@
+"""memslim.optimize / report on scripted models: bytes saved, gradients kept, cost model honest."""
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import memslim
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 256)
+        self.b = torch.nn.Linear(256, 64)
+        self.c = torch.nn.Linear(64, 256)
+        self.d = torch.nn.Linear(256, 64)
+
+    def forward(self, x):
+        h = self.a(x)
+        g = self.c(x)
+        return self.b(F.gelu(h)) + self.d(F.silu(g) * g)
+
+
+def predicted_freed(remarks):
+    return sum(int(m.group(1)) for r in remarks for m in [re.search(r"frees (\d+) B \(", r)] if m)
+
+
+def assert_same_training(ref, ours, xs, steps=5, lr=0.01, rtol=1e-4):
+    """5 SGD steps of both models; at every step the loss, the input gradient and
+    every parameter gradient must match within rtol in relative L2 norm
+    (||a - b|| / ||a||), and no element may differ by more than 10*rtol of the
+    gradient's largest magnitude. Before each step `ours` takes `ref`'s parameters
+    and buffers: training a GELU ResNet at small batch is chaotic (measured: a
+    1e-6 relative perturbation of aten's own gradients grows to 100% within
+    four steps), so unsynchronised runs would compare chaos, not memslim."""
+    opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    for step, x in enumerate(xs[:steps]):
+        with torch.no_grad():
+            for (k, t), (k2, t2) in zip(ref.state_dict().items(), ours.state_dict().items()):
+                assert k == k2
+                t2.copy_(t)
+        results = []
+        for model in (ref, ours):
+            model.zero_grad()
+            xi = x.clone().requires_grad_(True)
+            out = model(xi)
+            loss = out.pow(2).mean() if out.dim() < 2 or out.shape[-1] < 100 else \
+                F.cross_entropy(out, torch.arange(out.shape[0]) % out.shape[-1])
+            loss.backward()
+            results.append((loss.item(), xi.grad, [p.grad.clone() for p in model.parameters()]))
+        (l1, x1, g1), (l2, x2, g2) = results
+        assert l2 == pytest.approx(l1, rel=rtol), step
+        for a, b in [(x1, x2)] + list(zip(g1, g2)):
+            assert float((a - b).norm()) <= rtol * (float(a.norm()) + 1e-12), step
+            assert float((a - b).abs().max()) <= 10 * rtol * (float(a.abs().max()) + 1e-12), step
+        opt.step()
+
+
+def test_mlp_sites_decided_by_the_graph():
+    torch.manual_seed(0)
+    m = MLP()
+    x = torch.randn(32, 64)
+    o = memslim.optimize(m, (x,))
+    rep = memslim.report(o)
+    assert any(r.startswith("remark: output-saving-activations: rewrote aten::gelu") for r in rep), rep
+    # silu's input h is also kept by the mul (h * silu(h)): nothing to free.
+    assert any("kept aten::silu" in r and "input also saved by aten::mul" in r for r in rep), rep
+    s = torch.jit.script(m)
+    assert "memslim::gelu" in str(o.graph) and "aten::silu" in str(o.graph)
+    assert "memslim::" not in str(s.graph)  # the original keeps its own graphs
+    before, after = memslim.saved_bytes(s, x), memslim.saved_bytes(o, x)
+    assert before - after == pytest.approx(predicted_freed(rep), rel=0.05)
+    xs = [torch.randn(32, 64) for _ in range(5)]
+    assert_same_training(torch.jit.script(MLP_with_state(m)), o, xs)
+
+
+def MLP_with_state(m):
+    c = MLP()
+    c.load_state_dict(m.state_dict())
+    return c
+
+
+def test_without_example_inputs_everything_is_kept():
+    o = memslim.optimize(MLP())
+    rep = memslim.report(o)
+    assert rep and all("unknown shape" in r for r in rep), rep
+    assert "memslim::" not in str(o.graph)
+
+
+def test_bad_inputs_are_clear_errors():
+    with pytest.raises(RuntimeError, match="unknown pass 'nope'"):
+        memslim.optimize(MLP(), (torch.randn(2, 64),), passes=["nope"])
+    with pytest.raises(RuntimeError, match="forward takes 1 inputs, got 2"):
+        memslim.optimize(MLP(), (torch.randn(2, 64), torch.randn(2)))
+    with pytest.raises(ValueError, match="not produced by memslim.optimize"):
+        memslim.report(torch.jit.script(MLP()))
+
+
+def test_optimized_module_saves_and_reloads(tmp_path):
+    torch.manual_seed(0)
+    m = MLP()
+    x = torch.randn(8, 64)
+    o = memslim.optimize(m, (x,))
+    path = tmp_path / "mlp.pt"
+    torch.jit.save(o, str(path))
+    loaded = torch.jit.load(str(path))
+    assert "memslim::gelu" in str(loaded.graph)
+    torch.testing.assert_close(loaded(x), m(x), rtol=1e-5, atol=1e-6)
+
+
+def _gelu_resnet(arch):
+    import torchvision
+
+    def swap(mod):
+        for name, child in mod.named_children():
+            if isinstance(child, torch.nn.ReLU):
+                setattr(mod, name, torch.nn.GELU())
+            else:
+                swap(child)
+
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, arch)()
+    swap(m)
+    return m
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
+def test_gelu_resnet_saves_27_percent_with_equal_gradients(arch):
+    # Batch 16 here (bench/ runs 128): at batch 4 BatchNorm amplifies float
+    # noise so much that a 1-ulp relative perturbation of aten's own GELU
+    # outputs moves the gradients by 6e-5..2e-4 (measured), the size of the bar;
+    # at batch 16 the same perturbation moves them by 6e-6.
+    m = _gelu_resnet(arch)
+    x = torch.randn(16, 3, 32, 32)
+    ref = torch.jit.script(m)
+    o = memslim.optimize(m, (x,))
+    rep = memslim.report(o)
+    before, after = memslim.saved_bytes(ref, x), memslim.saved_bytes(o, x)
+    assert after <= 0.73 * before, (before, after)
+    # The cost model's prediction agrees with the measurement within 5%.
+    assert before - after == pytest.approx(predicted_freed(rep), rel=0.05)
+    ref2 = torch.jit.script(_gelu_resnet(arch))  # same seed, same weights, fresh state
+    torch.manual_seed(1)
+    xs = [torch.randn(16, 3, 32, 32) for _ in range(5)]
+    assert_same_training(ref2, o, xs)
