@@ -9,6 +9,10 @@ void Remarks::add(const std::string& pass, const std::string& text) {
 
 const std::vector<PassInfo>& registered_passes() {
   static const std::vector<PassInfo> passes = {
+      {"canonicalize-activations",
+       "hand-written activation formulas (x*sigmoid(x), the erf/tanh GELU, mish, hardswish) "
+       "become the named aten op",
+       run_canonicalize_activations},
       {"output-saving-activations",
        "activations whose backward can use their output become memslim:: ops when that frees "
        "memory",
@@ -22,6 +26,12 @@ const std::vector<PipelineInfo>& registered_pipelines() {
   static const std::vector<PipelineInfo> pipelines = {
       {"memslim-default", "the training-memory pipeline",
        {
+           // First: hand-written formulas become named ops, so every later pass sees
+           // one shape per activation (and a formula's intermediates stop being saved).
+           "canonicalize-activations",
+           // Drop the formulas' now-dead intermediates before pricing: otherwise the
+           // saved-tensor analysis still sees them as consumers.
+           "cleanup",
            // Output-saving: swaps each activation whose output a consumer keeps anyway.
            "output-saving-activations",
            // Last: drop what the rewrites left dead and check the graph is well formed.

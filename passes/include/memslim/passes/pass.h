@@ -55,6 +55,7 @@ const PassInfo* find_pass(const std::string& flag);
 const PipelineInfo* find_pipeline(const std::string& name);
 
 // The passes (one file each).
+void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_cleanup(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 
