@@ -15,14 +15,12 @@ using torch::jit::Module;
 using torch::jit::Node;
 using torch::jit::Value;
 
-void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
-                      const std::vector<at::Tensor>& example_inputs) {
-  TORCH_CHECK(graph->inputs().size() == example_inputs.size() + 1,
-              "memslim.optimize: forward takes ", graph->inputs().size() - 1,
-              " inputs, got ", example_inputs.size(), " example inputs");
+void record_shapes(const std::shared_ptr<Graph>& graph, const std::vector<c10::IValue>& inputs) {
+  TORCH_CHECK(graph->inputs().size() == inputs.size(), "the graph takes ", graph->inputs().size(),
+              " inputs, got ", inputs.size());
   // Recording run: a copy of the graph that also returns every tensor a
-  // top-level node produces, interpreted once without grad on the example
-  // inputs. Node order is preserved by Graph::copy, so values pair up in order.
+  // top-level node produces, interpreted once without grad on the inputs.
+  // Node order is preserved by Graph::copy, so values pair up in order.
   std::shared_ptr<Graph> rec = graph->copy();
   std::vector<Value*> recorded;
   auto o = graph->nodes().begin();
@@ -35,9 +33,7 @@ void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
       rec->registerOutput(c->output(i));
     }
   }
-  torch::jit::Stack stack;
-  stack.emplace_back(module._ivalue());
-  for (const auto& t : example_inputs) stack.emplace_back(t);
+  torch::jit::Stack stack(inputs.begin(), inputs.end());
   {
     at::NoGradGuard no_grad;
     torch::jit::Code code(rec, "memslim_shape_recording");
@@ -49,8 +45,18 @@ void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
     const c10::IValue& v = stack[first + i];
     if (v.isTensor()) recorded[i]->setType(c10::TensorType::create(v.toTensor()));
   }
-  for (size_t i = 0; i < example_inputs.size(); ++i)
-    graph->inputs()[i + 1]->setType(c10::TensorType::create(example_inputs[i]));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].isTensor()) graph->inputs()[i]->setType(c10::TensorType::create(inputs[i].toTensor()));
+}
+
+void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
+                      const std::vector<at::Tensor>& example_inputs) {
+  TORCH_CHECK(graph->inputs().size() == example_inputs.size() + 1,
+              "memslim.optimize: forward takes ", graph->inputs().size() - 1,
+              " inputs, got ", example_inputs.size(), " example inputs");
+  std::vector<c10::IValue> inputs{module._ivalue()};
+  for (const auto& t : example_inputs) inputs.emplace_back(t);
+  record_shapes(graph, inputs);
 }
 
 OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {

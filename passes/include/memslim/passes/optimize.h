@@ -40,6 +40,10 @@ OptimizeResult optimize(const torch::jit::Module& module, const OptimizeOptions&
 // runs on `example_inputs` (a recording run, no grad). torch's static shape
 // analyses do not cover module graphs (parameters come from GetAttr) nor
 // aten::linear, so the shapes are measured instead.
+// The same for any graph and its full input list (tensors and objects).
+void record_shapes(const std::shared_ptr<torch::jit::Graph>& graph,
+                   const std::vector<c10::IValue>& inputs);
+
 void propagate_shapes(const std::shared_ptr<torch::jit::Graph>& graph,
                       const torch::jit::Module& module,
                       const std::vector<at::Tensor>& example_inputs);
