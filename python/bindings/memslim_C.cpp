@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include "memslim/passes/executor_hook.h"
 #include "memslim/passes/optimize.h"
 
 namespace py = pybind11;
@@ -30,6 +31,14 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("module"), py::arg("methods"), py::arg("passes"), py::arg("pipeline"),
       py::arg("example_inputs"), py::arg("min_bytes"));
+  m.def("register_with_graph_executor", &memslim::registerWithGraphExecutor);
+  m.def("unregister_from_graph_executor", &memslim::unregisterFromGraphExecutor);
+  m.def("executor_hook_stats", []() {
+    auto s = memslim::executorHookStats();
+    return py::dict(py::arg("pre_runs") = s.pre_runs, py::arg("post_runs") = s.post_runs,
+                    py::arg("rewrites") = s.rewrites);
+  });
+  m.def("reset_executor_hook_stats", &memslim::resetExecutorHookStats);
   m.def("list_passes", []() {
     std::vector<std::string> out;
     for (const auto& p : memslim::registered_passes()) out.push_back(p.flag);
