@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include <cmath>
 #include <map>
@@ -200,7 +201,9 @@ std::optional<Match> recognise(Value* x, Value* g, double scale) {
 
 void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
   std::vector<Node*> roots;
-  for (Node* n : g->nodes())
+  std::shared_ptr<torch::jit::Graph> gm = g;
+  torch::jit::DepthFirstGraphNodeIterator it(gm);  // every block
+  for (Node* n = it.next(); n; n = it.next())
     if ((is(n, "aten::mul") || is(n, "aten::div")) && n->inputs().size() == 2) roots.push_back(n);
   // Outermost products first (reverse order): an inner mul of a matched
   // expression is then dead and never matched on its own.

@@ -6,6 +6,9 @@
 #include <torch/csrc/jit/passes/shape_analysis.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <torch/csrc/jit/runtime/graph_iterator.h>
+#include <torch/library.h>
+
 #include <unordered_map>
 
 namespace memslim {
@@ -15,47 +18,77 @@ using torch::jit::Module;
 using torch::jit::Node;
 using torch::jit::Value;
 
+namespace {
+// The recording run's sink: memslim::_record_type writes each recorded
+// tensor's complete type into slot `id`. Thread-local: one recording per thread.
+thread_local std::vector<c10::TypePtr>* g_record_sink = nullptr;
+} // namespace
+
 void record_shapes(const std::shared_ptr<Graph>& graph, const std::vector<c10::IValue>& inputs) {
   TORCH_CHECK(graph->inputs().size() == inputs.size(), "the graph takes ", graph->inputs().size(),
               " inputs, got ", inputs.size());
-  // Recording run: a copy of the graph that also returns every tensor a
-  // top-level node produces, interpreted once without grad on the inputs.
-  // Node order is preserved by Graph::copy, so values pair up in order.
+  // Recording run: a copy of the graph in which every tensor a node produces
+  // (in any block: branches and loop bodies included) is passed to
+  // memslim::_record_type right after it is made; the copy is interpreted once
+  // without grad. Graph::copy keeps the structure, so a depth-first walk of
+  // both graphs pairs the values up. Values in branches that did not run keep
+  // their generic type (and their sites are priced "unknown shape").
   std::shared_ptr<Graph> rec = graph->copy();
   std::vector<Value*> recorded;
-  auto o = graph->nodes().begin();
-  auto c = rec->nodes().begin();
-  for (; o != graph->nodes().end() && c != rec->nodes().end(); ++o, ++c) {
-    TORCH_INTERNAL_ASSERT(o->kind() == c->kind(), "graph copy changed node order");
-    for (size_t i = 0; i < o->outputs().size(); ++i) {
-      if (!o->output(i)->type()->cast<c10::TensorType>()) continue;
-      recorded.push_back(o->output(i));
-      rec->registerOutput(c->output(i));
+  std::vector<std::pair<Node*, Value*>> probes;  // (node in copy, its output to record)
+  {
+    std::shared_ptr<Graph> g_mut = graph;
+    torch::jit::DepthFirstGraphNodeIterator o(g_mut);
+    torch::jit::DepthFirstGraphNodeIterator c(rec);
+    for (Node *on = o.next(), *cn = c.next(); on && cn; on = o.next(), cn = c.next()) {
+      TORCH_INTERNAL_ASSERT(on->kind() == cn->kind(), "graph copy changed node order");
+      for (size_t i = 0; i < on->outputs().size(); ++i) {
+        if (!on->output(i)->type()->cast<c10::TensorType>()) continue;
+        recorded.push_back(on->output(i));
+        probes.emplace_back(cn, cn->output(i));
+      }
     }
   }
+  const c10::Symbol record = c10::Symbol::fromQualString("memslim::_record_type");
+  for (size_t id = 0; id < probes.size(); ++id) {
+    auto [node, value] = probes[id];
+    torch::jit::WithInsertPoint guard(node->next());
+    rec->insertNode(rec->create(record, {value, rec->insertConstant(int64_t(id))}, 0));
+  }
+  std::vector<c10::TypePtr> sink(recorded.size());
   torch::jit::Stack stack(inputs.begin(), inputs.end());
   {
     at::NoGradGuard no_grad;
-    torch::jit::Code code(rec, "memslim_shape_recording");
-    torch::jit::InterpreterState(code).run(stack);
+    g_record_sink = &sink;
+    try {
+      torch::jit::Code code(rec, "memslim_shape_recording");
+      torch::jit::InterpreterState(code).run(stack);
+    } catch (...) {
+      g_record_sink = nullptr;
+      throw;
+    }
+    g_record_sink = nullptr;
   }
-  // Outputs: the graph's own, then the recorded ones.
-  const size_t first = stack.size() - recorded.size();
-  for (size_t i = 0; i < recorded.size(); ++i) {
-    const c10::IValue& v = stack[first + i];
-    if (v.isTensor()) recorded[i]->setType(c10::TensorType::create(v.toTensor()));
-  }
+  for (size_t i = 0; i < recorded.size(); ++i)
+    if (sink[i]) recorded[i]->setType(sink[i]);
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].isTensor()) graph->inputs()[i]->setType(c10::TensorType::create(inputs[i].toTensor()));
 }
 
 void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
                       const std::vector<at::Tensor>& example_inputs) {
-  TORCH_CHECK(graph->inputs().size() == example_inputs.size() + 1,
-              "memslim.optimize: forward takes ", graph->inputs().size() - 1,
+  const size_t want = graph->inputs().size() - 1;
+  TORCH_CHECK(example_inputs.size() <= want, "memslim.optimize: forward takes ", want,
               " inputs, got ", example_inputs.size(), " example inputs");
   std::vector<c10::IValue> inputs{module._ivalue()};
   for (const auto& t : example_inputs) inputs.emplace_back(t);
+  // Trailing optional arguments (masks and the like) not given: None.
+  for (size_t i = example_inputs.size() + 1; i < graph->inputs().size(); ++i) {
+    TORCH_CHECK(graph->inputs()[i]->type()->kind() == c10::TypeKind::OptionalType,
+                "memslim.optimize: forward takes ", want, " inputs, got ", example_inputs.size(),
+                " example inputs");
+    inputs.emplace_back();
+  }
   record_shapes(graph, inputs);
 }
 
@@ -97,3 +130,14 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
 }
 
 } // namespace memslim
+
+// The recording run's probe (not a user op; see record_shapes).
+TORCH_LIBRARY_FRAGMENT(memslim, m) {
+  // `Any`: values typed Tensor can be Uninitialized at run time (the paths
+  // TorchScript builds for early returns); those are not recorded.
+  m.def("_record_type(Any t, int id) -> ()", [](const c10::IValue& t, int64_t id) {
+    if (t.isTensor() && memslim::g_record_sink && id >= 0 &&
+        size_t(id) < memslim::g_record_sink->size())
+      (*memslim::g_record_sink)[size_t(id)] = c10::TensorType::create(t.toTensor());
+  });
+}

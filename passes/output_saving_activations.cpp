@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include <sstream>
 
@@ -48,13 +49,27 @@ int64_t kept_bytes(Keeps k, bool x_kept_elsewhere, bool y_kept_elsewhere, int64_
   return 0;
 }
 
-// The first node after `n` (same block) that writes any of `vs` or an alias of
-// them. Writes before `n` are harmless: the activation reads the final value.
-const Node* later_writer(torch::jit::AliasDb& alias, Node* n, const std::vector<Value*>& vs) {
+// The first node after `n` in program order (any block) that writes any of
+// `vs` or an alias of them. Writes before `n` are harmless: the activation
+// reads the final value. Conservative across blocks: a writer in a sibling
+// branch counts as later.
+const Node* later_writer(const std::shared_ptr<torch::jit::Graph>& g, torch::jit::AliasDb& alias,
+                         Node* n, const std::vector<Value*>& vs) {
   torch::jit::ValueSet set(vs.begin(), vs.end());
-  for (Node* m = n->next(); m != n->owningBlock()->return_node(); m = m->next())
-    if (alias.writesToAlias(m, set)) return m;
+  std::shared_ptr<torch::jit::Graph> gm = g;
+  torch::jit::DepthFirstGraphNodeIterator it(gm);
+  bool after = false;
+  for (Node* m = it.next(); m; m = it.next()) {
+    if (m == n) { after = true; continue; }
+    if (after && alias.writesToAlias(m, set)) return m;
+  }
   return nullptr;
+}
+
+bool inside_loop(const Node* n) {
+  for (const torch::jit::Block* b = n->owningBlock(); b->owningNode(); b = b->owningNode()->owningBlock())
+    if (b->owningNode()->kind() == c10::prim::Loop) return true;
+  return false;
 }
 
 std::string at(const Node* n) { return n->kind().toQualString() + std::string(" at %") + n->output()->debugName(); }
@@ -63,9 +78,13 @@ std::string at(const Node* n) { return n->kind().toQualString() + std::string(" 
 
 void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
   std::vector<Node*> sites;
-  for (Node* n : g->nodes()) {  // top-level block; nested blocks are left alone
-    auto info = activation_info(n->kind());
-    if (info && n->kind() == info->aten) sites.push_back(n);
+  {
+    std::shared_ptr<torch::jit::Graph> gm = g;
+    torch::jit::DepthFirstGraphNodeIterator it(gm);  // every block: If branches too
+    for (Node* n = it.next(); n; n = it.next()) {
+      auto info = activation_info(n->kind());
+      if (info && n->kind() == info->aten) sites.push_back(n);
+    }
   }
   if (sites.empty()) return;
   torch::jit::AliasDb alias(g);
@@ -77,7 +96,11 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
       ctx.remarks.add(kPass, "kept " + at(n) + ": aten already keeps only the output");
       continue;
     }
-    if (const Node* w = later_writer(alias, n, {x, y})) {
+    if (inside_loop(n)) {
+      ctx.remarks.add(kPass, "kept " + at(n) + ": inside a loop (not analysed)");
+      continue;
+    }
+    if (const Node* w = later_writer(g, alias, n, {x, y})) {
       ctx.remarks.add(kPass, "kept " + at(n) + ": " + w->kind().toQualString() +
                                  " later writes its input or output in place");
       continue;

@@ -13,6 +13,9 @@ const std::vector<PassInfo>& registered_passes() {
        "hand-written activation formulas (x*sigmoid(x), the erf/tanh GELU, mish, hardswish) "
        "become the named aten op",
        run_canonicalize_activations},
+      {"fuse-activation-dropout",
+       "dropout(act(x)) in training becomes one memslim op keeping output + 2 bits/element",
+       run_fuse_activation_dropout},
       {"output-saving-activations",
        "activations whose backward can use their output become memslim:: ops when that frees "
        "memory",
@@ -32,6 +35,10 @@ const std::vector<PipelineInfo>& registered_pipelines() {
            // Drop the formulas' now-dead intermediates before pricing: otherwise the
            // saved-tensor analysis still sees them as consumers.
            "cleanup",
+           // Before output-saving: an activation followed by dropout frees memory only
+           // when fused with it (dropout keeps float noise; the next layer keeps
+           // dropout's output, not the activation's).
+           "fuse-activation-dropout",
            // Output-saving: swaps each activation whose output a consumer keeps anyway.
            "output-saving-activations",
            // Last: drop what the rewrites left dead and check the graph is well formed.

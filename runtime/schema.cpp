@@ -38,6 +38,14 @@ TORCH_LIBRARY(memslim, m) {
   // ReLU, mask-only form: saves 1 bit, for when nobody else saves its output.
   m.def("relu(Tensor self) -> Tensor");
 
+  // dropout(act(x), p, train) as one op (what fuse-activation-dropout emits). `act`
+  // and `params` as in activation_forward. Keeps the output (which the next layer
+  // keeps anyway) plus 1 bit/element of dropout mask and the activation's bit and
+  // exact list, instead of aten's activation input and float dropout noise. The
+  // mask comes from the same RNG calls aten's dropout makes, so a seeded run
+  // reproduces aten's values exactly.
+  m.def("activation_dropout(Tensor self, str act, float[] params, float p, bool train) -> Tensor");
+
   // Internal: the forward that also produces what backward needs. `act` is a
   // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),
   // `params` its parameters. Returns (out, packed bits, exact-list indices

@@ -134,3 +134,43 @@ def test_meta_tensors(name):
     assert y.device.type == "meta" and y.shape == x.shape and y.requires_grad
     y.sum().backward()
     assert x.grad.shape == x.shape
+
+
+@pytest.mark.parametrize("act,aten,params", [
+    ("gelu", lambda t: torch.nn.functional.gelu(t), []),
+    ("gelu_tanh", lambda t: torch.nn.functional.gelu(t, approximate="tanh"), []),
+    ("silu", torch.nn.functional.silu, []),
+    ("elu", torch.nn.functional.elu, [1.0, 1.0, 1.0]),
+    ("sigmoid", torch.sigmoid, []),
+])
+def test_activation_dropout_matches_aten_pair(act, aten, params):
+    x = torch.randn(64, 256, requires_grad=True)
+    g = torch.randn(64, 256)
+    torch.manual_seed(5)
+    y1, g1 = grads(lambda t: M.activation_dropout(t, act, params, 0.1, True), x, g)
+    torch.manual_seed(5)
+    y2, g2 = grads(lambda t: torch.nn.functional.dropout(aten(t), 0.1, True), x, g)
+    torch.testing.assert_close(y1, y2, rtol=1e-5, atol=2e-6)  # same dropout mask, same values
+    assert float((g1 - g2).abs().max()) <= 1e-4 * float(g.abs().max())
+    lin = torch.nn.Linear(256, 256)
+    # Saved bytes beside a consumer that keeps the output: output + 2 bits (+ exact list)
+    # against aten's input + float noise.
+    ours = memslim.saved_bytes(lambda t: lin(M.activation_dropout(t, act, params, 0.1, True)), x)
+    ref = memslim.saved_bytes(lambda t: lin(torch.nn.functional.dropout(aten(t), 0.1, True)), x)
+    w = lin.weight.numel() * 4  # the lambda is not a module: its weight counts in both
+    n = x.numel()
+    assert ref - w >= 3 * 4 * n - 4 * n  # input + noise (+ output kept by the linear)
+    assert ours - w <= 4 * n + 2 * (n // 8) + 4 * n // 100
+
+
+def test_activation_dropout_eval_and_no_grad():
+    x = torch.randn(32, 16)
+    torch.testing.assert_close(M.activation_dropout(x, "gelu", [], 0.5, False), torch.nn.functional.gelu(x))
+    with torch.no_grad():
+        torch.manual_seed(3)
+        a = M.activation_dropout(x, "gelu", [], 0.5, True)
+        torch.manual_seed(3)
+        b = torch.nn.functional.dropout(torch.nn.functional.gelu(x), 0.5, True)
+    torch.testing.assert_close(a, b)
+    with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1"):
+        M.activation_dropout(x, "gelu", [], 1.5, True)

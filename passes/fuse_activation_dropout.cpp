@@ -1,0 +1,148 @@
+//===- fuse_activation_dropout.cpp - dropout(act(x)) -> one memslim op ------===//
+//
+// What: aten::dropout(act(x), p, train) with act in gelu, silu, mish,
+// hardswish, softplus, elu, celu, selu, sigmoid, tanh (and act's output used
+// by nothing else) becomes memslim::activation_dropout(x, act, params, p,
+// train), which keeps its output plus 2 bits per element (dropout mask and the
+// activation's branch) instead of the activation's input and dropout's float
+// noise.
+// Why: nn.TransformerEncoderLayer puts dropout between GELU and linear2, so
+// output-saving GELU alone frees nothing there: dropout keeps its noise, and
+// linear2 keeps dropout's output, not GELU's.
+// Cost: aten keeps x (unless another consumer does) + the noise (one element
+// each); memslim keeps the output (unless its consumer does) + n/4 bytes.
+// Runs before output-saving-activations, which would otherwise take the GELU.
+//
+//===----------------------------------------------------------------------===//
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
+
+#include <sstream>
+
+#include "memslim/passes/activation_table.h"
+#include "memslim/passes/pass.h"
+#include "memslim/passes/saved_tensor_analysis.h"
+
+namespace memslim {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+namespace {
+
+constexpr const char* kPass = "fuse-activation-dropout";
+
+std::optional<double> num(Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  if (!iv) return std::nullopt;
+  if (iv->isDouble()) return iv->toDouble();
+  if (iv->isInt()) return double(iv->toInt());
+  return std::nullopt;
+}
+
+// The kernel activation name and parameters of an aten activation node, when
+// its arguments are constants (activation_dropout takes them as constants).
+std::optional<std::pair<std::string, std::vector<double>>> kernel_act(Node* n) {
+  const std::string k = n->kind().toUnqualString();
+  if (k == "gelu") {
+    auto iv = torch::jit::toIValue(n->input(1));
+    if (!iv || !iv->isString()) return std::nullopt;
+    if (iv->toStringRef() == "none") return std::make_pair(std::string("gelu"), std::vector<double>{});
+    if (iv->toStringRef() == "tanh") return std::make_pair(std::string("gelu_tanh"), std::vector<double>{});
+    return std::nullopt;
+  }
+  if (k == "silu" || k == "mish" || k == "hardswish" || k == "sigmoid" || k == "tanh")
+    return std::make_pair(k, std::vector<double>{});
+  if (k == "softplus") {
+    auto b = num(n->input(1)), t = num(n->input(2));
+    if (!b || !t) return std::nullopt;
+    return std::make_pair(k, std::vector<double>{*b, *t});
+  }
+  if (k == "elu") {
+    auto a = num(n->input(1)), s = num(n->input(2)), i = num(n->input(3));
+    if (!a || !s || !i) return std::nullopt;
+    return std::make_pair(k, std::vector<double>{*a, *s, *i});
+  }
+  if (k == "celu") {
+    auto a = num(n->input(1));
+    if (!a || *a == 0) return std::nullopt;
+    return std::make_pair(std::string("elu"), std::vector<double>{*a, 1.0, 1.0 / *a});
+  }
+  if (k == "selu")
+    return std::make_pair(std::string("elu"),
+                          std::vector<double>{1.6732632423543772848170429916717,
+                                              1.0507009873554804934193349852946, 1.0});
+  return std::nullopt;
+}
+
+std::string at(const Node* n) {
+  return n->kind().toQualString() + std::string(" at %") + n->output()->debugName();
+}
+
+} // namespace
+
+void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
+  const c10::Symbol dropout = c10::Symbol::fromQualString("aten::dropout");
+  std::vector<Node*> sites;
+  {
+    std::shared_ptr<torch::jit::Graph> gm = g;
+    torch::jit::DepthFirstGraphNodeIterator it(gm);
+    for (Node* n = it.next(); n; n = it.next()) {
+      if (n->kind() != dropout) continue;
+      Node* a = n->input(0)->node();
+      auto info = activation_info(a->kind());
+      if (info && a->kind() == info->aten && info->memslim_keeps != Keeps::Bits) sites.push_back(n);
+    }
+  }
+  if (sites.empty()) return;
+  for (Node* d : sites) {
+    Node* a = d->input(0)->node();
+    Value* x = a->input(0);
+    Value* out = d->output();
+    if (a->output()->uses().size() != 1) {
+      ctx.remarks.add(kPass, "kept " + at(a) + " + aten::dropout: the activation's output has other uses");
+      continue;
+    }
+    auto kact = kernel_act(a);
+    if (!kact) {
+      ctx.remarks.add(kPass, "kept " + at(a) + " + aten::dropout: non-constant activation arguments");
+      continue;
+    }
+    const auto xb = SavedTensorAnalysis::bytes(x), ob = SavedTensorAnalysis::bytes(out);
+    const auto n_el = SavedTensorAnalysis::numel(out);
+    if (!xb || !ob || !n_el) {
+      ctx.remarks.add(kPass, "kept " + at(a) + " + aten::dropout: unknown shape (give input shapes)");
+      continue;
+    }
+    std::string x_by;
+    const bool x_else = SavedTensorAnalysis::kept_by_other(x, a, &x_by);
+    const bool out_else = SavedTensorAnalysis::kept_by_other(out, d);
+    const int64_t aten_keeps = (x_else ? 0 : *xb) + *ob;  // input + noise (same size as out)
+    const int64_t ours = (out_else ? 0 : *ob) + 2 * ((*n_el + 7) / 8);
+    const int64_t freed = aten_keeps - ours;
+    if (freed < ctx.policy.min_bytes) {
+      std::ostringstream why;
+      why << "kept " << at(a) << " + aten::dropout: frees " << freed << " B";
+      ctx.remarks.add(kPass, why.str());
+      continue;
+    }
+    torch::jit::WithInsertPoint guard(d);
+    Value* act_name = g->insertConstant(kact->first);
+    Value* params = g->insertConstant(c10::IValue(kact->second));
+    Node* f = g->insertNode(g->create(c10::Symbol::fromQualString("memslim::activation_dropout"),
+                                      {x, act_name, params, d->input(1), d->input(2)}, 1));
+    f->output()->setType(out->type());
+    f->output()->copyMetadata(out);
+    out->replaceAllUsesWith(f->output());
+    std::ostringstream why;
+    why << "rewrote " << a->kind().toQualString() << " + aten::dropout at %" << f->output()->debugName()
+        << ": keeps output + 2 bits instead of " << (x_else ? "" : "input + ")
+        << "dropout noise, frees " << freed << " B (" << aten_keeps << " -> " << ours << ")";
+    ctx.remarks.add(kPass, why.str());
+    d->destroy();
+    a->destroy();
+  }
+}
+
+} // namespace memslim

@@ -1,0 +1,157 @@
+//===- activation_dropout.cpp - dropout(act(x)) that keeps output + bits ----===//
+//
+// What: memslim::activation_dropout. Forward = the activation (memslim's
+// saving forward), then dropout exactly as aten does it on this device (CPU:
+// noise = empty_like(y).bernoulli_(1-p).div_(1-p), out = y * noise; CUDA:
+// native_dropout), so the same seed gives the same values as aten's pair.
+// Saved: out (shared with the next layer), the dropout keep-mask as packed
+// bits (memory order), and the activation's bits and exact list. Backward:
+// grad * noise (rebuilt from the bits), then the activation's backward at
+// y = out / scale (kept elements; dropped ones get zero gradient anyway).
+// Why: in nn.TransformerEncoderLayer dropout sits between GELU and linear2, so
+// swapping GELU alone frees nothing (dropout keeps float noise, GELU its input).
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/Functions.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "memslim/activation_ops.h"
+
+namespace memslim {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// A dense tensor's elements in memory order, as a 1-D view.
+at::Tensor memory_order(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(t.is_non_overlapping_and_dense());
+  return t.as_strided({t.numel()}, {1}, t.storage_offset());
+}
+
+at::Tensor pack_bits(const at::Tensor& keep_flat) {  // bool [n] -> uint8 [ceil(n/8)]
+  const int64_t n = keep_flat.numel(), ng = (n + 7) / 8;
+  at::Tensor padded = at::zeros({ng * 8}, keep_flat.options().dtype(at::kByte));
+  padded.narrow(0, 0, n).copy_(keep_flat);
+  at::Tensor weights = at::pow(2, at::arange(8, keep_flat.options().dtype(at::kInt))).to(at::kByte);
+  return padded.view({ng, 8}).mul(weights).sum(1, false, at::kByte);
+}
+
+at::Tensor unpack_bits(const at::Tensor& bits, int64_t n) {  // uint8 -> uint8 0/1 [n]
+  at::Tensor shifts = at::arange(8, bits.options());
+  return bits.unsqueeze(1).bitwise_right_shift(shifts).bitwise_and(1).flatten().narrow(0, 0, n);
+}
+
+using ForwardOp = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, c10::string_view, at::ArrayRef<double>, bool);
+using BackwardOp = at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&,
+                              const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                              c10::string_view, at::ArrayRef<double>);
+
+struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDropoutFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const ActSpec& spec, double p) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static const auto fwd = c10::Dispatcher::singleton()
+                                .findSchemaOrThrow("memslim::activation_forward", "")
+                                .typed<ForwardOp>();
+    auto [y, bits, idx, val] = fwd.call(x, spec.act, spec.params, /*save=*/true);
+    at::Tensor out, keep;
+    if (y.is_cuda()) {
+      auto r = at::native_dropout(y, p, true);
+      out = std::get<0>(r);
+      keep = std::get<1>(r);
+    } else {
+      at::Tensor noise = at::empty_like(y).bernoulli_(1 - p);
+      noise.div_(1 - p);
+      out = y.mul(noise);
+      keep = noise.ne(0);
+    }
+    const kernels::SaveKind kind = kernels::save_kind(act_from_name(spec.act));
+    const bool exact = kind == kernels::SaveKind::OutputBitsExact;
+    ctx->save_for_backward({out, bits.numel() ? bits : at::Tensor(), exact ? idx : at::Tensor(),
+                            exact ? val : at::Tensor(), pack_bits(memory_order(keep))});
+    ctx->saved_data["act"] = spec.act;
+    ctx->saved_data["params"] = spec.params;
+    ctx->saved_data["p"] = p;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "memslim::activation_dropout: double backward is not supported");
+    at::Tensor g = grads[0];
+    if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& out = saved[0];
+    const std::string act = ctx->saved_data["act"].toStringRef();
+    const std::vector<double> params = ctx->saved_data["params"].toDoubleVector();
+    const double p = ctx->saved_data["p"].toDouble();
+    if (g.strides() != out.strides())
+      g = at::empty_strided(out.sizes(), out.strides(), g.options()).copy_(g);
+    // noise = keep * (1 / (1 - p)), computed as aten computes its scale.
+    const at::Tensor scale = at::ones({}, out.options()).div_(1 - p);
+    at::Tensor noise = at::empty_like(out);
+    memory_order(noise).copy_(unpack_bits(saved[4], out.numel()));
+    noise.mul_(scale);
+    const at::Tensor gm = g.mul(noise);
+    const at::Tensor y = out.div(scale);
+    auto empty = [&](const at::Tensor& t, at::ScalarType st) {
+      return t.defined() ? t : at::empty({0}, g.options().dtype(st));
+    };
+    static const auto bwd = c10::Dispatcher::singleton()
+                                .findSchemaOrThrow("memslim::activation_backward", "")
+                                .typed<BackwardOp>();
+    std::optional<at::Tensor> yopt = y;
+    at::Tensor gi = bwd.call(gm, yopt, empty(saved[1], at::kByte), empty(saved[2], at::kInt),
+                             empty(saved[3], g.scalar_type()), act, params);
+    return {gi, at::Tensor(), at::Tensor()};
+  }
+};
+
+ActSpec spec_from(c10::string_view act, at::ArrayRef<double> params) {
+  const std::string a(act);
+  act_from_name(a);  // validates
+  return {"activation_dropout", a, params.vec()};
+}
+
+at::Tensor activation_dropout_autograd(const at::Tensor& x, c10::string_view act,
+                                       at::ArrayRef<double> params, double p, bool train) {
+  TORCH_CHECK(p >= 0 && p <= 1, "memslim::activation_dropout: dropout probability has to be "
+              "between 0 and 1, but got ", p);
+  const ActSpec spec = spec_from(act, params);
+  const kernels::SaveKind kind = kernels::save_kind(act_from_name(spec.act));
+  TORCH_CHECK(kind != kernels::SaveKind::Mask, "memslim::activation_dropout: '", spec.act,
+              "' keeps only a mask; it needs no fusion with dropout");
+  if (!train || p == 0 || x.numel() == 0) return activation_with_autograd(x, spec);
+  if (p == 1) return activation_with_autograd(x, spec).mul(at::zeros({}, x.options()));
+  if (at::GradMode::is_enabled() && x.requires_grad())
+    return ActivationDropoutFunction::apply(x, spec, p);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return at::dropout(activation_with_autograd(x, spec), p, train);
+}
+
+at::Tensor activation_dropout_meta(const at::Tensor& x, c10::string_view act,
+                                   at::ArrayRef<double>, double, bool) {
+  check_dtype(x, std::string(act));
+  return at::empty_like(x);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
+  m.impl("activation_dropout", TORCH_FN(activation_dropout_autograd));
+}
+// Below autograd (inference_mode) the same composition runs per device.
+TORCH_LIBRARY_IMPL(memslim, CompositeExplicitAutograd, m) {
+  m.impl("activation_dropout", [](const at::Tensor& x, c10::string_view act,
+                                  at::ArrayRef<double> params, double p, bool train) {
+    return at::dropout(activation_with_autograd(x, spec_from(act, params)), p, train);
+  });
+}
+TORCH_LIBRARY_IMPL(memslim, Meta, m) {
+  m.impl("activation_dropout", TORCH_FN(activation_dropout_meta));
+}
+
+} // namespace memslim
