@@ -219,13 +219,12 @@ void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, P
       Value* other = p.factors[1 - i];
       auto m = recognise(x, other, p.scale);
       if (!m) continue;
-      torch::jit::WithInsertPoint guard(root);
       std::vector<Value*> args{x};
-      if (m->approximate) args.push_back(g->insertConstant(std::string(m->approximate)));
-      Node* act = g->insertNode(g->create(c10::Symbol::fromQualString(m->op), args, 1));
-      act->output()->setType(root->output()->type());
-      act->output()->copyMetadata(root->output());
-      root->output()->replaceAllUsesWith(act->output());
+      if (m->approximate) {
+        torch::jit::WithInsertPoint guard(root);
+        args.push_back(g->insertConstant(std::string(m->approximate)));
+      }
+      Node* act = replace_output(*g, root, root->output(), c10::Symbol::fromQualString(m->op), args);
       ctx.remarks.add(kPass, std::string(m->form) + " at %" + act->output()->debugName() + " -> " +
                                  m->op + (m->approximate ? std::string("(\"") + m->approximate + "\")" : ""));
       destroyed.insert(root);

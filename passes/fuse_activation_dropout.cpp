@@ -20,6 +20,7 @@
 
 #include <sstream>
 
+#include "memslim/activation_spec.h"
 #include "memslim/passes/activation_table.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/saved_tensor_analysis.h"
@@ -33,46 +34,33 @@ namespace {
 
 constexpr const char* kPass = "fuse-activation-dropout";
 
-std::optional<double> num(Value* v) {
-  auto iv = torch::jit::toIValue(v);
-  if (!iv) return std::nullopt;
-  if (iv->isDouble()) return iv->toDouble();
-  if (iv->isInt()) return double(iv->toInt());
-  return std::nullopt;
-}
-
-// The kernel activation name and parameters of an aten activation node, when
-// its arguments are constants (activation_dropout takes them as constants).
-std::optional<std::pair<std::string, std::vector<double>>> kernel_act(Node* n) {
+// The kernel activation and parameters of an aten activation node when its
+// arguments are constants (activation_dropout takes them as constants): the
+// runtime's own spec functions, so celu/selu/gelu map exactly as the ops do.
+std::optional<ActSpec> kernel_act(Node* n) {
   const std::string k = n->kind().toUnqualString();
-  if (k == "gelu") {
-    auto iv = torch::jit::toIValue(n->input(1));
-    if (!iv || !iv->isString()) return std::nullopt;
-    if (iv->toStringRef() == "none") return std::make_pair(std::string("gelu"), std::vector<double>{});
-    if (iv->toStringRef() == "tanh") return std::make_pair(std::string("gelu_tanh"), std::vector<double>{});
-    return std::nullopt;
+  auto consts = [&](size_t from) {
+    std::vector<c10::IValue> v;
+    for (size_t i = from; i < n->inputs().size(); ++i) {
+      auto iv = torch::jit::toIValue(n->input(i));
+      if (!iv) return std::optional<std::vector<c10::IValue>>();
+      v.push_back(*iv);
+    }
+    return std::optional<std::vector<c10::IValue>>(v);
+  };
+  auto c = consts(1);
+  if (!c) return std::nullopt;
+  try {
+    if (k == "gelu") return spec_gelu((*c)[0].toStringRef());
+    if (k == "softplus") return spec_softplus((*c)[0].toScalar(), (*c)[1].toScalar());
+    if (k == "elu") return spec_elu((*c)[0].toScalar(), (*c)[1].toScalar(), (*c)[2].toScalar());
+    if (k == "celu") return spec_celu((*c)[0].toScalar());
+    if (k == "selu") return spec_selu();
+    if (k == "silu" || k == "mish" || k == "hardswish" || k == "sigmoid" || k == "tanh")
+      return spec_simple(k);
+  } catch (const c10::Error&) {
+    return std::nullopt;  // e.g. celu(alpha=0): left to aten's own error
   }
-  if (k == "silu" || k == "mish" || k == "hardswish" || k == "sigmoid" || k == "tanh")
-    return std::make_pair(k, std::vector<double>{});
-  if (k == "softplus") {
-    auto b = num(n->input(1)), t = num(n->input(2));
-    if (!b || !t) return std::nullopt;
-    return std::make_pair(k, std::vector<double>{*b, *t});
-  }
-  if (k == "elu") {
-    auto a = num(n->input(1)), s = num(n->input(2)), i = num(n->input(3));
-    if (!a || !s || !i) return std::nullopt;
-    return std::make_pair(k, std::vector<double>{*a, *s, *i});
-  }
-  if (k == "celu") {
-    auto a = num(n->input(1));
-    if (!a || *a == 0) return std::nullopt;
-    return std::make_pair(std::string("elu"), std::vector<double>{*a, 1.0, 1.0 / *a});
-  }
-  if (k == "selu")
-    return std::make_pair(std::string("elu"),
-                          std::vector<double>{1.6732632423543772848170429916717,
-                                              1.0507009873554804934193349852946, 1.0});
   return std::nullopt;
 }
 
@@ -127,14 +115,14 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
       ctx.remarks.add(kPass, why.str());
       continue;
     }
-    torch::jit::WithInsertPoint guard(d);
-    Value* act_name = g->insertConstant(kact->first);
-    Value* params = g->insertConstant(c10::IValue(kact->second));
-    Node* f = g->insertNode(g->create(c10::Symbol::fromQualString("memslim::activation_dropout"),
-                                      {x, act_name, params, d->input(1), d->input(2)}, 1));
-    f->output()->setType(out->type());
-    f->output()->copyMetadata(out);
-    out->replaceAllUsesWith(f->output());
+    Value *act_name, *params;
+    {
+      torch::jit::WithInsertPoint guard(d);
+      act_name = g->insertConstant(kact->act);
+      params = g->insertConstant(c10::IValue(kact->params));
+    }
+    Node* f = replace_output(*g, d, out, c10::Symbol::fromQualString("memslim::activation_dropout"),
+                             {x, act_name, params, d->input(1), d->input(2)});
     std::ostringstream why;
     why << "rewrote " << a->kind().toQualString() << " + aten::dropout at %" << f->output()->debugName()
         << ": keeps output + 2 bits instead of " << (x_else ? "" : "input + ")

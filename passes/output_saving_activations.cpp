@@ -130,12 +130,7 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
       ctx.remarks.add(kPass, why.str());
       continue;
     }
-    torch::jit::WithInsertPoint guard(n);
-    Node* m = g->create(info.memslim, n->inputs(), 1);
-    m->insertBefore(n);
-    m->output()->setType(y->type());
-    m->output()->copyMetadata(y);
-    y->replaceAllUsesWith(m->output());
+    Node* m = replace_output(*g, n, y, info.memslim, n->inputs());
     n->destroy();
     why << "rewrote " << info.aten.toQualString() << " at %" << m->output()->debugName()
         << ": keeps " << keeps_name(info.memslim_keeps) << " instead of "

@@ -3,6 +3,17 @@
 
 namespace memslim {
 
+torch::jit::Node* replace_output(torch::jit::Graph& g, torch::jit::Node* old,
+                                 torch::jit::Value* old_output, c10::Symbol kind,
+                                 at::ArrayRef<torch::jit::Value*> inputs) {
+  torch::jit::WithInsertPoint guard(old);
+  torch::jit::Node* n = g.insertNode(g.create(kind, inputs, 1));
+  n->output()->setType(old_output->type());
+  n->output()->copyMetadata(old_output);
+  old_output->replaceAllUsesWith(n->output());
+  return n;
+}
+
 void Remarks::add(const std::string& pass, const std::string& text) {
   lines_.push_back("remark: " + pass + ": " + text);
 }

@@ -54,6 +54,13 @@ const std::vector<PipelineInfo>& registered_pipelines();
 const PassInfo* find_pass(const std::string& flag);
 const PipelineInfo* find_pipeline(const std::string& name);
 
+// Inserts `kind(inputs)` before `old` (one output, `old_output`'s type and
+// metadata), redirects every use of `old_output` to it, and returns the new node.
+// Shared by the rewriting passes; destroying `old` is left to the caller.
+torch::jit::Node* replace_output(torch::jit::Graph& g, torch::jit::Node* old,
+                                 torch::jit::Value* old_output, c10::Symbol kind,
+                                 at::ArrayRef<torch::jit::Value*> inputs);
+
 // The passes (one file each).
 void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
