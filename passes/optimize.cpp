@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <torch/csrc/jit/runtime/graph_iterator.h>
@@ -113,7 +114,15 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
     auto m = result.module.find_method(method);
     TORCH_CHECK(m, "memslim.optimize: the module has no method '", method, "'");
     std::shared_ptr<Graph> graph = m->graph();
-    torch::jit::Inline(*graph);
+    {
+      // The inliner leaves calls alone while the executor's optimisation flag
+      // is off (torch._C._set_graph_executor_optimize(False)); memslim needs
+      // the flat graph whatever that flag says.
+      const bool was = torch::jit::getGraphExecutorOptimize();
+      torch::jit::setGraphExecutorOptimize(true);
+      torch::jit::Inline(*graph);
+      torch::jit::setGraphExecutorOptimize(was);
+    }
     // F.silu / F.gelu and friends script to `if inplace: op_(x) else: op(x)`;
     // folding the constant flag leaves the plain op at top level.
     torch::jit::ConstantPropagation(graph);
