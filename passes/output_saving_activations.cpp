@@ -105,11 +105,24 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
                                  " later writes its input or output in place");
       continue;
     }
-    const auto xb = SavedTensorAnalysis::bytes(x), yb = SavedTensorAnalysis::bytes(y);
-    const auto n_el = SavedTensorAnalysis::numel(y);
-    if (!xb || !yb || !n_el) {
-      ctx.remarks.add(kPass, "kept " + at(n) + ": unknown shape (give input shapes)");
+    if (ctx.policy.max_added_work >= 0 && info.added_work > ctx.policy.max_added_work) {
+      std::ostringstream why;
+      why << "kept " << at(n) << ": adds ~" << info.added_work
+          << " evaluations per element, above the maximum " << ctx.policy.max_added_work;
+      ctx.remarks.add(kPass, why.str());
       continue;
+    }
+    auto xb = SavedTensorAnalysis::bytes(x), yb = SavedTensorAnalysis::bytes(y);
+    auto n_el = SavedTensorAnalysis::numel(y);
+    bool assumed = false;
+    if (!xb || !yb || !n_el) {
+      if (ctx.policy.assume_numel <= 0) {
+        ctx.remarks.add(kPass, "kept " + at(n) + ": unknown shape (give input shapes)");
+        continue;
+      }
+      n_el = ctx.policy.assume_numel;
+      xb = yb = 4 * ctx.policy.assume_numel;
+      assumed = true;
     }
     std::string x_by, y_by;
     const bool x_else = SavedTensorAnalysis::kept_by_other(x, n, &x_by);
@@ -135,7 +148,7 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
     why << "rewrote " << info.aten.toQualString() << " at %" << m->output()->debugName()
         << ": keeps " << keeps_name(info.memslim_keeps) << " instead of "
         << keeps_name(info.aten_keeps) << ", frees " << p.freed() << " B (" << p.aten << " -> "
-        << p.ours << ")";
+        << p.ours << ")" << (assumed ? " with assumed shapes" : "");
     ctx.remarks.add(kPass, why.str());
   }
 }

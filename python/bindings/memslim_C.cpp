@@ -19,18 +19,22 @@ PYBIND11_MODULE(_C, m) {
       "optimize",
       [](const torch::jit::Module& module, const std::vector<std::string>& methods,
          const std::vector<std::string>& passes, const std::string& pipeline,
-         const std::vector<at::Tensor>& example_inputs, int64_t min_bytes) {
+         const std::vector<at::Tensor>& example_inputs, int64_t min_bytes, double max_added_work,
+         int64_t assume_numel) {
         memslim::OptimizeOptions o;
         o.methods = methods;
         o.passes = passes;
         o.pipeline = pipeline;
         o.example_inputs = example_inputs;
         o.policy.min_bytes = min_bytes;
+        o.policy.max_added_work = max_added_work;
+        o.policy.assume_numel = assume_numel;
         auto r = memslim::optimize(module, o);
         return py::make_tuple(r.module, r.remarks);
       },
       py::arg("module"), py::arg("methods"), py::arg("passes"), py::arg("pipeline"),
-      py::arg("example_inputs"), py::arg("min_bytes"));
+      py::arg("example_inputs"), py::arg("min_bytes"), py::arg("max_added_work"),
+      py::arg("assume_numel"));
   m.def("register_with_graph_executor", &memslim::registerWithGraphExecutor);
   m.def("unregister_from_graph_executor", &memslim::unregisterFromGraphExecutor);
   m.def("executor_hook_stats", []() {

@@ -20,12 +20,17 @@ _REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[str]]" = weakr
 
 def optimize(model, example_inputs: Optional[Sequence[torch.Tensor]] = None, *,
              passes: Optional[Iterable[str]] = None, pipeline: str = "memslim-default",
-             methods: Sequence[str] = ("forward",), min_bytes: int = 1):
+             methods: Sequence[str] = ("forward",), min_bytes: int = 1,
+             max_added_work: Optional[float] = None, assume_numel: int = 0):
     """Returns an optimized ScriptModule (savable with torch.jit.save).
 
     model: nn.Module (scripted here) or ScriptModule. example_inputs: tensors for
     forward, used only for their shapes and dtypes. passes: explicit pass flags
-    instead of `pipeline`. min_bytes: the least a rewrite must free.
+    instead of `pipeline`. Policy: min_bytes, the least a rewrite must free;
+    max_added_work, the most extra work a rewrite may add, in activation
+    evaluations per element (inverting GELU/SiLU ~2, Mish ~1, the rest <= 0.5);
+    assume_numel, price sites of unknown shape as if they had this many fp32
+    elements instead of keeping them.
     """
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
@@ -35,7 +40,9 @@ def optimize(model, example_inputs: Optional[Sequence[torch.Tensor]] = None, *,
                         f"got {type(model).__name__}")
     inputs = [t.detach() for t in (example_inputs or ())]
     cpp, remarks = _C.optimize(scripted._c, list(methods), list(passes or ()), pipeline,
-                               inputs, int(min_bytes))
+                               inputs, int(min_bytes),
+                               -1.0 if max_added_work is None else float(max_added_work),
+                               int(assume_numel))
     optimized = torch.jit._recursive.wrap_cpp_module(cpp)
     _REPORTS[optimized] = list(remarks)
     return optimized

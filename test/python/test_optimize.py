@@ -256,3 +256,15 @@ def test_transformer_prediction_matches_without_autodiff(tmp_path):
     assert r["scripted"] == r["eager"]
     assert r["scripted"] - r["memslim"] == pytest.approx(r["predicted"], rel=0.05), r
     assert r["memslim"] <= 0.85 * r["scripted"], r
+
+
+def test_policy_knobs():
+    torch.manual_seed(0)
+    m = MLP()
+    x = torch.randn(32, 64)
+    rep = memslim.report(memslim.optimize(m, (x,), max_added_work=1))
+    assert any("kept aten::gelu" in r and "above the maximum 1" in r for r in rep), rep
+    rep = memslim.report(memslim.optimize(m, (x,), min_bytes=10**9))
+    assert not any("rewrote" in r for r in rep), rep
+    rep = memslim.report(memslim.optimize(m, assume_numel=1024))
+    assert any("rewrote aten::gelu" in r and "with assumed shapes" in r for r in rep), rep

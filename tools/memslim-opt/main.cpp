@@ -33,6 +33,7 @@ struct Options {
   bool list = false, remarks = false, print_after_all = false, help = false, split = false;
   bool verify = false;
   std::vector<std::vector<int64_t>> input_shapes;
+  memslim::CostPolicy policy;
 };
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -69,6 +70,13 @@ std::vector<std::vector<int64_t>> parse_shapes(const std::string& spec) {
   return shapes;
 }
 
+double parse_number(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || d < 0) fail("bad value in '" + flag + "': expected a number >= 0");
+  return d;
+}
+
 Options parse_args(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -80,6 +88,9 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--split-input-file") o.split = true;
     else if (a == "--verify") o.verify = true;
     else if (starts_with(a, "--input-shapes=")) o.input_shapes = parse_shapes(a.substr(15));
+    else if (starts_with(a, "--min-bytes=")) o.policy.min_bytes = parse_number(a, a.substr(12));
+    else if (starts_with(a, "--max-added-work=")) o.policy.max_added_work = parse_number(a, a.substr(17));
+    else if (starts_with(a, "--assume-numel=")) o.policy.assume_numel = int64_t(parse_number(a, a.substr(15)));
     else if (starts_with(a, "--passes=")) o.passes = split(a.substr(9), ',');
     else if (starts_with(a, "--pipeline=")) o.pipeline = a.substr(11);
     else if (a == "-o") {
@@ -114,6 +125,7 @@ const char* kUsage =
     "usage: memslim-opt INPUT [-o OUT] (--passes=a,b | --pipeline=NAME) [--remarks]\n"
     "                   [--input-shapes=AxB,C] [--verify] [--print-ir-after-all]\n"
     "                   [--split-input-file] [--list-passes]\n"
+    "                   [--min-bytes=N] [--max-added-work=W] [--assume-numel=N]\n"
     "INPUT: TorchScript IR text (.ir, or - for stdin) or a TorchScript archive (.pt: every\n"
     "method is rewritten, -o writes an archive that torch.jit.load reads once memslim is\n"
     "imported). --input-shapes: fp32 shapes of the graph's (or forward's) tensor inputs, for\n"
@@ -217,6 +229,7 @@ int run_archive(const Options& o, const std::vector<std::string>& names) {
   opts.methods.clear();
   for (const auto& m : module.get_methods()) opts.methods.push_back(m.name());
   opts.passes = names;
+  opts.policy = o.policy;
   opts.example_inputs = random_inputs(o.input_shapes);
   memslim::OptimizeResult r;
   try {
@@ -322,6 +335,7 @@ int main(int argc, char** argv) {
       original = graph->copy();
     }
     memslim::PassContext ctx;
+    ctx.policy = o.policy;
     try {
       for (const auto* p : plan) {
         p->run(graph, ctx);

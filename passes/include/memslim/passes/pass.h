@@ -19,6 +19,12 @@ namespace memslim {
 
 struct CostPolicy {
   int64_t min_bytes = 1;  // a rewrite must free at least this many bytes
+  // Upper bound on a rewrite's extra work, in activation evaluations per element
+  // (e.g. inverting GELU in backward costs about 2); negative: no bound.
+  double max_added_work = -1;
+  // Price sites of unknown shape as if they had this many fp32 elements
+  // (0: keep them, the default).
+  int64_t assume_numel = 0;
 };
 
 class Remarks {
