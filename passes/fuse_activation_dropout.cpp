@@ -9,8 +9,10 @@
 // Why: nn.TransformerEncoderLayer puts dropout between GELU and linear2, so
 // output-saving GELU alone frees nothing there: dropout keeps its noise, and
 // linear2 keeps dropout's output, not GELU's.
-// Cost: aten keeps x (unless another consumer does) + the noise (one element
-// each); memslim keeps the output (unless its consumer does) + n/4 bytes.
+// Cost: aten keeps x (unless another consumer does) + dropout's noise (float,
+// in eager autograd) or mask (bool, under TorchScript's optimising executor:
+// CostPolicy::dropout_mask_bytes); memslim keeps the output (unless its
+// consumer does) + n/4 bytes.
 // Runs before output-saving-activations, which would otherwise take the GELU.
 //
 //===----------------------------------------------------------------------===//
@@ -106,7 +108,9 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
     std::string x_by;
     const bool x_else = SavedTensorAnalysis::kept_by_other(x, a, &x_by);
     const bool out_else = SavedTensorAnalysis::kept_by_other(out, d);
-    const int64_t aten_keeps = (x_else ? 0 : *xb) + *ob;  // input + noise (same size as out)
+    const CostPolicy policy = resolved(ctx.policy);
+    const int64_t noise = policy.dropout_mask_bytes > 0 ? *n_el * policy.dropout_mask_bytes : *ob;
+    const int64_t aten_keeps = (x_else ? 0 : *xb) + noise;  // input + dropout's noise or mask
     const int64_t ours = (out_else ? 0 : *ob) + 2 * ((*n_el + 7) / 8);
     const int64_t freed = aten_keeps - ours;
     if (freed < ctx.policy.min_bytes) {
@@ -126,7 +130,7 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
     std::ostringstream why;
     why << "rewrote " << a->kind().toQualString() << " + aten::dropout at %" << f->output()->debugName()
         << ": keeps output + 2 bits instead of " << (x_else ? "" : "input + ")
-        << "dropout noise, frees " << freed << " B (" << aten_keeps << " -> " << ours << ")";
+        << (policy.dropout_mask_bytes > 0 ? "dropout mask" : "dropout noise") << ", frees " << freed << " B (" << aten_keeps << " -> " << ours << ")";
     ctx.remarks.add(kPass, why.str());
     d->destroy();
     a->destroy();

@@ -1,6 +1,8 @@
 //===- pass_registry.cpp - the explicit list of passes and pipelines -------===//
 #include "memslim/passes/pass.h"
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
 namespace memslim {
 
 torch::jit::Node* replace_output(torch::jit::Graph& g, torch::jit::Node* old,
@@ -12,6 +14,13 @@ torch::jit::Node* replace_output(torch::jit::Graph& g, torch::jit::Node* old,
   n->output()->copyMetadata(old_output);
   old_output->replaceAllUsesWith(n->output());
   return n;
+}
+
+CostPolicy resolved(CostPolicy p) {
+  // Measured (README, TransformerEncoder): with the executor's optimisations on,
+  // scripted dropout keeps an (8,128,1024) bool mask where eager keeps float noise.
+  if (p.dropout_mask_bytes < 0) p.dropout_mask_bytes = torch::jit::getGraphExecutorOptimize() ? 1 : 0;
+  return p;
 }
 
 void Remarks::add(const std::string& pass, const std::string& text) {

@@ -20,7 +20,7 @@ PYBIND11_MODULE(_C, m) {
       [](const torch::jit::Module& module, const std::vector<std::string>& methods,
          const std::vector<std::string>& passes, const std::string& pipeline,
          const std::vector<at::Tensor>& example_inputs, int64_t min_bytes, double max_added_work,
-         int64_t assume_numel) {
+         int64_t assume_numel, int64_t dropout_mask_bytes) {
         memslim::OptimizeOptions o;
         o.methods = methods;
         o.passes = passes;
@@ -29,12 +29,13 @@ PYBIND11_MODULE(_C, m) {
         o.policy.min_bytes = min_bytes;
         o.policy.max_added_work = max_added_work;
         o.policy.assume_numel = assume_numel;
+        o.policy.dropout_mask_bytes = int(dropout_mask_bytes);
         auto r = memslim::optimize(module, o);
         return py::make_tuple(r.module, r.remarks);
       },
       py::arg("module"), py::arg("methods"), py::arg("passes"), py::arg("pipeline"),
       py::arg("example_inputs"), py::arg("min_bytes"), py::arg("max_added_work"),
-      py::arg("assume_numel"));
+      py::arg("assume_numel"), py::arg("dropout_mask_bytes"));
   m.def("register_with_graph_executor", &memslim::registerWithGraphExecutor);
   m.def("unregister_from_graph_executor", &memslim::unregisterFromGraphExecutor);
   m.def("executor_hook_stats", []() {

@@ -21,7 +21,8 @@ _REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[str]]" = weakr
 def optimize(model, example_inputs: Optional[Sequence[torch.Tensor]] = None, *,
              passes: Optional[Iterable[str]] = None, pipeline: str = "memslim-default",
              methods: Sequence[str] = ("forward",), min_bytes: int = 1,
-             max_added_work: Optional[float] = None, assume_numel: int = 0):
+             max_added_work: Optional[float] = None, assume_numel: int = 0,
+             dropout_mask_bytes: Optional[int] = None):
     """Returns an optimized ScriptModule (savable with torch.jit.save).
 
     model: nn.Module (scripted here) or ScriptModule. example_inputs: tensors for
@@ -30,7 +31,9 @@ def optimize(model, example_inputs: Optional[Sequence[torch.Tensor]] = None, *,
     max_added_work, the most extra work a rewrite may add, in activation
     evaluations per element (inverting GELU/SiLU ~2, Mish ~1, the rest <= 0.5);
     assume_numel, price sites of unknown shape as if they had this many fp32
-    elements instead of keeping them.
+    elements instead of keeping them; dropout_mask_bytes, what aten's dropout keeps
+    per element (None: 1, the bool mask, when torch.jit's executor optimises, as
+    it does by default; else the float noise).
     """
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
@@ -42,7 +45,8 @@ def optimize(model, example_inputs: Optional[Sequence[torch.Tensor]] = None, *,
     cpp, remarks = _C.optimize(scripted._c, list(methods), list(passes or ()), pipeline,
                                inputs, int(min_bytes),
                                -1.0 if max_added_work is None else float(max_added_work),
-                               int(assume_numel))
+                               int(assume_numel),
+                               -1 if dropout_mask_bytes is None else int(dropout_mask_bytes))
     optimized = torch.jit._recursive.wrap_cpp_module(cpp)
     _REPORTS[optimized] = list(remarks)
     return optimized

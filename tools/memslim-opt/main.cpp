@@ -91,6 +91,7 @@ Options parse_args(int argc, char** argv) {
     else if (starts_with(a, "--min-bytes=")) o.policy.min_bytes = parse_number(a, a.substr(12));
     else if (starts_with(a, "--max-added-work=")) o.policy.max_added_work = parse_number(a, a.substr(17));
     else if (starts_with(a, "--assume-numel=")) o.policy.assume_numel = int64_t(parse_number(a, a.substr(15)));
+    else if (starts_with(a, "--dropout-mask-bytes=")) o.policy.dropout_mask_bytes = int(parse_number(a, a.substr(21)));
     else if (starts_with(a, "--passes=")) o.passes = split(a.substr(9), ',');
     else if (starts_with(a, "--pipeline=")) o.pipeline = a.substr(11);
     else if (a == "-o") {
@@ -126,6 +127,8 @@ const char* kUsage =
     "                   [--input-shapes=AxB,C] [--verify] [--print-ir-after-all]\n"
     "                   [--split-input-file] [--list-passes]\n"
     "                   [--min-bytes=N] [--max-added-work=W] [--assume-numel=N]\n"
+    "                   [--dropout-mask-bytes=0|1]  (0: eager autograd's float noise;\n"
+    "                   1: the bool mask TorchScript's optimising executor keeps; default 1)\n"
     "INPUT: TorchScript IR text (.ir, or - for stdin) or a TorchScript archive (.pt: every\n"
     "method is rewritten, -o writes an archive that torch.jit.load reads once memslim is\n"
     "imported). --input-shapes: fp32 shapes of the graph's (or forward's) tensor inputs, for\n"

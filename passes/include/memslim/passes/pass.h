@@ -25,7 +25,15 @@ struct CostPolicy {
   // Price sites of unknown shape as if they had this many fp32 elements
   // (0: keep them, the default).
   int64_t assume_numel = 0;
+  // Bytes per element aten's dropout keeps for backward. Eager autograd keeps
+  // the float noise (0 here means: the tensor's element size); TorchScript's
+  // executor with optimisations on runs dropout as native_dropout and keeps a
+  // bool mask (1). -1: decide from torch::jit::getGraphExecutorOptimize().
+  int dropout_mask_bytes = -1;
 };
+
+// Resolves the policy's automatic settings against the current torch.jit state.
+CostPolicy resolved(CostPolicy p);
 
 class Remarks {
  public:
