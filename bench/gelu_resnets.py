@@ -7,24 +7,11 @@ import sys
 import warnings
 
 import torch
-import torchvision
 
 import memslim
+from memslim._models import gelu_resnet
 
 warnings.filterwarnings("ignore", message=r".*torch\.jit\.(script|save|load).*deprecated")
-
-
-def gelu_resnet(arch):
-    def swap(mod):
-        for name, child in mod.named_children():
-            if isinstance(child, torch.nn.ReLU):
-                setattr(mod, name, torch.nn.GELU())
-            else:
-                swap(child)
-    torch.manual_seed(0)
-    m = getattr(torchvision.models, arch)()
-    swap(m)
-    return m
 
 
 def main():
@@ -40,8 +27,7 @@ def main():
         scripted = memslim.saved_bytes(torch.jit.script(gelu_resnet(arch)), x)
         o = memslim.optimize(gelu_resnet(arch), (x,))
         ours = memslim.saved_bytes(o, x)
-        import re
-        pred = sum(int(m.group(1)) for r in memslim.report(o) for m in [re.search(r"frees (\d+) B \(", r)] if m)
+        pred = memslim.predicted_bytes_freed(o)
         lines.append(f"| {arch} | {eager:,} | {scripted:,} | {ours:,} | {100 * (ours - scripted) / scripted:.1f}% | {pred:,} | {scripted - ours:,} |")
         print(lines[-1], flush=True)
     if a.out:

@@ -11,9 +11,9 @@ from .measure import saved_bytes
 
 load_library()
 
-from .optimize import optimize, report  # noqa: E402  (needs the runtime loaded first)
+from .optimize import optimize, predicted_bytes_freed, report  # noqa: E402  (needs the runtime loaded first)
 
-__all__ = ["library_path", "saved_bytes", "optimize", "report", "OPS"]
+__all__ = ["library_path", "saved_bytes", "optimize", "predicted_bytes_freed", "report", "OPS"]
 
 # Public ops with their aten counterparts (the rewrite targets).
 OPS = (

@@ -8,6 +8,7 @@ is kept with the remark "unknown shape".
 """
 from __future__ import annotations
 
+import re
 import weakref
 from typing import Iterable, List, Optional, Sequence
 
@@ -50,6 +51,16 @@ def optimize(model, example_inputs: Optional[Sequence[torch.Tensor]] = None, *,
     optimized = torch.jit._recursive.wrap_cpp_module(cpp)
     _REPORTS[optimized] = list(remarks)
     return optimized
+
+
+def predicted_bytes_freed(optimized) -> int:
+    """The cost model's total: the bytes every `rewrote` remark says it frees."""
+    total = 0
+    for line in report(optimized):
+        m = re.search(r": rewrote .*frees (-?\d+) B \(", line)
+        if m:
+            total += int(m.group(1))
+    return total
 
 
 def report(optimized) -> List[str]:

@@ -23,10 +23,6 @@ class MLP(torch.nn.Module):
         return self.b(F.gelu(h)) + self.d(F.silu(g) * g)
 
 
-def predicted_freed(remarks):
-    return sum(int(m.group(1)) for r in remarks for m in [re.search(r"frees (\d+) B \(", r)] if m)
-
-
 def assert_same_training(ref, ours, xs, steps=5, lr=0.01, rtol=1e-4):
     """5 SGD steps of both models; at every step the loss, the input gradient and
     every parameter gradient must match within rtol in relative L2 norm
@@ -71,7 +67,7 @@ def test_mlp_sites_decided_by_the_graph():
     assert "memslim::gelu" in str(o.graph) and "aten::silu" in str(o.graph)
     assert "memslim::" not in str(s.graph)  # the original keeps its own graphs
     before, after = memslim.saved_bytes(s, x), memslim.saved_bytes(o, x)
-    assert before - after == pytest.approx(predicted_freed(rep), rel=0.05)
+    assert before - after == pytest.approx(memslim.predicted_bytes_freed(o), rel=0.05)
     xs = [torch.randn(32, 64) for _ in range(5)]
     assert_same_training(torch.jit.script(MLP_with_state(m)), o, xs)
 
@@ -111,19 +107,8 @@ def test_optimized_module_saves_and_reloads(tmp_path):
 
 
 def _gelu_resnet(arch):
-    import torchvision
-
-    def swap(mod):
-        for name, child in mod.named_children():
-            if isinstance(child, torch.nn.ReLU):
-                setattr(mod, name, torch.nn.GELU())
-            else:
-                swap(child)
-
-    torch.manual_seed(0)
-    m = getattr(torchvision.models, arch)()
-    swap(m)
-    return m
+    from memslim._models import gelu_resnet
+    return gelu_resnet(arch)
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
@@ -140,7 +125,7 @@ def test_gelu_resnet_saves_27_percent_with_equal_gradients(arch):
     before, after = memslim.saved_bytes(ref, x), memslim.saved_bytes(o, x)
     assert after <= 0.73 * before, (before, after)
     # The cost model's prediction agrees with the measurement within 5%.
-    assert before - after == pytest.approx(predicted_freed(rep), rel=0.05)
+    assert before - after == pytest.approx(memslim.predicted_bytes_freed(o), rel=0.05)
     ref2 = torch.jit.script(_gelu_resnet(arch))  # same seed, same weights, fresh state
     torch.manual_seed(1)
     xs = [torch.randn(16, 3, 32, 32) for _ in range(5)]
@@ -203,7 +188,7 @@ def test_transformer_encoder_fuses_gelu_dropout():
     before, after = memslim.saved_bytes(ref, x), memslim.saved_bytes(o, x)
     assert after <= 0.85 * before, (before, after)
     # Priced for the optimising executor, whose dropout keeps a bool mask.
-    assert before - after == pytest.approx(predicted_freed(rep), rel=0.05)
+    assert before - after == pytest.approx(memslim.predicted_bytes_freed(o), rel=0.05)
     # Same dropout seed, same values and gradients (every dropout draws the same numbers).
     # Loss: a fixed random projection (LayerNorm outputs have a fixed norm, so
     # out.pow(2).mean() would have a gradient of pure rounding noise).
@@ -224,7 +209,7 @@ def test_transformer_encoder_fuses_gelu_dropout():
 
 
 TRANSFORMER_EAGER_AUTOGRAD = r'''
-import json, re, torch, warnings
+import json, torch, warnings
 warnings.filterwarnings("ignore")
 import memslim
 torch._C._set_graph_executor_optimize(False)  # the interpreter with eager autograd, no autodiff
@@ -234,7 +219,7 @@ def make():
     return torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
 x = torch.randn(8, 128, 256)
 o = memslim.optimize(make(), (x,))
-predicted = sum(int(m.group(1)) for r in memslim.report(o) for m in [re.search(r"frees (\d+) B \(", r)] if m)
+predicted = memslim.predicted_bytes_freed(o)
 print(json.dumps({"eager": memslim.saved_bytes(make(), x), "scripted": memslim.saved_bytes(torch.jit.script(make()), x),
                   "memslim": memslim.saved_bytes(o, x), "predicted": predicted}))
 '''
