@@ -1,31 +1,45 @@
 //===- activation_table.cpp - aten vs memslim saved tensors per activation -===//
 #include "memslim/passes/activation_table.h"
 
+#include "memslim/activation_spec.h"
+#include "memslim/kernels/activations.h"
+
 namespace memslim {
 
 namespace {
-struct Row { const char* name; Keeps aten; Keeps ours; double work; };
+struct Row { const char* name; Keeps aten; double work; };
 // Last column: extra work per element, from the measured fwd+bwd ratios to
 // aten (bench/results/op_speed.md: gelu 2.3x, silu 2.3x, mish 1.4x, hardswish
 // 1.5x, the rest <= 1.2x), in units of one activation evaluation.
 // aten's column follows tools/autograd/derivatives.yaml: gelu, silu, mish,
 // softplus, elu (and celu/selu, built on elu), leaky_relu, hardswish and
 // hardsigmoid keep their input; sigmoid, tanh and relu keep their output.
+// memslim's column is not repeated here: it is the kernels' own save_kind.
 constexpr Row kRows[] = {
-    {"gelu", Keeps::Input, Keeps::OutputAndBits, 2.0},
-    {"silu", Keeps::Input, Keeps::OutputAndBits, 2.0},
-    {"mish", Keeps::Input, Keeps::OutputAndBits, 1.0},
-    {"hardswish", Keeps::Input, Keeps::OutputAndBits, 0.5},
-    {"softplus", Keeps::Input, Keeps::Output, 0.2},
-    {"elu", Keeps::Input, Keeps::Output, 0.0},
-    {"celu", Keeps::Input, Keeps::Output, 0.0},
-    {"selu", Keeps::Input, Keeps::Output, 0.0},
-    {"leaky_relu", Keeps::Input, Keeps::Bits, 0.2},
-    {"hardsigmoid", Keeps::Input, Keeps::Bits, 0.2},
-    {"relu", Keeps::Output, Keeps::Bits, 0.2},
-    {"sigmoid", Keeps::Output, Keeps::Output, 0.1},
-    {"tanh", Keeps::Output, Keeps::Output, 0.2},
+    {"gelu", Keeps::Input, 2.0},
+    {"silu", Keeps::Input, 2.0},
+    {"mish", Keeps::Input, 1.0},
+    {"hardswish", Keeps::Input, 0.5},
+    {"softplus", Keeps::Input, 0.2},
+    {"elu", Keeps::Input, 0.0},
+    {"celu", Keeps::Input, 0.0},
+    {"selu", Keeps::Input, 0.0},
+    {"leaky_relu", Keeps::Input, 0.2},
+    {"hardsigmoid", Keeps::Input, 0.2},
+    {"relu", Keeps::Output, 0.2},
+    {"sigmoid", Keeps::Output, 0.1},
+    {"tanh", Keeps::Output, 0.2},
 };
+// What the memslim op keeps, from the kernel it runs (celu and selu run elu).
+Keeps memslim_keeps(const std::string& name) {
+  const std::string act = (name == "celu" || name == "selu") ? "elu" : name;
+  switch (kernels::save_kind(act_from_name(act))) {
+  case kernels::SaveKind::OutputBitsExact: return Keeps::OutputAndBits;
+  case kernels::SaveKind::Mask: return Keeps::Bits;
+  case kernels::SaveKind::Output: return Keeps::Output;
+  }
+  return Keeps::Output;
+}
 } // namespace
 
 std::optional<ActivationInfo> activation_info(c10::Symbol kind) {
@@ -36,7 +50,7 @@ std::optional<ActivationInfo> activation_info(c10::Symbol kind) {
     if (name != r.name) continue;
     ActivationInfo info{c10::Symbol::fromQualString(std::string("aten::") + r.name),
                         c10::Symbol::fromQualString(std::string("memslim::") + r.name), r.aten,
-                        r.ours, r.work};
+                        memslim_keeps(r.name), r.work};
     if (kind == info.aten || kind == info.memslim) return info;
   }
   return std::nullopt;

@@ -46,7 +46,7 @@ const c10::TypedOperatorHandle<BackwardOp>& backward_op() {
 struct ActivationFunction : public torch::autograd::Function<ActivationFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const ActSpec& spec) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [y, bits, idx, val] = forward_op().call(x, spec.act, spec.params, /*save=*/true);
+    auto [y, bits, idx, val] = call_activation_forward(x, spec, /*save=*/true);
     const kernels::Act a = act_from_name(spec.act);
     const kernels::SaveKind kind = kernels::save_kind(a);
     const bool mask = kind == kernels::SaveKind::Mask;
@@ -67,23 +67,14 @@ struct ActivationFunction : public torch::autograd::Function<ActivationFunction>
     TORCH_CHECK(!at::GradMode::is_enabled(), "memslim::", op,
                 ": double backward is not supported (the backward keeps only the output and "
                 "packed bits); use the aten op where higher-order gradients are needed");
-    at::Tensor g = grads[0];
+    const at::Tensor& g = grads[0];
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
     auto saved = ctx->get_saved_variables();
-    const std::string act = ctx->saved_data["act"].toStringRef();
-    const std::vector<double> params = ctx->saved_data["params"].toDoubleVector();
     const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
     const std::vector<int64_t> strides = ctx->saved_data["strides"].toIntVector();
-    if (g.strides() != c10::IntArrayRef(strides))
-      g = at::empty_strided(sizes, strides, g.options()).copy_(g);
-    auto empty = [&](const at::Tensor& t, at::ScalarType st) {
-      return t.defined() ? t : at::empty({0}, g.options().dtype(st));
-    };
-    std::optional<at::Tensor> out;
-    if (saved[0].defined()) out = saved[0];
-    at::Tensor gi = backward_op().call(g, out, empty(saved[1], at::kByte),
-                                       empty(saved[2], at::kInt),
-                                       empty(saved[3], g.scalar_type()), act, params);
+    at::Tensor gi = call_activation_backward(
+        g, sizes, strides, saved[0], saved[1], saved[2], saved[3],
+        ctx->saved_data["act"].toStringRef(), ctx->saved_data["params"].toDoubleVector());
     return {gi, at::Tensor()};
   }
 };
@@ -96,7 +87,26 @@ at::Tensor activation_with_autograd(const at::Tensor& x, const ActSpec& spec) {
     return ActivationFunction::apply(x, spec);
   // Nothing to differentiate: run the plain forward below autograd.
   at::AutoDispatchBelowADInplaceOrView guard;
-  return std::get<0>(forward_op().call(x, spec.act, spec.params, /*save=*/false));
+  return std::get<0>(call_activation_forward(x, spec, /*save=*/false));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_activation_forward(
+    const at::Tensor& x, const ActSpec& spec, bool save) {
+  return forward_op().call(x, spec.act, spec.params, save);
+}
+
+at::Tensor call_activation_backward(at::Tensor g, at::IntArrayRef sizes, at::IntArrayRef strides,
+                                    const at::Tensor& out, const at::Tensor& bits,
+                                    const at::Tensor& exact_idx, const at::Tensor& exact_val,
+                                    const std::string& act, const std::vector<double>& params) {
+  if (g.strides() != strides) g = at::empty_strided(sizes, strides, g.options()).copy_(g);
+  auto or_empty = [&](const at::Tensor& t, at::ScalarType st) {
+    return t.defined() ? t : at::empty({0}, g.options().dtype(st));
+  };
+  std::optional<at::Tensor> o;
+  if (out.defined()) o = out;
+  return backward_op().call(g, o, or_empty(bits, at::kByte), or_empty(exact_idx, at::kInt),
+                            or_empty(exact_val, g.scalar_type()), act, params);
 }
 
 TORCH_LIBRARY_IMPL(memslim, Autograd, m) {

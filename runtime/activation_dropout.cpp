@@ -44,19 +44,10 @@ at::Tensor unpack_bits(const at::Tensor& bits, int64_t n) {  // uint8 -> uint8 0
   return bits.unsqueeze(1).bitwise_right_shift(shifts).bitwise_and(1).flatten().narrow(0, 0, n);
 }
 
-using ForwardOp = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
-    const at::Tensor&, c10::string_view, at::ArrayRef<double>, bool);
-using BackwardOp = at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&,
-                              const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                              c10::string_view, at::ArrayRef<double>);
-
 struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDropoutFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const ActSpec& spec, double p) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static const auto fwd = c10::Dispatcher::singleton()
-                                .findSchemaOrThrow("memslim::activation_forward", "")
-                                .typed<ForwardOp>();
-    auto [y, bits, idx, val] = fwd.call(x, spec.act, spec.params, /*save=*/true);
+    auto [y, bits, idx, val] = call_activation_forward(x, spec, /*save=*/true);
     at::Tensor out, keep;
     if (y.is_cuda()) {
       auto r = at::native_dropout(y, p, true);
@@ -81,31 +72,20 @@ struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDr
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     TORCH_CHECK(!at::GradMode::is_enabled(),
                 "memslim::activation_dropout: double backward is not supported");
-    at::Tensor g = grads[0];
+    const at::Tensor& g = grads[0];
     if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
     auto saved = ctx->get_saved_variables();
     const at::Tensor& out = saved[0];
-    const std::string act = ctx->saved_data["act"].toStringRef();
-    const std::vector<double> params = ctx->saved_data["params"].toDoubleVector();
     const double p = ctx->saved_data["p"].toDouble();
-    if (g.strides() != out.strides())
-      g = at::empty_strided(out.sizes(), out.strides(), g.options()).copy_(g);
     // noise = keep * (1 / (1 - p)), computed as aten computes its scale.
     const at::Tensor scale = at::ones({}, out.options()).div_(1 - p);
     at::Tensor noise = at::empty_like(out);
     memory_order(noise).copy_(unpack_bits(saved[4], out.numel()));
     noise.mul_(scale);
-    const at::Tensor gm = g.mul(noise);
-    const at::Tensor y = out.div(scale);
-    auto empty = [&](const at::Tensor& t, at::ScalarType st) {
-      return t.defined() ? t : at::empty({0}, g.options().dtype(st));
-    };
-    static const auto bwd = c10::Dispatcher::singleton()
-                                .findSchemaOrThrow("memslim::activation_backward", "")
-                                .typed<BackwardOp>();
-    std::optional<at::Tensor> yopt = y;
-    at::Tensor gi = bwd.call(gm, yopt, empty(saved[1], at::kByte), empty(saved[2], at::kInt),
-                             empty(saved[3], g.scalar_type()), act, params);
+    const at::Tensor gm = g.mul(noise);  // conformed to out's layout by the call below
+    at::Tensor gi = call_activation_backward(
+        gm, out.sizes(), out.strides(), out.div(scale), saved[1], saved[2], saved[3],
+        ctx->saved_data["act"].toStringRef(), ctx->saved_data["params"].toDoubleVector());
     return {gi, at::Tensor(), at::Tensor()};
   }
 };

@@ -8,6 +8,8 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include "memslim/activation_spec.h"
+#include "memslim/kernels/activations.h"
 #include "memslim/passes/executor_hook.h"
 #include "memslim/passes/optimize.h"
 
@@ -44,6 +46,16 @@ PYBIND11_MODULE(_C, m) {
                     py::arg("rewrites") = s.rewrites);
   });
   m.def("reset_executor_hook_stats", &memslim::resetExecutorHookStats);
+  // What memslim::activation_forward(save=True) returns besides the output, for
+  // its Python fake impl: (packed bits?, exact list?). The C++ rule, not a copy.
+  m.def("activation_saves", [](const std::string& act, const std::vector<double>& params) {
+    const auto a = memslim::act_from_name(act);
+    const double p0 = params.size() > 0 ? params[0] : 0, p1 = params.size() > 1 ? params[1] : 0,
+                 p2 = params.size() > 2 ? params[2] : 0;
+    return py::make_tuple(memslim::kernels::act_uses_bits(a, p0, p1, p2),
+                          memslim::kernels::save_kind(a) ==
+                              memslim::kernels::SaveKind::OutputBitsExact);
+  });
   m.def("list_passes", []() {
     std::vector<std::string> out;
     for (const auto& p : memslim::registered_passes()) out.push_back(p.flag);

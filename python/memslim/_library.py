@@ -60,12 +60,10 @@ def _register_fakes() -> None:
     # for this op, so this fake impl is the one tracing uses.
     @torch.library.register_fake("memslim::activation_forward")
     def _(self, act, params, save):
+        from . import _C  # the C++ rule for what the forward keeps (loaded by now)
         out = torch.empty_like(self)
         n = self.numel()
-        nonmono = act in ("gelu", "gelu_tanh", "silu", "mish", "hardswish")
-        uses_bits = nonmono or act in ("leaky_relu", "hardsigmoid", "relu") or (
-            act == "elu" and not (params[0] >= 0 and params[1] > 0 and params[2] >= 0)) or (
-            act == "softplus" and not params[1] >= 14.0)
+        uses_bits, nonmono = _C.activation_saves(act, list(params))
         bits = self.new_empty(((n + 7) // 8 if save and uses_bits else 0,), dtype=torch.uint8)
         if save and nonmono and _is_fake(self):
             k = torch.library.get_ctx().new_dynamic_size()

@@ -48,6 +48,18 @@ at::Tensor activation_with_autograd(const at::Tensor& x, const ActSpec& spec);
 
 at::Tensor activation_meta(const at::Tensor& x, const ActSpec& spec);
 
+// Shared by the autograd functions (activation_autograd.cpp, activation_dropout.cpp):
+// memslim::activation_forward through the dispatcher (so fake tensors trace it)...
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_activation_forward(
+    const at::Tensor& x, const ActSpec& spec, bool save);
+// ...and memslim::activation_backward, with `grad` first given `like`'s layout
+// (the layout bits and exact indices refer to) and undefined saved tensors
+// (an op that keeps no bits or exact list) passed as empty ones.
+at::Tensor call_activation_backward(at::Tensor grad, at::IntArrayRef sizes, at::IntArrayRef strides,
+                                    const at::Tensor& out, const at::Tensor& bits,
+                                    const at::Tensor& exact_idx, const at::Tensor& exact_val,
+                                    const std::string& act, const std::vector<double>& params);
+
 // Kernel set of one public op, from its spec function ActSpec F(args...).
 template <auto F> struct OpKernels;
 template <typename... A, ActSpec (*F)(A...)> struct OpKernels<F> {
