@@ -32,11 +32,6 @@ namespace {
 
 constexpr const char* kPass = "output-saving-activations";
 
-struct Price {
-  int64_t aten = 0, ours = 0;
-  int64_t freed() const { return aten - ours; }
-};
-
 // Bytes this activation makes autograd keep, beyond what others keep anyway.
 int64_t kept_bytes(Keeps k, bool x_kept_elsewhere, bool y_kept_elsewhere, int64_t x_bytes,
                    int64_t y_bytes, int64_t bits) {
@@ -49,32 +44,31 @@ int64_t kept_bytes(Keeps k, bool x_kept_elsewhere, bool y_kept_elsewhere, int64_
   return 0;
 }
 
-// The first node after `n` in program order (any block) that writes any of
-// `vs` or an alias of them. Writes before `n` are harmless: the activation
-// reads the final value. Conservative across blocks: a writer in a sibling
-// branch counts as later.
-const Node* later_writer(const std::shared_ptr<torch::jit::Graph>& g, torch::jit::AliasDb& alias,
-                         Node* n, const std::vector<Value*>& vs) {
-  torch::jit::ValueSet set(vs.begin(), vs.end());
-  std::shared_ptr<torch::jit::Graph> gm = g;
-  torch::jit::DepthFirstGraphNodeIterator it(gm);
-  bool after = false;
-  for (Node* m = it.next(); m; m = it.next()) {
-    if (m == n) { after = true; continue; }
-    if (after && alias.writesToAlias(m, set)) return m;
-  }
-  return nullptr;
-}
-
-bool inside_loop(const Node* n) {
-  for (const torch::jit::Block* b = n->owningBlock(); b->owningNode(); b = b->owningNode()->owningBlock())
-    if (b->owningNode()->kind() == c10::prim::Loop) return true;
-  return false;
-}
-
 std::string at(const Node* n) { return n->kind().toQualString() + std::string(" at %") + n->output()->debugName(); }
 
 } // namespace
+
+std::optional<OutputSavingPrice> output_saving_price(const Node* n, const CostPolicy& policy) {
+  auto info = activation_info(n->kind());
+  if (!info) return std::nullopt;
+  const Value* x = n->input(0);
+  const Value* y = n->output();
+  OutputSavingPrice p;
+  auto xb = SavedTensorAnalysis::bytes(x), yb = SavedTensorAnalysis::bytes(y);
+  auto n_el = SavedTensorAnalysis::numel(y);
+  if (!xb || !yb || !n_el) {
+    if (policy.assume_numel <= 0) return std::nullopt;
+    n_el = policy.assume_numel;
+    xb = yb = 4 * policy.assume_numel;
+    p.assumed = true;
+  }
+  const bool x_else = SavedTensorAnalysis::kept_by_other(x, n, &p.x_kept_by);
+  const bool y_else = SavedTensorAnalysis::kept_by_other(y, n, &p.y_kept_by);
+  const int64_t bits = (*n_el + 7) / 8;
+  p.aten = kept_bytes(info->aten_keeps, x_else, y_else, *xb, *yb, bits);
+  p.ours = kept_bytes(info->memslim_keeps, x_else, y_else, *xb, *yb, bits);
+  return p;
+}
 
 void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
   std::vector<Node*> sites;
@@ -112,24 +106,16 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
       ctx.remarks.add(kPass, why.str());
       continue;
     }
-    auto xb = SavedTensorAnalysis::bytes(x), yb = SavedTensorAnalysis::bytes(y);
-    auto n_el = SavedTensorAnalysis::numel(y);
-    bool assumed = false;
-    if (!xb || !yb || !n_el) {
-      if (ctx.policy.assume_numel <= 0) {
-        ctx.remarks.add(kPass, "kept " + at(n) + ": unknown shape (give input shapes)");
-        continue;
-      }
-      n_el = ctx.policy.assume_numel;
-      xb = yb = 4 * ctx.policy.assume_numel;
-      assumed = true;
+    auto price = output_saving_price(n, ctx.policy);
+    if (!price) {
+      ctx.remarks.add(kPass, "kept " + at(n) + ": unknown shape (give input shapes)");
+      continue;
     }
-    std::string x_by, y_by;
-    const bool x_else = SavedTensorAnalysis::kept_by_other(x, n, &x_by);
-    const bool y_else = SavedTensorAnalysis::kept_by_other(y, n, &y_by);
-    const int64_t bits = (*n_el + 7) / 8;
-    Price p{kept_bytes(info.aten_keeps, x_else, y_else, *xb, *yb, bits),
-            kept_bytes(info.memslim_keeps, x_else, y_else, *xb, *yb, bits)};
+    const OutputSavingPrice& p = *price;
+    const bool x_else = p.x_kept_by != "";
+    const std::string& x_by = p.x_kept_by;
+    const bool y_else = p.y_kept_by != "";
+    const bool assumed = p.assumed;
     std::ostringstream why;
     if (p.freed() < ctx.policy.min_bytes) {
       why << "kept " << at(n) << ": ";

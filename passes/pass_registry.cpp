@@ -2,6 +2,7 @@
 #include "memslim/passes/pass.h"
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
 
 namespace memslim {
 
@@ -14,6 +15,27 @@ torch::jit::Node* replace_output(torch::jit::Graph& g, torch::jit::Node* old,
   n->output()->copyMetadata(old_output);
   old_output->replaceAllUsesWith(n->output());
   return n;
+}
+
+const torch::jit::Node* later_writer(const std::shared_ptr<torch::jit::Graph>& g,
+                                     torch::jit::AliasDb& alias, const torch::jit::Node* n,
+                                     const std::vector<torch::jit::Value*>& vs) {
+  torch::jit::ValueSet set(vs.begin(), vs.end());
+  std::shared_ptr<torch::jit::Graph> gm = g;
+  torch::jit::DepthFirstGraphNodeIterator it(gm);
+  bool after = false;
+  for (torch::jit::Node* m = it.next(); m; m = it.next()) {
+    if (m == n) { after = true; continue; }
+    if (after && alias.writesToAlias(m, set)) return m;
+  }
+  return nullptr;
+}
+
+bool inside_loop(const torch::jit::Node* n) {
+  for (const torch::jit::Block* b = n->owningBlock(); b->owningNode();
+       b = b->owningNode()->owningBlock())
+    if (b->owningNode()->kind() == c10::prim::Loop) return true;
+  return false;
 }
 
 CostPolicy resolved(CostPolicy p) {
@@ -36,6 +58,10 @@ const std::vector<PassInfo>& registered_passes() {
       {"fuse-activation-dropout",
        "dropout(act(x)) in training becomes one memslim op keeping output + 2 bits/element",
        run_fuse_activation_dropout},
+      {"recompute-pointwise-regions",
+       "maximal regions of elementwise ops (a hand-written activation's formula) become one "
+       "memslim::recompute_region op keeping only the region's inputs, when that frees memory",
+       run_recompute_pointwise_regions},
       {"output-saving-activations",
        "activations whose backward can use their output become memslim:: ops when that frees "
        "memory",
@@ -59,6 +85,10 @@ const std::vector<PipelineInfo>& registered_pipelines() {
            // when fused with it (dropout keeps float noise; the next layer keeps
            // dropout's output, not the activation's).
            "fuse-activation-dropout",
+           // Recompute regions before output-saving: a formula around a known activation
+           // is priced as a whole against output-saving that activation alone (the
+           // region pass leaves the activation to output-saving when that frees more).
+           "recompute-pointwise-regions",
            // Output-saving: swaps each activation whose output a consumer keeps anyway.
            "output-saving-activations",
            // Last: drop what the rewrites left dead and check the graph is well formed.

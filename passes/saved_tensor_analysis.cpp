@@ -25,7 +25,7 @@ enum class Rule { None, All, First, FirstTwo, Output, Custom };
 
 // Ops keeping none of their inputs (shape-only or linear backward).
 const std::set<std::string> kKeepsNothing = {
-    "aten::add", "aten::sub", "aten::neg", "aten::view", "aten::reshape", "aten::flatten",
+    "aten::add", "aten::sub", "aten::rsub", "aten::neg", "aten::view", "aten::reshape", "aten::flatten",
     "aten::permute", "aten::transpose", "aten::t", "aten::contiguous", "aten::unsqueeze",
     "aten::squeeze", "aten::expand", "aten::slice", "aten::select", "aten::cat", "aten::stack",
     "aten::chunk", "aten::split", "aten::size", "aten::sum", "aten::mean",
@@ -45,7 +45,7 @@ const std::set<std::string> kKeepsAll = {
 // Ops keeping their first input (and possibly small statistics).
 const std::set<std::string> kKeepsFirst = {
     "aten::batch_norm", "aten::layer_norm", "aten::group_norm", "aten::instance_norm",
-    "aten::pow", "aten::max_pool2d", "aten::max_pool1d", "aten::log",
+    "aten::max_pool2d", "aten::max_pool1d", "aten::log",
     "aten::sqrt", "aten::rsqrt", "aten::abs", "aten::sin", "aten::cos", "aten::erf",
     "aten::clamp", "aten::hardtanh", "aten::relu6", "aten::lgamma", "aten::reciprocal",
 };
@@ -66,12 +66,19 @@ bool SavedTensorAnalysis::keeps_input(const Node* user, size_t index) {
     return index == 0 && k == Keeps::Input;
   }
   const std::string name = kind.toQualString();
-  if (kind.is_prim()) return false;  // Constant, ListConstruct, GetAttr, Return...
+  if (kind == c10::prim::ListConstruct) {
+    // The input list of a recompute region: the region op keeps every element.
+    for (const auto& use : user->output()->uses())
+      if (use.user->kind() == c10::Symbol::fromQualString("memslim::recompute_region")) return true;
+    return false;
+  }
+  if (kind.is_prim()) return false;  // Constant, GetAttr, Return...
   if (kKeepsNothing.count(name)) return false;
   if (kKeepsAll.count(name)) return true;
   if (kKeepsFirst.count(name)) return index == 0;
   if (kKeepsOutput.count(name)) return false;
   if (name == "aten::where") return index == 0;         // the condition
+  if (name == "aten::pow") return true;                 // base and exponent (when tensors)
   if (name == "aten::embedding") return index == 1;     // the indices
   if (name == "aten::addmm") return index >= 1;         // mat1, mat2
   if (kind.ns().toUnqualString() == std::string("memslim")) return false;
@@ -84,6 +91,10 @@ bool SavedTensorAnalysis::keeps_output(const Node* producer) {
     const Keeps k = kind == info->aten ? info->aten_keeps : info->memslim_keeps;
     return k == Keeps::Output || k == Keeps::OutputAndBits;
   }
+  // pow with a tensor exponent also keeps its result (d/d exponent = result * log(base)).
+  if (kind == c10::aten::pow && producer->inputs().size() > 1 &&
+      producer->input(1)->type()->cast<c10::TensorType>())
+    return true;
   return kKeepsOutput.count(kind.toQualString()) > 0;
 }
 

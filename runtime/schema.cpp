@@ -46,6 +46,12 @@ TORCH_LIBRARY(memslim, m) {
   // reproduces aten's values exactly.
   m.def("activation_dropout(Tensor self, str act, float[] params, float p, bool train) -> Tensor");
 
+  // A region of elementwise ops (what recompute-pointwise-regions cuts out), as
+  // TorchScript IR text taking `inputs` in order and returning the outputs.
+  // Autograd keeps only `inputs`; backward re-runs the region with grad and
+  // differentiates it. The string is parsed once per process and cached.
+  m.def("recompute_region(Tensor[] inputs, str graph) -> Tensor[]");
+
   // Internal: the forward that also produces what backward needs. `act` is a
   // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),
   // `params` its parameters. Returns (out, packed bits, exact-list indices

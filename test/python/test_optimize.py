@@ -61,10 +61,16 @@ def test_mlp_sites_decided_by_the_graph():
     o = memslim.optimize(m, (x,))
     rep = memslim.report(o)
     assert any(r.startswith("remark: output-saving-activations: rewrote aten::gelu") for r in rep), rep
-    # silu's input h is also kept by the mul (h * silu(h)): nothing to free.
-    assert any("kept aten::silu" in r and "input also saved by aten::mul" in r for r in rep), rep
+    # silu(g) * g: output-saving silu alone frees nothing (the mul keeps g too), but
+    # the region {silu, mul} keeps only g instead of g and silu(g).
+    assert any("recompute-pointwise-regions: rewrote region of 2 ops" in r and "frees 32768 B" in r
+               and "more than output-saving aten::silu alone (0 B)" in r for r in rep), rep
+    # Without the region pass, output-saving keeps silu, and says why.
+    o2 = memslim.optimize(m, (x,), passes=["canonicalize-activations", "output-saving-activations"])
+    assert any("kept aten::silu" in r and "input also saved by aten::mul" in r
+               for r in memslim.report(o2)), memslim.report(o2)
     s = torch.jit.script(m)
-    assert "memslim::gelu" in str(o.graph) and "aten::silu" in str(o.graph)
+    assert "memslim::gelu" in str(o.graph) and "memslim::recompute_region" in str(o.graph)
     assert "memslim::" not in str(s.graph)  # the original keeps its own graphs
     before, after = memslim.saved_bytes(s, x), memslim.saved_bytes(o, x)
     assert before - after == pytest.approx(memslim.predicted_bytes_freed(o), rel=0.05)

@@ -8,10 +8,12 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,9 +77,31 @@ torch::jit::Node* replace_output(torch::jit::Graph& g, torch::jit::Node* old,
                                  torch::jit::Value* old_output, c10::Symbol kind,
                                  at::ArrayRef<torch::jit::Value*> inputs);
 
+// The first node after `n` in program order (any block) that writes any of `vs`
+// or an alias of them (writes before `n` are harmless: `n` reads the final
+// value; a writer in a sibling branch counts as later), or nullptr.
+const torch::jit::Node* later_writer(const std::shared_ptr<torch::jit::Graph>& g,
+                                     torch::jit::AliasDb& alias, const torch::jit::Node* n,
+                                     const std::vector<torch::jit::Value*>& vs);
+// Whether `n` sits in a prim::Loop body (the passes do not analyse loops).
+bool inside_loop(const torch::jit::Node* n);
+
+// What output-saving-activations would do at activation node `n`: bytes aten's
+// op makes autograd keep beyond what others keep anyway, and the memslim op's.
+// nullopt: not an activation, or unknown shape without policy.assume_numel.
+struct OutputSavingPrice {
+  int64_t aten = 0, ours = 0;
+  std::string x_kept_by, y_kept_by;  // who else keeps input / output ("" nobody)
+  bool assumed = false;              // priced with policy.assume_numel
+  int64_t freed() const { return aten - ours; }
+};
+std::optional<OutputSavingPrice> output_saving_price(const torch::jit::Node* n,
+                                                     const CostPolicy& policy);
+
 // The passes (one file each).
 void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
+void run_recompute_pointwise_regions(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_cleanup(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 

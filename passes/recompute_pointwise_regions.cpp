@@ -1,0 +1,400 @@
+//===- recompute_pointwise_regions.cpp - elementwise region -> recompute op -===//
+//
+// What: finds maximal regions of elementwise ops (arithmetic, comparisons,
+// where, exp/log/pow/lgamma/sigmoid/tanh/erf..., the aten activations; 0-dim
+// tensors such as a trainable order and scalar constants as operands) and
+// replaces each with one memslim::recompute_region op that keeps only the
+// region's inputs and recomputes the region in backward.
+// Why: a hand-written activation (seed 000) makes autograd keep every
+// intermediate of its formula, ten or more full-size tensors per site, where
+// its input alone determines them all.
+// Cost model: bytes the region's nodes keep today (beyond what nodes outside
+// keep anyway) against the bytes of its inputs (free when others keep them),
+// and the recompute work (full-size ops re-run in backward) against
+// policy.max_added_work. Where the region holds a known activation, output-
+// saving that activation alone is priced too and wins unless the region frees
+// more. Boundaries: anything not in the elementwise table (control flow,
+// random ops, in-place or out= ops, unknown ops) ends a region, as does a
+// non-constant non-tensor operand; regions in loops and regions whose values
+// are written in place later are kept.
+// Placement: the region op goes where its last node was, or before the first
+// outside node that consumes a region value (only when every region input is
+// already defined there; otherwise the merge is refused).
+//
+//===----------------------------------------------------------------------===//
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/passes/shape_analysis.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "memslim/passes/activation_table.h"
+#include "memslim/passes/pass.h"
+#include "memslim/passes/saved_tensor_analysis.h"
+
+namespace memslim {
+
+using torch::jit::Block;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+namespace {
+
+constexpr const char* kPass = "recompute-pointwise-regions";
+
+// Functional elementwise aten ops (outputs broadcast from inputs, no state, no
+// randomness). The aten activations are here too: a formula around one is
+// priced as a whole (and against output-saving that activation alone).
+const std::unordered_set<std::string>& elementwise_ops() {
+  static const std::unordered_set<std::string> ops = {
+      "aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::neg",
+      "aten::pow", "aten::float_power", "aten::square", "aten::reciprocal", "aten::exp",
+      "aten::exp2", "aten::expm1", "aten::log", "aten::log1p", "aten::log2", "aten::log10",
+      "aten::sqrt", "aten::rsqrt", "aten::abs", "aten::sign", "aten::sgn", "aten::sin",
+      "aten::cos", "aten::tan", "aten::asin", "aten::acos", "aten::atan", "aten::atan2",
+      "aten::sinh", "aten::cosh", "aten::tanh", "aten::asinh", "aten::acosh", "aten::atanh",
+      "aten::sigmoid", "aten::logit", "aten::erf", "aten::erfc", "aten::erfinv",
+      "aten::lgamma", "aten::digamma", "aten::xlogy", "aten::hypot", "aten::where",
+      "aten::gt", "aten::lt", "aten::ge", "aten::le", "aten::eq", "aten::ne",
+      "aten::logical_and", "aten::logical_or", "aten::logical_not", "aten::logical_xor",
+      "aten::clamp", "aten::clamp_min", "aten::clamp_max", "aten::clip", "aten::minimum",
+      "aten::maximum", "aten::fmin", "aten::fmax", "aten::floor", "aten::ceil", "aten::round",
+      "aten::trunc", "aten::frac", "aten::fmod", "aten::remainder", "aten::masked_fill",
+      "aten::nan_to_num", "aten::lerp", "aten::addcmul", "aten::addcdiv", "aten::threshold",
+      "aten::relu", "aten::relu6", "aten::gelu", "aten::silu", "aten::mish",
+      "aten::softplus", "aten::elu", "aten::celu", "aten::selu", "aten::leaky_relu",
+      "aten::hardswish", "aten::hardsigmoid", "aten::hardtanh", "aten::softshrink",
+      "aten::hardshrink", "aten::log_sigmoid",
+  };
+  return ops;
+}
+
+bool is_tensor(const Value* v) { return v->type()->cast<c10::TensorType>() != nullptr; }
+
+bool is_scalar_constant(const Value* v) {
+  return !is_tensor(v) && v->node()->kind() == c10::prim::Constant;
+}
+
+// Whether `n` may join a region.
+bool is_candidate(const Node* n) {
+  if (!n->blocks().empty() || n->outputs().size() != 1 || !is_tensor(n->output())) return false;
+  if (!elementwise_ops().count(n->kind().toQualString())) return false;
+  const c10::FunctionSchema* schema = n->maybeSchema();
+  if (!schema || schema->is_mutable()) return false;  // out= overloads write an argument
+  for (const Value* v : n->inputs())
+    if (!is_tensor(v) && !is_scalar_constant(v)) return false;  // a computed int/float
+  return true;
+}
+
+using NodeSet = std::unordered_set<const Node*>;
+
+// Whether `m` (or any node nested in its blocks) reads a value some node of
+// `producers` defines.
+bool reads_from(const Node* m, const NodeSet& producers) {
+  for (const Value* v : m->inputs())
+    if (producers.count(v->node())) return true;
+  for (const Block* b : m->blocks()) {
+    for (const Node* inner : b->nodes())
+      if (reads_from(inner, producers)) return true;
+    for (const Value* v : b->outputs())
+      if (producers.count(v->node())) return true;
+  }
+  return false;
+}
+
+// Nodes sorted by position in their (common) block.
+void sort_by_position(std::vector<Node*>& nodes) {
+  std::sort(nodes.begin(), nodes.end(), [](Node* a, Node* b) { return a->isBefore(b); });
+}
+
+// Where the region op must go: before the first node outside the region, in
+// the region's span, that (transitively) consumes a region value; else in
+// place of the last region node. nullptr when some region input is defined
+// only after that point (no valid place without moving other nodes).
+Node* insertion_point(const std::vector<Node*>& nodes) {
+  NodeSet members(nodes.begin(), nodes.end());
+  NodeSet tainted = members;
+  Node* point = nodes.back();
+  for (Node* m = nodes.front()->next(); m != nodes.back(); m = m->next()) {
+    if (members.count(m)) continue;
+    if (reads_from(m, tainted)) {
+      point = m;
+      break;
+    }
+  }
+  for (Node* n : nodes)
+    for (Value* v : n->inputs())
+      if (!members.count(v->node()) && !is_scalar_constant(v) &&
+          v->node()->owningBlock() == point->owningBlock() && !v->node()->isBefore(point))
+        return nullptr;
+  return point;
+}
+
+// Whether a node outside `region` keeps `v` for backward (as its input, or
+// `v`'s producer as its output).
+bool kept_outside(const Value* v, const NodeSet& region, std::string* who = nullptr) {
+  const Node* p = v->node();
+  if (!region.count(p) && p->kind() != c10::prim::Param && SavedTensorAnalysis::keeps_output(p)) {
+    if (who) *who = p->kind().toQualString();
+    return true;
+  }
+  for (const auto& use : v->uses()) {
+    if (region.count(use.user)) continue;
+    if (SavedTensorAnalysis::keeps_input(use.user, use.offset)) {
+      if (who) *who = use.user->kind().toQualString();
+      return true;
+    }
+  }
+  return false;
+}
+
+// Module state (a parameter, a buffer, or a view of one): AliasDb treats every
+// attribute read as aliasing every other (a wildcard), so BatchNorm's
+// `num_batches_tracked.add_(1)` would count as a write to a trainable order.
+// Such inputs are left out of the write check; a real later in-place write to
+// one is still caught by autograd's version check on the saved input.
+bool is_module_state(const Value* v) {
+  const Node* p = v->node();
+  if (p->kind() == c10::prim::GetAttr) return true;
+  static const std::unordered_set<std::string> views = {
+      "aten::select", "aten::slice", "aten::view", "aten::reshape", "aten::unsqueeze",
+      "aten::squeeze", "aten::expand", "aten::detach"};
+  return views.count(p->kind().toQualString()) && p->inputs().size() > 0 &&
+         is_module_state(p->input(0));
+}
+
+struct Region {
+  std::vector<Node*> nodes;      // in block order
+  std::vector<Value*> inputs;    // external tensor inputs, in order of first use
+  std::vector<Value*> outputs;   // values used outside the region
+  int64_t before = 0, after = 0; // bytes its nodes keep today / its inputs would keep
+  int64_t kept_values = 0;       // how many values `before` counts
+  int64_t full_size_ops = 0;     // ops with more than one element (recomputed in backward)
+  int64_t alone = 0;             // what output-saving its known activations frees
+  std::string acts;              // those activations
+  bool assumed = false;
+  bool unknown = false;
+  int64_t freed() const { return before - after; }
+};
+
+void describe_values(Region& r) {
+  NodeSet members(r.nodes.begin(), r.nodes.end());
+  std::unordered_set<const Value*> seen;
+  for (Node* n : r.nodes) {
+    for (Value* v : n->inputs())
+      if (!members.count(v->node()) && is_tensor(v) && seen.insert(v).second) r.inputs.push_back(v);
+    for (Value* o : n->outputs())
+      for (const auto& use : o->uses())
+        if (!members.count(use.user)) {
+          r.outputs.push_back(o);
+          break;
+        }
+  }
+  // Graph outputs are uses by the block's return node, which is outside.
+}
+
+void price(Region& r, const CostPolicy& policy) {
+  NodeSet members(r.nodes.begin(), r.nodes.end());
+  auto bytes_of = [&](const Value* v) -> int64_t {
+    if (auto b = SavedTensorAnalysis::bytes(v)) return *b;
+    if (policy.assume_numel > 0) {
+      r.assumed = true;
+      return 4 * policy.assume_numel;
+    }
+    r.unknown = true;
+    return 0;
+  };
+  std::vector<const Value*> kept;
+  std::unordered_set<const Value*> seen;
+  for (Node* n : r.nodes) {
+    for (size_t i = 0; i < n->inputs().size(); ++i)
+      if (SavedTensorAnalysis::keeps_input(n, i) && seen.insert(n->input(i)).second)
+        kept.push_back(n->input(i));
+    if (SavedTensorAnalysis::keeps_output(n) && seen.insert(n->output()).second)
+      kept.push_back(n->output());
+    auto numel = SavedTensorAnalysis::numel(n->output());
+    if (!numel || *numel > 1) ++r.full_size_ops;
+  }
+  for (const Value* v : kept)
+    if (!kept_outside(v, members)) {
+      r.before += bytes_of(v);
+      ++r.kept_values;
+    }
+  for (const Value* v : r.inputs)
+    if (!kept_outside(v, members)) r.after += bytes_of(v);
+}
+
+std::string where(const Region& r) {
+  const Value* v = r.outputs.empty() ? r.nodes.back()->output() : r.outputs.back();
+  std::ostringstream s;
+  s << "region of " << r.nodes.size() << (r.nodes.size() == 1 ? " op" : " ops") << " at %"
+    << v->debugName();
+  return s.str();
+}
+
+// Regions of one block, grown greedily in program order: a candidate joins the
+// region of each candidate producing one of its inputs when the merged region
+// still has a valid place (insertion_point).
+std::vector<std::vector<Node*>> form_regions(Block* b) {
+  std::unordered_map<const Node*, size_t> region_of;
+  std::vector<std::vector<Node*>> regions;
+  for (Node* n : b->nodes()) {
+    if (!is_candidate(n)) continue;
+    size_t target = regions.size();
+    regions.push_back({n});
+    region_of[n] = target;
+    std::set<size_t> producers;
+    for (const Value* v : n->inputs()) {
+      auto it = region_of.find(v->node());
+      if (it != region_of.end() && it->second != target) producers.insert(it->second);
+    }
+    for (size_t id : producers) {
+      std::vector<Node*> merged = regions[id];
+      merged.insert(merged.end(), regions[target].begin(), regions[target].end());
+      sort_by_position(merged);
+      if (!insertion_point(merged)) continue;
+      for (Node* m : regions[target]) region_of[m] = id;
+      regions[id] = std::move(merged);
+      regions[target].clear();
+      target = id;
+    }
+  }
+  regions.erase(std::remove_if(regions.begin(), regions.end(),
+                               [](const std::vector<Node*>& r) { return r.empty(); }),
+                regions.end());
+  return regions;
+}
+
+void collect_blocks(Block* b, std::vector<Block*>& out) {
+  out.push_back(b);
+  for (Node* n : b->nodes())
+    for (Block* inner : n->blocks()) collect_blocks(inner, out);
+}
+
+// Replaces the region by ListConstruct -> recompute_region -> ListUnpack.
+void rewrite(Graph& g, const Region& r, Node* point) {
+  NodeSet members(r.nodes.begin(), r.nodes.end());
+  auto sub = std::make_shared<Graph>();
+  std::unordered_map<Value*, Value*> env;
+  for (Value* v : r.inputs) {
+    Value* in = sub->addInput();
+    if (v->hasDebugName()) in->setDebugName(v->debugName());
+    in->setType(c10::TensorType::get());
+    env[v] = in;
+  }
+  auto map = [&](Value* v) -> Value* {
+    auto it = env.find(v);
+    if (it != env.end()) return it->second;
+    // A scalar constant: copied into the region's graph.
+    Node* c = sub->appendNode(sub->createClone(v->node(), [](Value*) -> Value* { return nullptr; }));
+    env[v] = c->output();
+    return c->output();
+  };
+  for (Node* n : r.nodes) {
+    Node* c = sub->appendNode(sub->createClone(n, map));
+    for (size_t i = 0; i < n->outputs().size(); ++i) env[n->output(i)] = c->output(i);
+  }
+  for (Value* o : r.outputs) sub->registerOutput(env.at(o));
+  torch::jit::EraseShapeInformation(sub);
+  const std::string ir = sub->toString(/*print_source_locations=*/false);
+
+  torch::jit::WithInsertPoint guard(point);
+  Value* list = g.insertNode(g.createList(c10::TensorType::get(), r.inputs))->output();
+  Value* text = g.insertConstant(c10::IValue(ir));
+  Node* op = g.insertNode(g.create(c10::Symbol::fromQualString("memslim::recompute_region"),
+                                   {list, text}, 1));
+  op->output()->setType(c10::ListType::ofTensors());
+  Node* unpack = g.insertNode(g.createListUnpack(op->output(), r.outputs.size()));
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    Value* old = r.outputs[i];
+    Value* now = unpack->output(i);
+    now->setType(old->type());
+    now->copyMetadata(old);
+    const auto uses = old->uses();
+    for (const auto& use : uses)
+      if (!members.count(use.user)) use.user->replaceInput(use.offset, now);
+  }
+  for (auto it = r.nodes.rbegin(); it != r.nodes.rend(); ++it) (*it)->destroy();
+}
+
+} // namespace
+
+void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContext& ctx) {
+  std::vector<Block*> blocks;
+  collect_blocks(g->block(), blocks);
+  std::vector<Region> planned;
+  torch::jit::AliasDb alias(g);
+  for (Block* b : blocks) {
+    for (auto& nodes : form_regions(b)) {
+      Region r;
+      r.nodes = std::move(nodes);
+      describe_values(r);
+      price(r, ctx.policy);
+      if (r.before == 0 && !r.unknown) continue;  // keeps nothing today: nothing to win
+      std::ostringstream why;
+      why << "kept " << where(r) << ": ";
+      // The known activations in it, and what output-saving them alone would free.
+      int64_t& alone = r.alone;
+      std::string& acts = r.acts;
+      for (const Node* n : r.nodes) {
+        auto info = activation_info(n->kind());
+        if (!info || n->kind() != info->aten) continue;
+        if (auto p = output_saving_price(n, ctx.policy)) alone += std::max<int64_t>(0, p->freed());
+        acts += (acts.empty() ? "" : ", ") + std::string(n->kind().toQualString());
+      }
+      if (r.unknown) {
+        why << "unknown shape (give input shapes)";
+      } else if (!acts.empty() && r.freed() <= alone) {
+        why << "left to output-saving-activations (" << acts << " alone frees " << alone
+            << " B; recomputing the region would free " << r.freed() << " B)";
+      } else if (r.freed() < ctx.policy.min_bytes) {
+        why << "frees " << r.freed() << " B, below the " << ctx.policy.min_bytes
+            << " B minimum (its inputs cost " << r.after << " B)";
+      } else if (r.full_size_ops == 0) {
+        why << "only 0-dim values (nothing worth recomputing)";
+      } else if (ctx.policy.max_added_work >= 0 && r.full_size_ops > ctx.policy.max_added_work) {
+        why << "recomputes " << r.full_size_ops << " full-size ops in backward, above the maximum "
+            << ctx.policy.max_added_work;
+      } else if (inside_loop(r.nodes.front())) {
+        why << "inside a loop (not analysed)";
+      } else {
+        std::vector<Value*> values;
+        for (Value* v : r.inputs)
+          if (!is_module_state(v)) values.push_back(v);
+        for (Node* n : r.nodes) values.push_back(n->output());
+        if (const Node* w = later_writer(g, alias, r.nodes.front(), values)) {
+          why << w->kind().toQualString() << " later writes one of its values in place";
+        } else {
+          planned.push_back(std::move(r));
+          continue;
+        }
+      }
+      ctx.remarks.add(kPass, why.str());
+    }
+  }
+  for (Region& r : planned) {
+    Node* point = insertion_point(r.nodes);
+    if (!point) {
+      ctx.remarks.add(kPass, "kept " + where(r) + ": an input is defined after a consumer of "
+                                                  "its outputs (no valid place)");
+      continue;
+    }
+    std::ostringstream why;
+    why << "rewrote " << where(r) << ": keeps its " << r.inputs.size() << " input"
+        << (r.inputs.size() == 1 ? "" : "s") << " instead of " << r.kept_values
+        << " intermediate values, frees " << r.freed() << " B (" << r.before << " -> " << r.after
+        << "), recomputes " << r.full_size_ops << " full-size ops in backward"
+        << (r.assumed ? " (assumed shapes)" : "");
+    if (!r.acts.empty())
+      why << "; more than output-saving " << r.acts << " alone (" << r.alone << " B)";
+    const std::string text = why.str();
+    rewrite(*g, r, point);
+    ctx.remarks.add(kPass, text);
+  }
+}
+
+} // namespace memslim
