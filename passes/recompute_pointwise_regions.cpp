@@ -167,6 +167,75 @@ bool is_module_state(const Value* v) {
          is_module_state(p->input(0));
 }
 
+// Which values may require grad in training: floating tensors that are graph
+// inputs, module parameters (not buffers: the class type knows), or computed
+// from such by a non-prim op; anything else from prim nodes (lists, If
+// outputs) conservatively may. Refines what a region's nodes keep today:
+// autograd records nothing for an op none of whose inputs requires grad, and
+// mul keeps an operand only for the other operand's gradient (FracAct's
+// `acc * pow(-1, n)` with a buffer n keeps nothing).
+class MayRequireGrad {
+ public:
+  explicit MayRequireGrad(const std::shared_ptr<Graph>& g) {
+    for (Value* v : g->inputs()) grad_[v] = floating(v);
+    visit(g->block());
+  }
+  bool operator()(const Value* v) const {
+    auto it = grad_.find(v);
+    return it == grad_.end() ? floating(v) : it->second;
+  }
+
+ private:
+  static bool floating(const Value* v) {
+    auto t = v->type()->cast<c10::TensorType>();
+    if (!t) return false;
+    return !t->scalarType() || c10::isFloatingType(*t->scalarType()) ||
+           c10::isComplexType(*t->scalarType());
+  }
+  void visit(Block* b) {
+    for (Node* n : b->nodes()) {
+      for (Block* inner : n->blocks()) {
+        for (Value* v : inner->inputs()) grad_[v] = floating(v);
+        visit(inner);
+      }
+      bool any = false;
+      for (Value* v : n->inputs()) any = any || (*this)(v);
+      for (Value* o : n->outputs()) {
+        bool g = floating(o);
+        if (g && n->kind() == c10::prim::GetAttr) {
+          auto cls = n->input(0)->type()->cast<c10::ClassType>();
+          auto slot = cls ? cls->findAttributeSlot(n->s(c10::attr::name)) : std::nullopt;
+          g = !cls || !slot || cls->is_parameter(*slot);
+        } else if (g && !n->kind().is_prim()) {
+          g = any;
+        }
+        grad_[o] = g;
+      }
+    }
+  }
+  std::unordered_map<const Value*, bool> grad_;
+};
+
+// SavedTensorAnalysis's rule for a region node, refined by who requires grad.
+bool region_keeps_input(const Node* n, size_t i, const MayRequireGrad& grad) {
+  if (!is_tensor(n->input(i))) return false;
+  bool any = false;
+  for (const Value* v : n->inputs()) any = any || grad(v);
+  if (!any) return false;
+  const c10::Symbol k = n->kind();
+  if (k == c10::aten::mul && n->inputs().size() >= 2 && i < 2) return grad(n->input(1 - i));
+  if (k == c10::aten::div && n->inputs().size() >= 2 && i == 0) return grad(n->input(1));
+  return SavedTensorAnalysis::keeps_input(n, i);
+}
+
+bool region_keeps_output(const Node* n, const MayRequireGrad& grad) {
+  bool any = false;
+  for (const Value* v : n->inputs()) any = any || grad(v);
+  if (!any) return false;
+  if (n->kind() == c10::aten::pow && n->inputs().size() > 1) return grad(n->input(1));
+  return SavedTensorAnalysis::keeps_output(n);
+}
+
 struct Region {
   std::vector<Node*> nodes;      // in block order
   std::vector<Value*> inputs;    // external tensor inputs, in order of first use
@@ -197,7 +266,7 @@ void describe_values(Region& r) {
   // Graph outputs are uses by the block's return node, which is outside.
 }
 
-void price(Region& r, const CostPolicy& policy) {
+void price(Region& r, const CostPolicy& policy, const MayRequireGrad& grad) {
   NodeSet members(r.nodes.begin(), r.nodes.end());
   auto bytes_of = [&](const Value* v) -> int64_t {
     if (auto b = SavedTensorAnalysis::bytes(v)) return *b;
@@ -212,9 +281,9 @@ void price(Region& r, const CostPolicy& policy) {
   std::unordered_set<const Value*> seen;
   for (Node* n : r.nodes) {
     for (size_t i = 0; i < n->inputs().size(); ++i)
-      if (SavedTensorAnalysis::keeps_input(n, i) && seen.insert(n->input(i)).second)
+      if (region_keeps_input(n, i, grad) && seen.insert(n->input(i)).second)
         kept.push_back(n->input(i));
-    if (SavedTensorAnalysis::keeps_output(n) && seen.insert(n->output()).second)
+    if (region_keeps_output(n, grad) && seen.insert(n->output()).second)
       kept.push_back(n->output());
     auto numel = SavedTensorAnalysis::numel(n->output());
     if (!numel || *numel > 1) ++r.full_size_ops;
@@ -224,8 +293,11 @@ void price(Region& r, const CostPolicy& policy) {
       r.before += bytes_of(v);
       ++r.kept_values;
     }
+  // The region op keeps its inputs when any of them requires grad.
+  bool any = false;
+  for (const Value* v : r.inputs) any = any || grad(v);
   for (const Value* v : r.inputs)
-    if (!kept_outside(v, members)) r.after += bytes_of(v);
+    if (any && !kept_outside(v, members)) r.after += bytes_of(v);
 }
 
 std::string where(const Region& r) {
@@ -328,12 +400,13 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
   collect_blocks(g->block(), blocks);
   std::vector<Region> planned;
   torch::jit::AliasDb alias(g);
+  const MayRequireGrad grad(g);
   for (Block* b : blocks) {
     for (auto& nodes : form_regions(b)) {
       Region r;
       r.nodes = std::move(nodes);
       describe_values(r);
-      price(r, ctx.policy);
+      price(r, ctx.policy, grad);
       if (r.before == 0 && !r.unknown) continue;  // keeps nothing today: nothing to win
       std::ostringstream why;
       why << "kept " << where(r) << ": ";

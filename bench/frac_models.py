@@ -1,0 +1,107 @@
+"""Seed-000-style trainable activation (memslim._models.FracAct) in place of ReLU
+(ResNets) or SiLU (EfficientNet), 128x3x32x32 fp32 (issue 4's setting).
+
+Per model: saved-for-backward bytes of eager ReLU/SiLU, eager GELU, eager FracAct,
+scripted FracAct and memslim.optimize(FracAct model); step time (forward+backward,
+CPU) of memslim and of the scripted model as ratios to the unmodified eager model,
+measured side by side (interleaved, median of --reps); and the largest relative
+gradient difference (loss, input, every parameter including the trainable orders)
+against eager over 5 SGD steps (models re-synchronised before each step, as in
+test/python/test_optimize.py::assert_same_training).
+Usage: bench/frac_models.py [--batch 128] [--reps 5] [--models a,b] [--out FILE]"""
+import argparse
+import datetime
+import platform
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+import memslim
+from memslim._models import torchvision_with
+
+warnings.filterwarnings("ignore", message=r".*torch\.jit\.(script|save|load).*deprecated")
+MiB = 2 ** 20
+
+
+def step_time(model, x):
+    t = time.perf_counter()
+    model(x).sum().backward()
+    return time.perf_counter() - t
+
+
+def max_grad_diff(ref, ours, batch, steps=5):
+    """Largest relative L2 difference of loss, input grad and parameter grads."""
+    opt = torch.optim.SGD(ref.parameters(), lr=0.01)
+    torch.manual_seed(1)
+    worst = 0.0
+    for _ in range(steps):
+        with torch.no_grad():
+            mine = ours.state_dict()
+            for k, t in ref.state_dict().items():
+                mine[k].copy_(t)
+        x = torch.randn(batch, 3, 32, 32)
+        res = []
+        for m in (ref, ours):
+            m.zero_grad()
+            xi = x.clone().requires_grad_(True)
+            out = m(xi)
+            loss = F.cross_entropy(out, torch.arange(batch) % out.shape[-1])
+            loss.backward()
+            g = dict((n, p.grad) for n, p in m.named_parameters())
+            res.append([loss.detach().reshape(1), xi.grad] + [g[n] for n, _ in ref.named_parameters()])
+        for a, b in zip(*res):
+            worst = max(worst, float((a - b).norm() / (a.norm() + 1e-30)))
+        opt.step()
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--models", default="resnet18,resnet50,efficientnet_b0")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    x = torch.randn(a.batch, 3, 32, 32)
+    lines = [f"FracAct models, {a.batch}x3x32x32 fp32, CPU ({platform.processor() or platform.machine()}, "
+             f"{torch.get_num_threads()} threads); {datetime.date.today()}, torch {torch.__version__}", "",
+             "Saved-for-backward bytes (MiB; distinct storages, parameters excluded):", "",
+             "| model | eager ReLU/SiLU | eager GELU | eager FracAct | scripted FracAct | memslim FracAct | memslim / eager GELU |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    times = ["", f"Step time (forward+backward), ratio to the unmodified eager FracAct model, interleaved, median of {a.reps}:", "",
+             "| model | eager (s) | memslim | scripted | max rel. grad diff vs eager (5 SGD steps) |", "|---|---:|---:|---:|---:|"]
+    for arch in a.models.split(","):
+        base = "silu" if arch.startswith("efficientnet") else "relu"
+        eager = {act: memslim.saved_bytes(torchvision_with(arch, act), x, warmup=0) for act in (base, "gelu", "frac")}
+        ref = torchvision_with(arch, "frac")
+        scripted = torch.jit.script(torchvision_with(arch, "frac"))
+        ours = memslim.optimize(torchvision_with(arch, "frac"), (x,))
+        s_scripted, s_ours = memslim.saved_bytes(scripted, x), memslim.saved_bytes(ours, x)
+        lines.append(f"| {arch} | {eager[base] / MiB:.1f} | {eager['gelu'] / MiB:.1f} | {eager['frac'] / MiB:.1f} | "
+                     f"{s_scripted / MiB:.1f} | {s_ours / MiB:.1f} | {s_ours / eager['gelu']:.4f}x |")
+        print(lines[-1], flush=True)
+        models = (ref, ours, scripted)
+        for m in models:  # warm-up: the scripted executors profile their first calls
+            step_time(m, x), step_time(m, x)
+        t = [[], [], []]
+        for _ in range(a.reps):
+            for k, m in enumerate(models):
+                t[k].append(step_time(m, x))
+        med = [statistics.median(v) for v in t]
+        diff = max_grad_diff(torchvision_with(arch, "frac"), ours, a.batch)
+        times.append(f"| {arch} | {med[0]:.2f} | {med[1] / med[0]:.2f}x | {med[2] / med[0]:.2f}x | {diff:.1e} |")
+        print(times[-1], flush=True)
+    text = "\n".join(lines + times) + "\n"
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write("Command: `.venv/bin/python " + " ".join(sys.argv) + "`\n\n" + text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
