@@ -23,6 +23,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
 
 #include <algorithm>
@@ -202,7 +203,9 @@ class MayRequireGrad {
       for (Value* v : n->inputs()) any = any || (*this)(v);
       for (Value* o : n->outputs()) {
         bool g = floating(o);
-        if (g && n->kind() == c10::prim::GetAttr) {
+        if (n->kind() == c10::prim::Constant) {
+          g = false;  // a tensor constant (traced graphs) is not a leaf that requires grad
+        } else if (g && n->kind() == c10::prim::GetAttr) {
           auto cls = n->input(0)->type()->cast<c10::ClassType>();
           auto slot = cls ? cls->findAttributeSlot(n->s(c10::attr::name)) : std::nullopt;
           g = !cls || !slot || cls->is_parameter(*slot);
@@ -348,7 +351,9 @@ void collect_blocks(Block* b, std::vector<Block*>& out) {
 }
 
 // Replaces the region by ListConstruct -> recompute_region -> ListUnpack.
-void rewrite(Graph& g, const Region& r, Node* point) {
+// Returns "" or, when the region's text would not parse back, the parser's
+// complaint (the graph is then left unchanged).
+std::string rewrite(Graph& g, const Region& r, Node* point) {
   NodeSet members(r.nodes.begin(), r.nodes.end());
   auto sub = std::make_shared<Graph>();
   std::unordered_map<Value*, Value*> env;
@@ -368,11 +373,21 @@ void rewrite(Graph& g, const Region& r, Node* point) {
   };
   for (Node* n : r.nodes) {
     Node* c = sub->appendNode(sub->createClone(n, map));
+    // Traced graphs carry module scopes, which the printer writes and parseIR
+    // cannot read back: the region's text drops them.
+    c->setScope(c10::make_intrusive<torch::jit::Scope>());
     for (size_t i = 0; i < n->outputs().size(); ++i) env[n->output(i)] = c->output(i);
   }
   for (Value* o : r.outputs) sub->registerOutput(env.at(o));
   torch::jit::EraseShapeInformation(sub);
   const std::string ir = sub->toString(/*print_source_locations=*/false);
+  try {  // the op parses this text at run time: check now, keep the region if it cannot
+    auto check = std::make_shared<Graph>();
+    torch::jit::parseIR(ir, check.get());
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    return msg.substr(0, msg.find('\n'));
+  }
 
   torch::jit::WithInsertPoint guard(point);
   Value* list = g.insertNode(g.createList(c10::TensorType::get(), r.inputs))->output();
@@ -391,6 +406,7 @@ void rewrite(Graph& g, const Region& r, Node* point) {
       if (!members.count(use.user)) use.user->replaceInput(use.offset, now);
   }
   for (auto it = r.nodes.rbegin(); it != r.nodes.rend(); ++it) (*it)->destroy();
+  return "";
 }
 
 } // namespace
@@ -465,7 +481,12 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
     if (!r.acts.empty())
       why << "; more than output-saving " << r.acts << " alone (" << r.alone << " B)";
     const std::string text = why.str();
-    rewrite(*g, r, point);
+    const std::string failed = rewrite(*g, r, point);
+    if (!failed.empty()) {
+      ctx.remarks.add(kPass, "kept " + where(r) + ": its graph text does not parse back (" +
+                                 failed + ")");
+      continue;
+    }
     ctx.remarks.add(kPass, text);
   }
 }
