@@ -51,6 +51,10 @@ void Remarks::add(const std::string& pass, const std::string& text) {
 
 const std::vector<PassInfo>& registered_passes() {
   static const std::vector<PassInfo> passes = {
+      {"functionalize-inplace-activations",
+       "in-place activations (silu_, hardswish_, relu_, ...) whose write nobody can observe "
+       "become their functional op",
+       run_functionalize_inplace_activations},
       {"canonicalize-activations",
        "hand-written activation formulas (x*sigmoid(x), the erf/tanh GELU, mish, hardswish) "
        "become the named aten op",
@@ -75,7 +79,10 @@ const std::vector<PipelineInfo>& registered_pipelines() {
   static const std::vector<PipelineInfo> pipelines = {
       {"memslim-default", "the training-memory pipeline",
        {
-           // First: hand-written formulas become named ops, so every later pass sees
+           // First: torchvision's inplace=True activations (EfficientNet, MobileNetV3)
+           // become functional ops where nobody sees the write, so later passes match them.
+           "functionalize-inplace-activations",
+           // Then: hand-written formulas become named ops, so every later pass sees
            // one shape per activation (and a formula's intermediates stop being saved).
            "canonicalize-activations",
            // Drop the formulas' now-dead intermediates before pricing: otherwise the

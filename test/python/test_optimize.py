@@ -261,3 +261,41 @@ def test_policy_knobs():
     assert not any("rewrote" in r for r in rep), rep
     rep = memslim.report(memslim.optimize(m, assume_numel=1024))
     assert any("rewrote aten::gelu" in r and "with assumed shapes" in r for r in rep), rep
+
+
+class InplaceActNet(torch.nn.Module):
+    """Conv-BN-SiLU(inplace)-Conv-BN-Hardswish(inplace)-pool-Linear: torchvision's
+    EfficientNet/MobileNetV3 building style."""
+
+    def __init__(self):
+        super().__init__()
+        # No conv bias before BatchNorm (as torchvision): its true gradient is 0, so
+        # relative differences of it would compare float noise.
+        self.c1, self.b1 = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16)
+        self.c2, self.b2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16)
+        self.c3 = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.a1, self.a2 = torch.nn.SiLU(inplace=True), torch.nn.Hardswish(inplace=True)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = self.a2(self.b2(self.c2(self.a1(self.b1(self.c1(x))))))
+        return self.fc(self.c3(h).mean((2, 3)))
+
+
+def test_inplace_activations_are_functionalized_and_rewritten():
+    torch.manual_seed(0)
+    m = InplaceActNet()
+    x = torch.randn(16, 3, 16, 16)
+    o = memslim.optimize(m, (x,))
+    rep = memslim.report(o)
+    for op in ("silu", "hardswish"):
+        assert any(f"functionalize-inplace-activations: aten::{op}_ at" in r for r in rep), rep
+        assert any(f"output-saving-activations: rewrote aten::{op} at" in r for r in rep), rep
+    before, after = memslim.saved_bytes(m, x, warmup=0), memslim.saved_bytes(o, x)
+    # Both activation inputs (16x16x16x16 fp32 = 262,144 B each) are dropped.
+    assert before - after == pytest.approx(memslim.predicted_bytes_freed(o), rel=0.05)
+    assert after < before - 2 * 262144 * 0.9, (before, after)
+    ref = InplaceActNet()
+    ref.load_state_dict(m.state_dict())
+    torch.manual_seed(1)
+    assert_same_training(ref, o, [torch.randn(16, 3, 16, 16) for _ in range(5)])

@@ -99,6 +99,8 @@ std::optional<OutputSavingPrice> output_saving_price(const torch::jit::Node* n,
                                                      const CostPolicy& policy);
 
 // The passes (one file each).
+void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Graph>& g,
+                                           PassContext& ctx);
 void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_recompute_pointwise_regions(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
