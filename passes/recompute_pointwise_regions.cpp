@@ -135,24 +135,6 @@ Node* insertion_point(const std::vector<Node*>& nodes) {
   return point;
 }
 
-// Whether a node outside `region` keeps `v` for backward (as its input, or
-// `v`'s producer as its output).
-bool kept_outside(const Value* v, const NodeSet& region, std::string* who = nullptr) {
-  const Node* p = v->node();
-  if (!region.count(p) && p->kind() != c10::prim::Param && SavedTensorAnalysis::keeps_output(p)) {
-    if (who) *who = p->kind().toQualString();
-    return true;
-  }
-  for (const auto& use : v->uses()) {
-    if (region.count(use.user)) continue;
-    if (SavedTensorAnalysis::keeps_input(use.user, use.offset)) {
-      if (who) *who = use.user->kind().toQualString();
-      return true;
-    }
-  }
-  return false;
-}
-
 // Module state (a parameter, a buffer, or a view of one): AliasDb treats every
 // attribute read as aliasing every other (a wildcard), so BatchNorm's
 // `num_batches_tracked.add_(1)` would count as a write to a trainable order.
@@ -292,7 +274,7 @@ void price(Region& r, const CostPolicy& policy, const MayRequireGrad& grad) {
     if (!numel || *numel > 1) ++r.full_size_ops;
   }
   for (const Value* v : kept)
-    if (!kept_outside(v, members)) {
+    if (!SavedTensorAnalysis::kept_by_other(v, members)) {
       r.before += bytes_of(v);
       ++r.kept_values;
     }
@@ -300,7 +282,7 @@ void price(Region& r, const CostPolicy& policy, const MayRequireGrad& grad) {
   bool any = false;
   for (const Value* v : r.inputs) any = any || grad(v);
   for (const Value* v : r.inputs)
-    if (any && !kept_outside(v, members)) r.after += bytes_of(v);
+    if (any && !SavedTensorAnalysis::kept_by_other(v, members)) r.after += bytes_of(v);
 }
 
 std::string where(const Region& r) {

@@ -99,12 +99,18 @@ bool SavedTensorAnalysis::keeps_output(const Node* producer) {
 }
 
 bool SavedTensorAnalysis::kept_by_other(const Value* v, const Node* except, std::string* who) {
-  if (v->node() != except && v->node()->kind() != c10::prim::Param && keeps_output(v->node())) {
-    if (who) *who = v->node()->kind().toQualString();
+  return kept_by_other(v, std::unordered_set<const Node*>{except}, who);
+}
+
+bool SavedTensorAnalysis::kept_by_other(const Value* v, const std::unordered_set<const Node*>& except,
+                                        std::string* who) {
+  const Node* p = v->node();
+  if (!except.count(p) && p->kind() != c10::prim::Param && keeps_output(p)) {
+    if (who) *who = p->kind().toQualString();
     return true;
   }
   for (const auto& use : v->uses()) {
-    if (use.user == except) continue;
+    if (except.count(use.user)) continue;
     if (keeps_input(use.user, use.offset)) {
       if (who) *who = use.user->kind().toQualString();
       return true;

@@ -12,6 +12,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <optional>
+#include <unordered_set>
 #include <string>
 
 namespace memslim {
@@ -26,6 +27,10 @@ class SavedTensorAnalysis {
   // Some node other than `except` keeps `v` (as an input, or its producer as
   // its output); `who` receives that node's kind for remarks.
   static bool kept_by_other(const torch::jit::Value* v, const torch::jit::Node* except,
+                            std::string* who = nullptr);
+  // The same with a set of nodes left out (a region about to be replaced).
+  static bool kept_by_other(const torch::jit::Value* v,
+                            const std::unordered_set<const torch::jit::Node*>& except,
                             std::string* who = nullptr);
 
   // Bytes of `v` if its type has concrete sizes and a dtype.
