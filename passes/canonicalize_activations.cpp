@@ -11,8 +11,9 @@
 // any nesting of mul, and div by a constant); the inner arguments are read as
 // polynomials in x (add, sub, mul, div, pow by constants), so commuted
 // operands, x*x*x vs pow(x, 3) and pooled constants all match. Constants are
-// compared by value with a relative tolerance of 1e-4. Intermediate nodes
-// that lose their last use are removed by the cleanup pass.
+// compared by value with a relative tolerance of 1e-4. Each match is a
+// proposal to the SafetyGate covering the whole formula, so an in-place write
+// between its nodes (`s = sigmoid(h); h.add_(1); h * s`) keeps it as written.
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/jit/ir/constants.h>
@@ -21,9 +22,12 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <functional>
 #include <set>
+#include <unordered_map>
 
 #include "memslim/passes/pass.h"
+#include "memslim/passes/safety_gate.h"
 
 namespace memslim {
 
@@ -197,6 +201,29 @@ std::optional<Match> recognise(Value* x, Value* g, double scale) {
   return std::nullopt;
 }
 
+// The nodes of a matched formula: every node between `x` and `root` (those
+// `root` reaches through its inputs that depend on x; constants excluded).
+std::vector<Node*> formula_nodes(Node* root, Value* x) {
+  std::vector<Node*> out;
+  std::unordered_map<Node*, bool> memo;
+  std::function<bool(Node*)> depends = [&](Node* n) -> bool {
+    auto it = memo.find(n);
+    if (it != memo.end()) return it->second;
+    memo[n] = false;
+    bool d = false;
+    for (Value* v : n->inputs()) {
+      const c10::Symbol k = v->node()->kind();
+      if (v == x) d = true;
+      else if (k != c10::prim::Constant && k != c10::prim::Param && depends(v->node())) d = true;
+    }
+    memo[n] = d;
+    if (d) out.push_back(n);
+    return d;
+  };
+  depends(root);
+  return out;
+}
+
 } // namespace
 
 void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
@@ -207,10 +234,9 @@ void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, P
     if ((is(n, "aten::mul") || is(n, "aten::div")) && n->inputs().size() == 2) roots.push_back(n);
   // Outermost products first (reverse order): an inner mul of a matched
   // expression is then dead and never matched on its own.
-  std::set<Node*> destroyed;
   for (auto it = roots.rbegin(); it != roots.rend(); ++it) {
     Node* root = *it;
-    if (destroyed.count(root)) continue;
+    if (!ctx.gate->alive(root)) continue;
     Product p;
     flatten_product(root->output(), p);
     if (p.factors.size() != 2) continue;
@@ -219,16 +245,24 @@ void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, P
       Value* other = p.factors[1 - i];
       auto m = recognise(x, other, p.scale);
       if (!m) continue;
-      std::vector<Value*> args{x};
-      if (m->approximate) {
-        torch::jit::WithInsertPoint guard(root);
-        args.push_back(g->insertConstant(std::string(m->approximate)));
-      }
-      Node* act = replace_output(*g, root, root->output(), c10::Symbol::fromQualString(m->op), args);
-      ctx.remarks.add(kPass, std::string(m->form) + " at %" + act->output()->debugName() + " -> " +
-                                 m->op + (m->approximate ? std::string("(\"") + m->approximate + "\")" : ""));
-      destroyed.insert(root);
-      root->destroy();
+      const std::string form = std::string(m->form) + " at %" + root->output()->debugName();
+      Proposal prop;
+      prop.site = form;
+      prop.covers = formula_nodes(root, x);
+      prop.guarded = {x};  // the aten op keeps its input, as the formula's mul did
+      const Match match = *m;
+      prop.apply = [&g, root, x, match]() {
+        std::vector<Value*> args{x};
+        if (match.approximate) {
+          torch::jit::WithInsertPoint guard(root);
+          args.push_back(g->insertConstant(std::string(match.approximate)));
+        }
+        replace_output(*g, root, root->output(), c10::Symbol::fromQualString(match.op), args);
+        return std::string();
+      };
+      prop.rewrote = form + " -> " + m->op +
+                     (m->approximate ? std::string("(\"") + m->approximate + "\")" : "");
+      ctx.gate->submit(prop);
       break;
     }
   }

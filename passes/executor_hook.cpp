@@ -28,7 +28,7 @@ torch::jit::GraphPassNameType g_pre_id = 0, g_post_id = 0;
 void run_pipeline(std::shared_ptr<torch::jit::Graph>& graph) {
   const PipelineInfo* pl = find_pipeline("memslim-default");
   PassContext ctx;
-  for (const auto& name : pl->passes) find_pass(name)->run(graph, ctx);
+  for (const auto& name : pl->passes) run_pass(*find_pass(name), graph, ctx);
   for (const auto& r : ctx.remarks.lines())
     if (r.find(": rewrote ") != std::string::npos) ++g_rewrites;
 }

@@ -4,7 +4,10 @@
 // `relu_`, `gelu_`, ...: the ones output-saving knows) by its functional form
 // when nothing else can observe the write: its input is a fresh tensor (made by
 // an op whose schema returns no alias: not a graph input, module state or a
-// view) that has no other use.
+// view) that has no other use — the SafetyGate proves that — and when the
+// in-place form keeps what the functional form keeps (relu_, leaky_relu_,
+// elu_, sigmoid_ ... keep their output, the functional leaky_relu/elu its
+// input: functionalizing those would make the model keep more).
 // Why: torchvision builds EfficientNet's SiLU and MobileNetV3's Hardswish with
 // inplace=True. Eager autograd keeps the activation's input either way (the
 // in-place backward needs the original value), but the rewriting passes only
@@ -16,6 +19,7 @@
 
 #include "memslim/passes/activation_table.h"
 #include "memslim/passes/pass.h"
+#include "memslim/passes/safety_gate.h"
 
 namespace memslim {
 
@@ -38,20 +42,6 @@ std::optional<c10::Symbol> functional_of(c10::Symbol kind) {
   return f;
 }
 
-// Why the write of `n` to its input could be observed, or "" when it cannot.
-std::string observed_because(const Node* n) {
-  const Value* x = n->input(0);
-  if (x->uses().size() != 1) return "its input has another use";
-  const Node* p = x->node();
-  if (p->kind() == c10::prim::Param) return "its input is a graph input";
-  if (p->kind().is_prim()) return std::string("its input comes from ") + p->kind().toQualString();
-  const c10::FunctionSchema* schema = p->maybeSchema();
-  if (!schema) return std::string("its input comes from ") + p->kind().toQualString() + " (no schema)";
-  for (const auto& r : schema->returns())
-    if (r.alias_info()) return std::string("its input may alias another tensor (") + p->kind().toQualString() + ")";
-  return "";
-}
-
 } // namespace
 
 void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Graph>& g,
@@ -63,17 +53,25 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
     if (functional_of(n->kind()) && n->outputs().size() == 1) sites.push_back(n);
   for (Node* n : sites) {
     const c10::Symbol f = *functional_of(n->kind());
-    const std::string why = observed_because(n);
-    if (!why.empty()) {
-      ctx.remarks.add(kPass, std::string("kept ") + n->kind().toQualString() + " at %" +
-                                 n->output()->debugName() + ": " + why);
+    const std::string site = std::string(n->kind().toQualString()) + " at %" + n->output()->debugName();
+    const ActivationInfo info = *activation_info(f);
+    if (info.inplace_keeps != info.aten_keeps) {
+      ctx.remarks.add(kPass, "kept " + site + ": the in-place form keeps its " +
+                                 keeps_name(info.inplace_keeps) + ", " + f.toQualString() +
+                                 " would keep its " + keeps_name(info.aten_keeps));
       continue;
     }
-    Node* m = replace_output(*g, n, n->output(), f, n->inputs());
-    ctx.remarks.add(kPass, std::string(n->kind().toQualString()) + " at %" +
-                               m->output()->debugName() + " -> " + f.toQualString() +
-                               " (its input has no other use)");
-    n->destroy();
+    Proposal prop;
+    prop.site = site;
+    prop.covers = {n};
+    prop.guarded = {n->input(0), n->output()};
+    prop.removes_writes = true;
+    prop.apply = [&g, n, f]() {
+      replace_output(*g, n, n->output(), f, n->inputs());
+      return std::string();
+    };
+    prop.rewrote = site + " -> " + f.toQualString() + " (its input has no other use)";
+    ctx.gate->submit(prop);
   }
 }
 

@@ -14,9 +14,10 @@
 // CostPolicy::dropout_mask_bytes); memslim keeps the output (unless its
 // consumer does) + n/4 bytes.
 // Runs before output-saving-activations, which would otherwise take the GELU.
+// Safety: through the SafetyGate (no later in-place write to x, the
+// activation's output or dropout's output; nothing written between the two).
 //
 //===----------------------------------------------------------------------===//
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 
@@ -25,6 +26,7 @@
 #include "memslim/activation_spec.h"
 #include "memslim/passes/activation_table.h"
 #include "memslim/passes/pass.h"
+#include "memslim/passes/safety_gate.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
 namespace memslim {
@@ -87,6 +89,7 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
   }
   if (sites.empty()) return;
   for (Node* d : sites) {
+    if (!ctx.gate->alive(d)) continue;
     Node* a = d->input(0)->node();
     Value* x = a->input(0);
     Value* out = d->output();
@@ -119,21 +122,29 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
       ctx.remarks.add(kPass, why.str());
       continue;
     }
-    Value *act_name, *params;
-    {
-      torch::jit::WithInsertPoint guard(d);
-      act_name = g->insertConstant(kact->act);
-      params = g->insertConstant(c10::IValue(kact->params));
-    }
-    Node* f = replace_output(*g, d, out, c10::Symbol::fromQualString("memslim::activation_dropout"),
-                             {x, act_name, params, d->input(1), d->input(2)});
     std::ostringstream why;
-    why << "rewrote " << a->kind().toQualString() << " + aten::dropout at %" << f->output()->debugName()
+    why << "rewrote " << a->kind().toQualString() << " + aten::dropout at %" << out->debugName()
         << ": keeps output + 2 bits instead of " << (x_else ? "" : "input + ")
-        << (policy.dropout_mask_bytes > 0 ? "dropout mask" : "dropout noise") << ", frees " << freed << " B (" << aten_keeps << " -> " << ours << ")";
-    ctx.remarks.add(kPass, why.str());
-    d->destroy();
-    a->destroy();
+        << (policy.dropout_mask_bytes > 0 ? "dropout mask" : "dropout noise") << ", frees "
+        << freed << " B (" << aten_keeps << " -> " << ours << ")";
+    Proposal prop;
+    prop.site = at(a) + " + aten::dropout";
+    prop.covers = {a, d};
+    prop.guarded = {x, a->output(), out};  // aten kept x; the fused op keeps out
+    const ActSpec spec = *kact;
+    prop.apply = [&g, d, x, out, spec]() {
+      Value *act_name, *params;
+      {
+        torch::jit::WithInsertPoint guard(d);
+        act_name = g->insertConstant(spec.act);
+        params = g->insertConstant(c10::IValue(spec.params));
+      }
+      replace_output(*g, d, out, c10::Symbol::fromQualString("memslim::activation_dropout"),
+                     {x, act_name, params, d->input(1), d->input(2)});
+      return std::string();
+    };
+    prop.rewrote = why.str();
+    ctx.gate->submit(prop);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/library.h>
 
+#include <cstdlib>
 #include <unordered_map>
 
 namespace memslim {
@@ -99,16 +100,10 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
   // keeps training the optimized one).
   OptimizeResult result{module.clone(/*inplace=*/true), {}};
   std::vector<const PassInfo*> plan;
-  std::vector<std::string> names = options.passes;
-  if (names.empty()) {
-    const PipelineInfo* pl = find_pipeline(options.pipeline);
-    TORCH_CHECK(pl, "memslim.optimize: unknown pipeline '", options.pipeline, "'");
-    names = pl->passes;
-  }
-  for (const auto& n : names) {
-    const PassInfo* p = find_pass(n);
-    TORCH_CHECK(p, "memslim.optimize: unknown pass '", n, "'");
-    plan.push_back(p);
+  try {
+    plan = resolve_plan(options.passes, options.pipeline);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "memslim.optimize: ", e.what());
   }
   for (const auto& method : options.methods) {
     auto m = result.module.find_method(method);
@@ -130,7 +125,10 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
       propagate_shapes(graph, result.module, options.example_inputs);
     PassContext ctx;
     ctx.policy = options.policy;
-    for (const PassInfo* p : plan) p->run(graph, ctx);
+    // MEMSLIM_STRICT=1 (the test suites): a failing pass is an error, not a rollback.
+    const char* strict_env = std::getenv("MEMSLIM_STRICT");
+    ctx.strict = options.strict || (strict_env && std::string(strict_env) == "1");
+    for (const PassInfo* p : plan) run_pass(*p, graph, ctx);
     // Back to generic types: the executor profiles its own.
     torch::jit::EraseShapeInformation(graph);
     for (const auto& r : ctx.remarks.lines()) result.remarks.push_back(r);

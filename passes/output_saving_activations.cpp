@@ -8,19 +8,19 @@
 // or only a bit mask. Whether that frees anything depends on the graph: the
 // input may be kept by another consumer, the output may be kept by nobody
 // (then saving it costs memory). Decided per site from SavedTensorAnalysis.
-// Safety: no rewrite where AliasDb sees a later in-place write to the input or
-// the output (or an alias of them): the output is what the backward reads, and
-// a later write to the input means someone relies on aten's saved-input check.
-// Writes before the activation (ResNet's `out += identity`) are harmless.
+// Safety: the rewrite goes through the SafetyGate, guarding the input and the
+// output against later in-place writes: the output is what the backward reads,
+// and a later write to the input means someone relies on aten's saved-input
+// check. Writes before the activation (ResNet's `out += identity`) are harmless.
 //
 //===----------------------------------------------------------------------===//
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include <sstream>
 
 #include "memslim/passes/activation_table.h"
 #include "memslim/passes/pass.h"
+#include "memslim/passes/safety_gate.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
 namespace memslim {
@@ -80,23 +80,13 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
       if (info && n->kind() == info->aten) sites.push_back(n);
     }
   }
-  if (sites.empty()) return;
-  torch::jit::AliasDb alias(g);
   for (Node* n : sites) {
+    if (!ctx.gate->alive(n)) continue;
     const ActivationInfo info = *activation_info(n->kind());
     Value* x = n->input(0);
     Value* y = n->output();
     if (info.aten_keeps == Keeps::Output && info.memslim_keeps == Keeps::Output) {
       ctx.remarks.add(kPass, "kept " + at(n) + ": aten already keeps only the output");
-      continue;
-    }
-    if (inside_loop(n)) {
-      ctx.remarks.add(kPass, "kept " + at(n) + ": inside a loop (not analysed)");
-      continue;
-    }
-    if (const Node* w = later_writer(g, alias, n, {x, y})) {
-      ctx.remarks.add(kPass, "kept " + at(n) + ": " + w->kind().toQualString() +
-                                 " later writes its input or output in place");
       continue;
     }
     if (ctx.policy.max_added_work >= 0 && info.added_work > ctx.policy.max_added_work) {
@@ -112,16 +102,12 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
       continue;
     }
     const OutputSavingPrice& p = *price;
-    const bool x_else = p.x_kept_by != "";
-    const std::string& x_by = p.x_kept_by;
-    const bool y_else = p.y_kept_by != "";
-    const bool assumed = p.assumed;
     std::ostringstream why;
     if (p.freed() < ctx.policy.min_bytes) {
       why << "kept " << at(n) << ": ";
-      if (info.aten_keeps == Keeps::Input && x_else)
-        why << "input also saved by " << x_by;
-      else if (!y_else && info.memslim_keeps != Keeps::Bits)
+      if (info.aten_keeps == Keeps::Input && !p.x_kept_by.empty())
+        why << "input also saved by " << p.x_kept_by;
+      else if (p.y_kept_by.empty() && info.memslim_keeps != Keeps::Bits)
         why << "output not saved by any consumer (memslim would add " << (p.ours - p.aten)
             << " B)";
       else
@@ -129,13 +115,22 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
       ctx.remarks.add(kPass, why.str());
       continue;
     }
-    Node* m = replace_output(*g, n, y, info.memslim, n->inputs());
-    n->destroy();
-    why << "rewrote " << info.aten.toQualString() << " at %" << m->output()->debugName()
-        << ": keeps " << keeps_name(info.memslim_keeps) << " instead of "
-        << keeps_name(info.aten_keeps) << ", frees " << p.freed() << " B (" << p.aten << " -> "
-        << p.ours << ")" << (assumed ? " with assumed shapes" : "");
-    ctx.remarks.add(kPass, why.str());
+    why << "rewrote " << info.aten.toQualString() << " at %" << y->debugName() << ": keeps "
+        << keeps_name(info.memslim_keeps) << " instead of " << keeps_name(info.aten_keeps)
+        << ", frees " << p.freed() << " B (" << p.aten << " -> " << p.ours << ")"
+        << (p.assumed ? " with assumed shapes" : "");
+    Proposal prop;
+    prop.site = at(n);
+    prop.covers = {n};
+    // The memslim op keeps y; aten kept x (a later write to x makes aten's
+    // backward fail, which the rewrite must not silence).
+    prop.guarded = {x, y};
+    prop.apply = [&, n, y]() {
+      replace_output(*g, n, y, info.memslim, n->inputs());
+      return std::string();
+    };
+    prop.rewrote = why.str();
+    ctx.gate->submit(prop);
   }
 }
 

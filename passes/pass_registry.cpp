@@ -1,6 +1,10 @@
 //===- pass_registry.cpp - the explicit list of passes and pipelines -------===//
 #include "memslim/passes/pass.h"
 
+#include <stdexcept>
+
+#include "memslim/passes/safety_gate.h"
+
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 
@@ -15,20 +19,6 @@ torch::jit::Node* replace_output(torch::jit::Graph& g, torch::jit::Node* old,
   n->output()->copyMetadata(old_output);
   old_output->replaceAllUsesWith(n->output());
   return n;
-}
-
-const torch::jit::Node* later_writer(const std::shared_ptr<torch::jit::Graph>& g,
-                                     torch::jit::AliasDb& alias, const torch::jit::Node* n,
-                                     const std::vector<torch::jit::Value*>& vs) {
-  torch::jit::ValueSet set(vs.begin(), vs.end());
-  std::shared_ptr<torch::jit::Graph> gm = g;
-  torch::jit::DepthFirstGraphNodeIterator it(gm);
-  bool after = false;
-  for (torch::jit::Node* m = it.next(); m; m = it.next()) {
-    if (m == n) { after = true; continue; }
-    if (after && alias.writesToAlias(m, set)) return m;
-  }
-  return nullptr;
 }
 
 bool inside_loop(const torch::jit::Node* n) {
@@ -103,6 +93,44 @@ const std::vector<PipelineInfo>& registered_pipelines() {
        }},
   };
   return pipelines;
+}
+
+std::vector<const PassInfo*> resolve_plan(const std::vector<std::string>& passes,
+                                          const std::string& pipeline) {
+  std::vector<std::string> names = passes;
+  if (names.empty()) {
+    const PipelineInfo* pl = find_pipeline(pipeline);
+    if (!pl) throw std::invalid_argument("unknown pipeline '" + pipeline + "'");
+    names = pl->passes;
+  }
+  std::vector<const PassInfo*> plan;
+  for (const auto& n : names) {
+    const PassInfo* p = find_pass(n);
+    if (!p) throw std::invalid_argument("unknown pass '" + n + "'");
+    plan.push_back(p);
+  }
+  return plan;
+}
+
+void run_pass(const PassInfo& p, const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
+  const size_t remarks_before = ctx.remarks.lines().size();
+  std::shared_ptr<torch::jit::Graph> snapshot = g->copy();
+  SafetyGate gate(g, p.flag, ctx.remarks);
+  SafetyGate* outer = ctx.gate;
+  ctx.gate = &gate;
+  try {
+    p.run(g, ctx);
+    g->lint();
+    ctx.gate = outer;
+  } catch (const std::exception& e) {
+    ctx.gate = outer;
+    if (ctx.strict) throw;
+    restore_graph(*g, *snapshot);
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    ctx.remarks.truncate(remarks_before);
+    ctx.remarks.add(p.flag, "rolled back (the graph is as before this pass): " + what);
+  }
 }
 
 const PassInfo* find_pass(const std::string& flag) {

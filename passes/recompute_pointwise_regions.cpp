@@ -15,8 +15,9 @@
 // saving that activation alone is priced too and wins unless the region frees
 // more. Boundaries: anything not in the elementwise table (control flow,
 // random ops, in-place or out= ops, unknown ops) ends a region, as does a
-// non-constant non-tensor operand; regions in loops and regions whose values
-// are written in place later are kept.
+// non-constant non-tensor operand. Each region is a proposal to the
+// SafetyGate (regions in loops, and regions whose inputs or values are
+// written in place between or after its nodes, are kept there).
 // Placement: the region op goes where its last node was, or before the first
 // outside node that consumes a region value (only when every region input is
 // already defined there; otherwise the merge is refused).
@@ -34,6 +35,7 @@
 
 #include "memslim/passes/activation_table.h"
 #include "memslim/passes/pass.h"
+#include "memslim/passes/safety_gate.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
 namespace memslim {
@@ -135,21 +137,6 @@ Node* insertion_point(const std::vector<Node*>& nodes) {
   return point;
 }
 
-// Module state (a parameter, a buffer, or a view of one): AliasDb treats every
-// attribute read as aliasing every other (a wildcard), so BatchNorm's
-// `num_batches_tracked.add_(1)` would count as a write to a trainable order.
-// Such inputs are left out of the write check; a real later in-place write to
-// one is still caught by autograd's version check on the saved input.
-bool is_module_state(const Value* v) {
-  const Node* p = v->node();
-  if (p->kind() == c10::prim::GetAttr) return true;
-  static const std::unordered_set<std::string> views = {
-      "aten::select", "aten::slice", "aten::view", "aten::reshape", "aten::unsqueeze",
-      "aten::squeeze", "aten::expand", "aten::detach"};
-  return views.count(p->kind().toQualString()) && p->inputs().size() > 0 &&
-         is_module_state(p->input(0));
-}
-
 // Which values may require grad in training: floating tensors that are graph
 // inputs, module parameters (not buffers: the class type knows), or computed
 // from such by a non-prim op; anything else from prim nodes (lists, If
@@ -236,6 +223,8 @@ struct Region {
 };
 
 void describe_values(Region& r) {
+  r.inputs.clear();
+  r.outputs.clear();
   NodeSet members(r.nodes.begin(), r.nodes.end());
   std::unordered_set<const Value*> seen;
   for (Node* n : r.nodes) {
@@ -348,7 +337,11 @@ std::string rewrite(Graph& g, const Region& r, Node* point) {
   auto map = [&](Value* v) -> Value* {
     auto it = env.find(v);
     if (it != env.end()) return it->second;
-    // A scalar constant: copied into the region's graph.
+    // A scalar constant: copied into the region's graph. Anything else means
+    // the region's inputs are out of date (an internal error: the driver
+    // rolls the pass back).
+    TORCH_INTERNAL_ASSERT(is_scalar_constant(v), "recompute region: %", v->debugName(),
+                          " is neither a region input nor a constant");
     Node* c = sub->appendNode(sub->createClone(v->node(), [](Value*) -> Value* { return nullptr; }));
     env[v] = c->output();
     return c->output();
@@ -387,7 +380,6 @@ std::string rewrite(Graph& g, const Region& r, Node* point) {
     for (const auto& use : uses)
       if (!members.count(use.user)) use.user->replaceInput(use.offset, now);
   }
-  for (auto it = r.nodes.rbegin(); it != r.nodes.rend(); ++it) (*it)->destroy();
   return "";
 }
 
@@ -397,7 +389,6 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
   std::vector<Block*> blocks;
   collect_blocks(g->block(), blocks);
   std::vector<Region> planned;
-  torch::jit::AliasDb alias(g);
   const MayRequireGrad grad(g);
   for (Block* b : blocks) {
     for (auto& nodes : form_regions(b)) {
@@ -430,24 +421,21 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
       } else if (ctx.policy.max_added_work >= 0 && r.full_size_ops > ctx.policy.max_added_work) {
         why << "recomputes " << r.full_size_ops << " full-size ops in backward, above the maximum "
             << ctx.policy.max_added_work;
-      } else if (inside_loop(r.nodes.front())) {
-        why << "inside a loop (not analysed)";
       } else {
-        std::vector<Value*> values;
-        for (Value* v : r.inputs)
-          if (!is_module_state(v)) values.push_back(v);
-        for (Node* n : r.nodes) values.push_back(n->output());
-        if (const Node* w = later_writer(g, alias, r.nodes.front(), values)) {
-          why << w->kind().toQualString() << " later writes one of its values in place";
-        } else {
-          planned.push_back(std::move(r));
-          continue;
-        }
+        planned.push_back(std::move(r));
+        continue;
       }
       ctx.remarks.add(kPass, why.str());
     }
   }
+  // Rewrites, one proposal each. An earlier rewrite may have replaced a
+  // region's inputs (a region reading another's outputs), so inputs, outputs
+  // and the op's place are taken from the graph as it is now.
   for (Region& r : planned) {
+    bool alive = true;
+    for (Node* n : r.nodes) alive = alive && ctx.gate->alive(n);
+    if (!alive) continue;  // cannot happen (regions are disjoint); never touch a dead node
+    describe_values(r);
     Node* point = insertion_point(r.nodes);
     if (!point) {
       ctx.remarks.add(kPass, "kept " + where(r) + ": an input is defined after a consumer of "
@@ -462,14 +450,18 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
         << (r.assumed ? " (assumed shapes)" : "");
     if (!r.acts.empty())
       why << "; more than output-saving " << r.acts << " alone (" << r.alone << " B)";
-    const std::string text = why.str();
-    const std::string failed = rewrite(*g, r, point);
-    if (!failed.empty()) {
-      ctx.remarks.add(kPass, "kept " + where(r) + ": its graph text does not parse back (" +
-                                 failed + ")");
-      continue;
-    }
-    ctx.remarks.add(kPass, text);
+    Proposal prop;
+    prop.site = where(r);
+    prop.covers = r.nodes;
+    // The op keeps its inputs; the original nodes kept their intermediates.
+    prop.guarded = r.inputs;
+    for (Node* n : r.nodes) prop.guarded.push_back(n->output());
+    prop.apply = [&g, &r, point]() {
+      const std::string failed = rewrite(*g, r, point);
+      return failed.empty() ? failed : "its graph text does not parse back (" + failed + ")";
+    };
+    prop.rewrote = why.str();
+    ctx.gate->submit(prop);
   }
 }
 

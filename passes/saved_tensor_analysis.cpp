@@ -68,12 +68,25 @@ bool SavedTensorAnalysis::keeps_input(const Node* user, size_t index) {
   const std::string name = kind.toQualString();
   if (kind == c10::prim::ListConstruct) {
     // The input list of a recompute region: the region op keeps every element.
+    // The input list of aten::cat: TorchScript's optimising executor (where an
+    // optimized module runs) differentiates cat with a symbolic script that
+    // keeps its input tensors (measured: cat([a, b]) -> mul keeps a and b
+    // scripted, not in eager; stack does not). Without this, mask-only ReLU
+    // rewrites in front of googlenet/inception's cat added their bits.
     for (const auto& use : user->output()->uses())
-      if (use.user->kind() == c10::Symbol::fromQualString("memslim::recompute_region")) return true;
+      if (use.user->kind() == c10::Symbol::fromQualString("memslim::recompute_region") ||
+          use.user->kind() == c10::aten::cat)
+        return true;
     return false;
   }
   if (kind.is_prim()) return false;  // Constant, GetAttr, Return...
   if (kKeepsNothing.count(name)) return false;
+  // mul keeps an operand for the other's gradient, div its dividend for the
+  // divisor's: a Python-scalar other operand needs neither (`h * 0.5`).
+  if (kind == c10::aten::mul && index < 2 && user->inputs().size() >= 2)
+    return is_tensor(user->input(1 - index));
+  if (kind == c10::aten::div && index == 0 && user->inputs().size() >= 2)
+    return is_tensor(user->input(1));
   if (kKeepsAll.count(name)) return true;
   if (kKeepsFirst.count(name)) return index == 0;
   if (kKeepsOutput.count(name)) return false;
@@ -110,13 +123,42 @@ bool SavedTensorAnalysis::kept_by_other(const Value* v, const std::unordered_set
     return true;
   }
   for (const auto& use : v->uses()) {
-    if (except.count(use.user)) continue;
-    if (keeps_input(use.user, use.offset)) {
-      if (who) *who = use.user->kind().toQualString();
+    const Node* u = use.user;
+    if (except.count(u)) continue;
+    if (keeps_input(u, use.offset)) {
+      if (who) *who = u->kind().toQualString();
       return true;
+    }
+    // Returned from an If branch: whoever keeps the If's output keeps this
+    // tensor (timm's SE gate: `x.sigmoid_() if inplace else x.sigmoid()`).
+    // From a loop body: conservatively kept.
+    if (u->kind() == c10::prim::Return && u->owningBlock()->owningNode()) {
+      const Node* owner = u->owningBlock()->owningNode();
+      if (owner->kind() != c10::prim::If) {
+        if (who) *who = owner->kind().toQualString();
+        return true;
+      }
+      if (use.offset < owner->outputs().size() &&
+          kept_by_other(owner->output(use.offset), except, who))
+        return true;
+      continue;
+    }
+    // A view shares the storage: keeping the view keeps these bytes (GPT-2's
+    // Conv1D: addmm keeps `x.view(-1, n)` of the GELU's output).
+    if (is_view_of_input(u, use.offset)) {
+      for (const Value* o : u->outputs())
+        if (is_tensor(o) && kept_by_other(o, except, who)) return true;
     }
   }
   return false;
+}
+
+bool SavedTensorAnalysis::is_view_of_input(const Node* n, size_t index) {
+  const c10::FunctionSchema* s = n->maybeSchema();
+  if (!s || s->returns().empty() || index >= s->arguments().size()) return false;
+  const c10::AliasInfo* out = s->returns()[0].alias_info();
+  const c10::AliasInfo* in = s->arguments()[index].alias_info();
+  return out && in && !out->isWrite() && !in->isWrite() && out->beforeSets() == in->beforeSets();
 }
 
 std::optional<int64_t> SavedTensorAnalysis::numel(const Value* v) {

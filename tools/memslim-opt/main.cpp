@@ -233,6 +233,7 @@ int run_archive(const Options& o, const std::vector<std::string>& names) {
   for (const auto& m : module.get_methods()) opts.methods.push_back(m.name());
   opts.passes = names;
   opts.policy = o.policy;
+  opts.strict = o.verify;
   opts.example_inputs = random_inputs(o.input_shapes);
   memslim::OptimizeResult r;
   try {
@@ -339,9 +340,10 @@ int main(int argc, char** argv) {
     }
     memslim::PassContext ctx;
     ctx.policy = o.policy;
+    ctx.strict = o.verify;
     try {
       for (const auto* p : plan) {
-        p->run(graph, ctx);
+        memslim::run_pass(*p, graph, ctx);
         if (o.print_after_all)
           std::cerr << "// -----// IR after " << p->flag << " //----- //\n" << graph->toString();
       }

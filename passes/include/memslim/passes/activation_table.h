@@ -21,6 +21,9 @@ struct ActivationInfo {
   c10::Symbol memslim;  // memslim::gelu
   Keeps aten_keeps;
   Keeps memslim_keeps;
+  // What aten's in-place form (`aten::relu_`) keeps: its output, or a copy of
+  // its input (measured with saved_tensors_hooks on torch 2.14).
+  Keeps inplace_keeps;
   // Extra work of the memslim op over aten's, in activation evaluations per
   // element (measured on the CPU, README speed table: inverting ones ~1-2).
   double added_work;

@@ -26,6 +26,8 @@ struct OptimizeOptions {
   std::string pipeline = "memslim-default";
   std::vector<at::Tensor> example_inputs;     // for `forward` (without self)
   CostPolicy policy;
+  // A pass that throws or breaks the graph is an error (tests), not a rollback.
+  bool strict = false;
 };
 
 struct OptimizeResult {

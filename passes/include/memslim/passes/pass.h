@@ -41,14 +41,23 @@ class Remarks {
  public:
   void add(const std::string& pass, const std::string& text);
   const std::vector<std::string>& lines() const { return lines_; }
+  // Drops every line after the first `n` (a rolled-back pass's remarks).
+  void truncate(size_t n) { if (n < lines_.size()) lines_.resize(n); }
 
  private:
   std::vector<std::string> lines_;
 };
 
+class SafetyGate;
+
 struct PassContext {
   CostPolicy policy;
   Remarks remarks;
+  // Set by run_pass while a pass runs: every rewrite goes through it.
+  SafetyGate* gate = nullptr;
+  // Tests and memslim-opt --verify: a pass that throws or leaves a graph that
+  // does not lint is an error, not a silent rollback.
+  bool strict = false;
 };
 
 using PassFn = void (*)(const std::shared_ptr<torch::jit::Graph>&, PassContext&);
@@ -69,6 +78,16 @@ const std::vector<PassInfo>& registered_passes();
 const std::vector<PipelineInfo>& registered_pipelines();
 const PassInfo* find_pass(const std::string& flag);
 const PipelineInfo* find_pipeline(const std::string& name);
+// The passes to run: `passes` when given, else `pipeline`'s. Throws
+// std::invalid_argument naming the unknown pass or pipeline.
+std::vector<const PassInfo*> resolve_plan(const std::vector<std::string>& passes,
+                                          const std::string& pipeline);
+
+// Runs pass `p` on `g` as a transaction: through a SafetyGate (ctx.gate),
+// linted afterwards; a pass that throws or breaks the graph is rolled back
+// (graph restored, its remarks replaced by one `rolled back` remark) unless
+// ctx.strict, where the error propagates.
+void run_pass(const PassInfo& p, const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 
 // Inserts `kind(inputs)` before `old` (one output, `old_output`'s type and
 // metadata), redirects every use of `old_output` to it, and returns the new node.
@@ -77,12 +96,6 @@ torch::jit::Node* replace_output(torch::jit::Graph& g, torch::jit::Node* old,
                                  torch::jit::Value* old_output, c10::Symbol kind,
                                  at::ArrayRef<torch::jit::Value*> inputs);
 
-// The first node after `n` in program order (any block) that writes any of `vs`
-// or an alias of them (writes before `n` are harmless: `n` reads the final
-// value; a writer in a sibling branch counts as later), or nullptr.
-const torch::jit::Node* later_writer(const std::shared_ptr<torch::jit::Graph>& g,
-                                     torch::jit::AliasDb& alias, const torch::jit::Node* n,
-                                     const std::vector<torch::jit::Value*>& vs);
 // Whether `n` sits in a prim::Loop body (the passes do not analyse loops).
 bool inside_loop(const torch::jit::Node* n);
 

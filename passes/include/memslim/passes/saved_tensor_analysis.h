@@ -25,13 +25,18 @@ class SavedTensorAnalysis {
   static bool keeps_output(const torch::jit::Node* producer);
 
   // Some node other than `except` keeps `v` (as an input, or its producer as
-  // its output); `who` receives that node's kind for remarks.
+  // its output), or keeps a view of it or the If output it is returned as;
+  // `who` receives that node's kind for remarks.
   static bool kept_by_other(const torch::jit::Value* v, const torch::jit::Node* except,
                             std::string* who = nullptr);
   // The same with a set of nodes left out (a region about to be replaced).
   static bool kept_by_other(const torch::jit::Value* v,
                             const std::unordered_set<const torch::jit::Node*>& except,
                             std::string* who = nullptr);
+
+  // Whether `n`'s output is a view of (shares storage with) its input `index`,
+  // by its schema's alias annotations (view, reshape, transpose, select...).
+  static bool is_view_of_input(const torch::jit::Node* n, size_t index);
 
   // Bytes of `v` if its type has concrete sizes and a dtype.
   static std::optional<int64_t> bytes(const torch::jit::Value* v);

@@ -1,0 +1,236 @@
+//===- safety_gate.cpp - check, apply or refuse every proposed rewrite -----===//
+//
+// What: the checks of safety_gate.h over the graph as it is when a proposal
+// arrives (AliasDb rebuilt after every applied rewrite), the clean-up of
+// covered nodes a rewrite left unread, and the graph restore the driver uses
+// to roll a failed pass back.
+//
+//===----------------------------------------------------------------------===//
+#include "memslim/passes/safety_gate.h"
+
+#include <torch/csrc/jit/runtime/graph_iterator.h>
+
+#include <algorithm>
+
+#include "memslim/passes/pass.h"
+#include "memslim/passes/saved_tensor_analysis.h"
+
+namespace memslim {
+
+using torch::jit::AliasDb;
+using torch::jit::Block;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+namespace {
+
+// The values `n` writes in place (schema arguments marked `(a!)`).
+std::vector<const Value*> written_inputs(const Node* n) {
+  std::vector<const Value*> out;
+  const c10::FunctionSchema* s = n->maybeSchema();
+  if (!s) return out;
+  for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
+    const c10::AliasInfo* a = s->arguments()[i].alias_info();
+    if (a && a->isWrite()) out.push_back(n->input(i));
+  }
+  return out;
+}
+
+bool same_or_nested(const std::string& a, const std::string& b) {
+  auto prefix = [](const std::string& p, const std::string& s) {
+    return s.size() > p.size() && s.compare(0, p.size(), p) == 0 && s[p.size()] == '.';
+  };
+  return a == b || prefix(a, b) || prefix(b, a);
+}
+
+std::string name_of(const Value* v) { return "%" + v->debugName(); }
+
+// Why an in-place write to `w` could be observed by someone other than the
+// writer, or nullopt when it cannot.
+std::optional<std::string> write_observable(const Value* w) {
+  if (w->uses().size() != 1) return std::string("its input has another use");
+  const Node* p = w->node();
+  if (p->kind() == c10::prim::Param) return std::string("its input is a graph input");
+  if (p->kind().is_prim())
+    return std::string("its input comes from ") + p->kind().toQualString();
+  const c10::FunctionSchema* schema = p->maybeSchema();
+  if (!schema)
+    return std::string("its input comes from ") + p->kind().toQualString() + " (no schema)";
+  for (const auto& r : schema->returns())
+    if (r.alias_info())
+      return std::string("its input may alias another tensor (") + p->kind().toQualString() + ")";
+  return std::nullopt;
+}
+
+} // namespace
+
+std::string module_state_path(const Value* v) {
+  const Node* p = v->node();
+  if (p->kind() == c10::prim::GetAttr) {
+    const Value* obj = p->input(0);
+    const std::string base = obj->node()->kind() == c10::prim::Param ? "self" : module_state_path(obj);
+    return base.empty() ? "" : base + "." + p->s(c10::attr::name);
+  }
+  if (SavedTensorAnalysis::is_view_of_input(p, 0)) return module_state_path(p->input(0));
+  return "";
+}
+
+namespace {
+// Drops every use inside `b` (nested blocks and returns included), so its
+// nodes can be destroyed in any order.
+void drop_all_uses(Block* b) {
+  for (Node* n : b->nodes()) {
+    n->removeAllInputs();
+    for (Block* inner : n->blocks()) drop_all_uses(inner);
+  }
+  b->return_node()->removeAllInputs();
+}
+} // namespace
+
+void restore_graph(Graph& g, Graph& src) {
+  Block* b = g.block();
+  drop_all_uses(b);  // a broken graph may read values before they are made
+  std::vector<Node*> nodes(b->nodes().begin(), b->nodes().end());
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) (*it)->destroy();
+  while (!b->inputs().empty()) b->eraseInput(b->inputs().size() - 1);
+  g.setInsertPoint(b);
+  b->cloneFrom(src.block(), [](Value* v) -> Value* {
+    TORCH_INTERNAL_ASSERT(false, "restore_graph: a top-level block has no outer values (%",
+                          v->debugName(), ")");
+  });
+}
+
+SafetyGate::SafetyGate(std::shared_ptr<Graph> graph, std::string pass, Remarks& remarks)
+    : graph_(std::move(graph)), pass_(std::move(pass)), remarks_(remarks) {
+  refresh();
+}
+
+SafetyGate::~SafetyGate() = default;
+
+void SafetyGate::refresh() {
+  live_.clear();
+  torch::jit::DepthFirstGraphNodeIterator it(graph_);
+  for (Node* n = it.next(); n; n = it.next()) live_.insert(n);
+  alias_.reset();
+}
+
+AliasDb& SafetyGate::alias() {
+  if (!alias_) alias_ = std::make_unique<AliasDb>(graph_);
+  return *alias_;
+}
+
+std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
+  if (p.covers.empty()) return "the proposal covers no node (internal)";
+  for (const Node* n : p.covers)
+    if (!alive(n)) return "an earlier rewrite changed it";
+  const Block* block = p.covers.front()->owningBlock();
+  for (const Node* n : p.covers)
+    if (n->owningBlock() != block) return "its nodes lie in different blocks";
+  if (inside_loop(p.covers.front())) return "inside a loop (not analysed)";
+  for (const Node* n : p.covers) {
+    const c10::FunctionSchema* s = n->maybeSchema();
+    if (!s && !n->kind().is_prim())
+      return std::string(n->kind().toQualString()) + " in it matches no registered schema";
+    if (n->hasSideEffects() || (s && s->is_mutable() && !p.removes_writes))
+      return std::string(n->kind().toQualString()) + " in it writes in place or has side effects";
+    if (p.removes_writes)
+      for (const Value* w : written_inputs(n))
+        if (auto why = write_observable(w)) return *why;
+  }
+  std::vector<Node*> order = p.covers;
+  std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->isBefore(b); });
+  const Node* first = order.front();
+  const Node* last = order.back();
+  std::unordered_set<const Node*> members(order.begin(), order.end());
+
+  // What a write may not touch: between the covered nodes, anything they read
+  // or make; after the first, anything guarded. Module state goes by path.
+  struct Watched {
+    torch::jit::ValueSet plain;
+    std::vector<std::pair<std::string, const Value*>> state;
+    void add(Value* v) {
+      if (!v->type()->cast<c10::TensorType>()) return;
+      const std::string path = module_state_path(v);
+      if (path.empty()) plain.insert(v);
+      else state.emplace_back(path, v);
+    }
+  } between, after;
+  for (Node* n : order) {
+    for (Value* v : n->inputs())
+      if (!members.count(v->node())) between.add(v);
+    for (Value* o : n->outputs()) between.add(o);
+  }
+  for (Value* v : p.guarded) after.add(v);
+
+  // Whether `m` may write a watched value: module state against module state
+  // by attribute path; everything else by AliasDb (where attributes and graph
+  // inputs are wildcards: conservative, and only those).
+  auto writes = [&](Node* m, const Watched& w) -> const Value* {
+    const std::vector<const Value*> written = written_inputs(m);
+    if (written.empty()) {  // no schema-declared write; prim ops that write (SetAttr...)
+      if (w.plain.empty() || !alias().writesToAlias(m, w.plain)) return nullptr;
+      for (const Value* v : w.plain)
+        if (alias().writesToAlias(m, torch::jit::ValueSet{const_cast<Value*>(v)})) return v;
+      return *w.plain.begin();
+    }
+    for (const Value* in : written) {
+      const std::string path = module_state_path(in);
+      for (const auto& [sp, v] : w.state)
+        if (path.empty() ? alias().mayAlias(in, v) : same_or_nested(path, sp)) return v;
+      for (const Value* v : w.plain)
+        if (alias().mayAlias(in, v)) return v;
+    }
+    return nullptr;
+  };
+
+  torch::jit::DepthFirstGraphNodeIterator it(graph_);
+  enum { Before, Inside, After } where = Before;
+  for (Node* m = it.next(); m; m = it.next()) {
+    if (m == first) {
+      where = first == last ? After : Inside;
+      continue;
+    }
+    if (m == last) {
+      where = After;
+      continue;
+    }
+    if (where == Before || members.count(m)) continue;
+    if (where == Inside)
+      if (const Value* v = writes(m, between))
+        return std::string(m->kind().toQualString()) + " writes " + name_of(v) +
+               " in place between its nodes";
+    if (const Value* v = writes(m, after))
+      return std::string(m->kind().toQualString()) + " later writes " + name_of(v) + " in place";
+  }
+  return std::nullopt;
+}
+
+bool SafetyGate::submit(const Proposal& p) {
+  if (auto why = refusal(p)) {
+    remarks_.add(pass_, "kept " + p.site + ": " + *why);
+    ++refused_;
+    return false;
+  }
+  const std::string failed = p.apply();
+  if (!failed.empty()) {
+    remarks_.add(pass_, "kept " + p.site + ": " + failed);
+    ++refused_;
+    refresh();
+    return false;
+  }
+  // Covered nodes nobody reads any more go now, consumers before producers.
+  std::vector<Node*> order = p.covers;
+  std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return b->isBefore(a); });
+  for (Node* n : order) {
+    bool used = false;
+    for (const Value* o : n->outputs()) used = used || o->hasUses();
+    if (!used) n->destroy();
+  }
+  remarks_.add(pass_, p.rewrote);
+  ++applied_;
+  refresh();
+  return true;
+}
+
+} // namespace memslim

@@ -1,0 +1,267 @@
+//===- safety_gate_test.cpp - unit tests of the SafetyGate and run_pass ----===//
+//
+// What: each rule of the gate (stale nodes, blocks, loops, writes between and
+// after, module state by attribute path, removed writes) on small IR graphs,
+// and the driver's transaction: a pass that throws or leaves a graph that does
+// not lint is rolled back with one remark, or rethrown in strict mode.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
+#include <torch/script.h>
+
+#include "memslim/passes/pass.h"
+#include "memslim/passes/safety_gate.h"
+
+namespace {
+
+using memslim::Proposal;
+using memslim::Remarks;
+using memslim::SafetyGate;
+using torch::jit::Graph;
+using torch::jit::Node;
+
+std::shared_ptr<Graph> parse(const std::string& ir) {
+  auto g = std::make_shared<Graph>();
+  torch::jit::parseIR(ir, g.get());
+  return g;
+}
+
+// The first node of `kind` (depth first), or nullptr.
+Node* find(const std::shared_ptr<Graph>& g, const char* kind, int nth = 0) {
+  torch::jit::DepthFirstGraphNodeIterator it(const_cast<std::shared_ptr<Graph>&>(g));
+  for (Node* n = it.next(); n; n = it.next())
+    if (n->kind() == c10::Symbol::fromQualString(kind) && nth-- == 0) return n;
+  return nullptr;
+}
+
+// A proposal replacing `n` (one output) by `kind` with the same inputs.
+Proposal swap(const std::shared_ptr<Graph>& g, Node* n, const char* kind) {
+  Proposal p;
+  p.site = std::string(n->kind().toQualString()) + " at %" + n->output()->debugName();
+  p.covers = {n};
+  p.guarded = {n->input(0), n->output()};
+  p.apply = [g, n, kind]() {
+    memslim::replace_output(*g, n, n->output(), c10::Symbol::fromQualString(kind), n->inputs());
+    return std::string();
+  };
+  p.rewrote = "swapped";
+  return p;
+}
+
+TEST(SafetyGate, AppliesAndDropsCoveredNodes) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %y : Tensor = aten::sigmoid(%x)
+  return (%y))IR");
+  Remarks r;
+  SafetyGate gate(g, "t", r);
+  Node* s = find(g, "aten::sigmoid");
+  EXPECT_TRUE(gate.submit(swap(g, s, "aten::tanh")));
+  EXPECT_FALSE(gate.alive(s));
+  EXPECT_EQ(find(g, "aten::sigmoid"), nullptr);
+  ASSERT_NE(find(g, "aten::tanh"), nullptr);
+  ASSERT_EQ(r.lines().size(), 1u);
+  EXPECT_EQ(r.lines()[0], "remark: t: swapped");
+  g->lint();
+}
+
+TEST(SafetyGate, RefusesStaleProposals) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %y : Tensor = aten::sigmoid(%x)
+  return (%y))IR");
+  Remarks r;
+  SafetyGate gate(g, "t", r);
+  Node* s = find(g, "aten::sigmoid");
+  Proposal again = swap(g, s, "aten::relu");
+  ASSERT_TRUE(gate.submit(swap(g, s, "aten::tanh")));
+  EXPECT_FALSE(gate.submit(again));  // `s` is gone: never dereferenced
+  EXPECT_NE(r.lines().back().find("an earlier rewrite changed it"), std::string::npos);
+}
+
+TEST(SafetyGate, RefusesWriteBetweenCoveredNodes) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %h : Tensor = aten::neg(%x)
+  %s : Tensor = aten::sigmoid(%h)
+  %w : Tensor = aten::add_(%h, %one, %one)
+  %r : Tensor = aten::mul(%h, %s)
+  return (%r))IR");
+  Remarks r;
+  SafetyGate gate(g, "t", r);
+  Proposal p = swap(g, find(g, "aten::mul"), "aten::silu");
+  p.covers.push_back(find(g, "aten::sigmoid"));
+  auto why = gate.refusal(p);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("aten::add_ writes %"), std::string::npos) << *why;
+  EXPECT_NE(why->find("in place between its nodes"), std::string::npos) << *why;
+}
+
+TEST(SafetyGate, RefusesLaterWriteToGuardedValueOrView) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %shape : int[] = prim::Constant[value=[-1]]()
+  %none : str = prim::Constant[value="none"]()
+  %h : Tensor = aten::neg(%x)
+  %y : Tensor = aten::gelu(%h, %none)
+  %v : Tensor = aten::view(%y, %shape)
+  %w : Tensor = aten::add_(%v, %one, %one)
+  return (%w))IR");
+  Remarks r;
+  SafetyGate gate(g, "t", r);
+  auto why = gate.refusal(swap(g, find(g, "aten::gelu"), "memslim::gelu"));
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("aten::add_ later writes"), std::string::npos) << *why;
+}
+
+TEST(SafetyGate, EarlierWriteIsHarmless) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %h : Tensor = aten::neg(%x)
+  %none : str = prim::Constant[value="none"]()
+  %w : Tensor = aten::add_(%h, %one, %one)
+  %y : Tensor = aten::gelu(%h, %none)
+  return (%y))IR");
+  Remarks r;
+  SafetyGate gate(g, "t", r);
+  EXPECT_FALSE(gate.refusal(swap(g, find(g, "aten::gelu"), "memslim::gelu")));
+}
+
+TEST(SafetyGate, RefusesLoopsAndSplitBlocks) {
+  auto g = parse(R"IR(
+graph(%x : Tensor, %n : int, %c : bool):
+  %t : bool = prim::Constant[value=1]()
+  %y : Tensor = prim::Loop(%n, %t, %x)
+    block0(%i : int, %a : Tensor):
+      %b : Tensor = aten::sigmoid(%a)
+      -> (%t, %b)
+  %z : Tensor = prim::If(%c)
+    block0():
+      %s : Tensor = aten::sigmoid(%y)
+      -> (%s)
+    block1():
+      -> (%y)
+  %u : Tensor = aten::tanh(%z)
+  return (%u))IR");
+  Remarks r;
+  SafetyGate gate(g, "t", r);
+  auto loop = gate.refusal(swap(g, find(g, "aten::sigmoid", 0), "aten::tanh"));
+  ASSERT_TRUE(loop);
+  EXPECT_EQ(*loop, "inside a loop (not analysed)");
+  Proposal split = swap(g, find(g, "aten::tanh"), "aten::relu");
+  split.covers.push_back(find(g, "aten::sigmoid", 1));
+  auto blocks = gate.refusal(split);
+  ASSERT_TRUE(blocks);
+  EXPECT_EQ(*blocks, "its nodes lie in different blocks");
+}
+
+TEST(SafetyGate, ModuleStateByAttributePath) {
+  // BatchNorm's num_batches_tracked.add_(1) "writes" every attribute (and
+  // every graph input) for AliasDb (one wildcard); the gate tells attributes
+  // apart by path, and a fresh value (h) from module state.
+  torch::jit::Module m("M");
+  m.register_parameter("order", torch::ones({}), false);
+  m.register_buffer("num_batches_tracked", torch::zeros({}, at::kLong));
+  m.define(R"(
+def forward(self, x):
+    h = x.neg()
+    y = h * self.order
+    self.num_batches_tracked.add_(1)
+    self.order.mul_(2)
+    return y
+)");
+  std::shared_ptr<Graph> g = m.get_method("forward").graph();
+  Remarks r;
+  SafetyGate gate(g, "t", r);
+  Proposal p = swap(g, find(g, "aten::mul"), "aten::mul");
+  p.guarded = {p.covers[0]->input(0), p.covers[0]->input(1), p.covers[0]->output()};
+  auto why = gate.refusal(p);
+  ASSERT_TRUE(why);  // the mul_ on self.order, not the add_ on num_batches_tracked
+  EXPECT_NE(why->find("aten::mul_ later writes"), std::string::npos) << *why;
+  EXPECT_EQ(memslim::module_state_path(p.covers[0]->input(1)), "self.order");
+}
+
+TEST(SafetyGate, RemovedWriteMustBeUnobservable) {
+  auto g = parse(R"IR(
+graph(%x : Tensor, %x2 : Tensor):
+  %h : Tensor = aten::neg(%x)
+  %y : Tensor = aten::silu_(%h)
+  %z : Tensor = aten::silu_(%x2)
+  return (%y, %z))IR");
+  Remarks r;
+  SafetyGate gate(g, "t", r);
+  Proposal fresh = swap(g, find(g, "aten::silu_", 0), "aten::silu");
+  Proposal input = swap(g, find(g, "aten::silu_", 1), "aten::silu");
+  EXPECT_TRUE(gate.refusal(fresh));  // writes in place: refused unless declared
+  fresh.removes_writes = input.removes_writes = true;
+  EXPECT_FALSE(gate.refusal(fresh));
+  auto why = gate.refusal(input);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(*why, "its input is a graph input");
+}
+
+// The graph's node kinds in order (value numbers change on restore).
+std::string kinds(const std::shared_ptr<Graph>& g) {
+  std::string out;
+  torch::jit::DepthFirstGraphNodeIterator it(const_cast<std::shared_ptr<Graph>&>(g));
+  for (Node* n = it.next(); n; n = it.next()) out += std::string(n->kind().toQualString()) + " ";
+  return out + std::to_string(g->inputs().size()) + "->" + std::to_string(g->outputs().size());
+}
+
+// The driver: transactions over whole passes.
+void throwing_pass(const std::shared_ptr<Graph>& g, memslim::PassContext& ctx) {
+  ctx.remarks.add("throwing", "rewrote something");
+  memslim::replace_output(*g, find(g, "aten::sigmoid"), find(g, "aten::sigmoid")->output(),
+                          c10::Symbol::fromQualString("aten::tanh"),
+                          find(g, "aten::sigmoid")->inputs());
+  throw std::runtime_error("half-way\nsecond line");
+}
+
+void unlinted_pass(const std::shared_ptr<Graph>& g, memslim::PassContext&) {
+  // Reads a value before it is defined: lint fails.
+  Node* s = find(g, "aten::sigmoid");
+  Node* first = g->block()->nodes().front();
+  first->replaceInput(0, s->output());
+}
+
+TEST(RunPass, RollsBackAThrowingPass) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %h : Tensor = aten::neg(%x)
+  %y : Tensor = aten::sigmoid(%h)
+  return (%y))IR");
+  const std::string before = kinds(g);
+  memslim::PassContext ctx;
+  memslim::PassInfo p{"throwing", "", throwing_pass};
+  memslim::run_pass(p, g, ctx);
+  EXPECT_EQ(kinds(g), before);
+  g->lint();
+  ASSERT_EQ(ctx.remarks.lines().size(), 1u);
+  EXPECT_EQ(ctx.remarks.lines()[0],
+            "remark: throwing: rolled back (the graph is as before this pass): half-way");
+  ctx.strict = true;
+  EXPECT_THROW(memslim::run_pass(p, g, ctx), std::runtime_error);
+}
+
+TEST(RunPass, RollsBackAGraphThatDoesNotLint) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %h : Tensor = aten::neg(%x)
+  %y : Tensor = aten::sigmoid(%h)
+  return (%y))IR");
+  const std::string before = kinds(g);
+  memslim::PassContext ctx;
+  memslim::run_pass({"unlinted", "", unlinted_pass}, g, ctx);
+  EXPECT_EQ(kinds(g), before);
+  g->lint();
+  ASSERT_EQ(ctx.remarks.lines().size(), 1u);
+  EXPECT_NE(ctx.remarks.lines()[0].find("rolled back"), std::string::npos);
+}
+
+} // namespace
