@@ -12,11 +12,14 @@ One program (the source `gen.py` prints, or any file with `make()`) runs:
 Before each forward the RNG is seeded with RUN_SEED (dropout programs draw the same
 mask everywhere); the loss is sum_i <out_i, w_i> with fixed random w_i.
 
-Classes: ok, wrong (an output or gradient beyond the bar), crash (a signal, in the
-worker or in memslim-opt), exception (memslim raised / the optimized module raised
-where eager and the scripted module work: a refusal of a valid program), timeout,
-invalid (eager, scripting or the scripted module failed: the generator's fault;
-discarded and counted). A stage that cannot take the program (memslim-opt: non-tensor
+Classes: ok, wrong (an output or gradient beyond the bar, see Reference), crash (a
+signal, in the worker or in memslim-opt), exception (memslim raised / the optimized
+module raised where eager and the scripted module work: a refusal of a valid program),
+timeout, rng-order (a random program whose optimized module matches eager call for
+call when TorchScript's executor does not optimize, but draws its dropout masks in
+another order than the unmodified scripted module under the optimizing executor: not a
+wrong result, a reproducibility finding), invalid (eager, scripting or the scripted
+module failed: the generator's or TorchScript's fault; discarded and counted). A stage that cannot take the program (memslim-opt: non-tensor
 arguments, non-fp32 dtypes, which its --input-shapes cannot describe) is recorded as
 `limitation: ...`, never as a pass.
 
@@ -48,11 +51,13 @@ RUN_SEED = 1234
 SCRIPTED_RUNS = 2
 OPT_RUNS = 2
 
-# Bars (relative L2 per output / gradient). fp32/fp64: 1e-4 (memslim-opt --verify's
-# bar), or DRIFT_FACTOR x the unmodified scripted module's own drift where that is
-# larger. bf16: see BARS' comment in README.md next to this file (measured drift).
+# Bars (relative L2 per output / gradient; how they combine: Reference). fp32/fp64:
+# 1e-4, memslim-opt --verify's bar. bf16: 2e-2, measured: the unmodified scripted
+# module's own drift against eager reaches 1.5e-2 on non-random bf16 programs
+# (bench/results/fuzz_long.md has the distribution).
 BARS = {"float32": 1e-4, "float64": 1e-4, "bfloat16": 2e-2}
 DRIFT_FACTOR = 4.0
+DRIFT_CAP = 10.0
 
 
 # --------------------------------------------------------------------------
@@ -160,21 +165,70 @@ def rel_err(ref, got) -> Tuple[float, str]:
     return (d / na if na > 0 else math.inf), ("" if na > 0 else "reference is 0, got |.|=%.3g" % d)
 
 
-def compare(ref: dict, got: dict, drift: Optional[dict], dtype: str, stats: Optional[dict] = None):
-    """Worst violation of the bar, or None. drift: the scripted module's per-tensor error.
-    stats (optional) receives the largest finite error ("err")."""
+class Reference:
+    """What a rewritten module's call is judged against.
+
+    eager: the eager run; drift: the unmodified scripted module's per-tensor error
+    against eager (widens the bar to DRIFT_FACTOR x drift, at most DRIFT_CAP x the base
+    bar; not for random programs, where the difference is the RNG, not rounding);
+    scripted: the scripted module's calls. A tensor passes if it matches eager, or the
+    scripted module's call with the same index within the base bar: the rewritten module
+    is a TorchScript module, and where TorchScript itself differs from eager (dropout
+    masks drawn by the optimizing executor; an eval-mode dropout that aliases its input
+    in eager but not in TorchScript) matching the unmodified scripted module is the
+    contract. bf16 programs: eager bf16 is itself far from the exact result, so a tensor
+    also passes if its error against the fp64 run of the same (bf16-valued) parameters and
+    inputs is within max(bar, DRIFT_FACTOR x eager bf16's own error against it): memslim
+    may round differently (silu rounds once where x * sigmoid(x) rounds twice), but not
+    be less accurate than eager by more than that factor."""
+
+    def __init__(self, dtype, eager, drift, scripted, rand, truth=None):
+        self.dtype, self.eager, self.drift, self.scripted, self.rand = dtype, eager, drift, scripted, rand
+        self.truth = truth
+        self.truth_err = {}
+        if truth is not None:
+            for k in eager:
+                self.truth_err[k] = rel_err(truth[k], up64(eager[k]))[0]
+
+
+def up64(t):
+    import torch
+
+    return t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+
+def compare(R: Reference, got: dict, index: int, stats: Optional[dict] = None):
+    """Worst violation of the bars (see Reference), or None. stats receives the
+    smallest error over the references of the worst tensor ("err")."""
+    ref = R.eager
     if set(ref) != set(got):
-        return {"tensor": "structure", "rel": math.inf,
+        return {"tensor": "structure", "rel": math.inf, "bar": 0.0,
                 "why": "outputs/gradients differ: %s vs %s" % (sorted(ref), sorted(got))}
+    base = BARS[R.dtype]
     worst = None
     for k in ref:
         rel, why = rel_err(ref[k], got[k])
-        if stats is not None and math.isfinite(rel):
-            stats["err"] = max(stats.get("err", 0.0), rel)
-        d = (drift or {}).get(k, 0.0)
-        bar = max(BARS[dtype], DRIFT_FACTOR * d) if math.isfinite(d) else math.inf
-        if rel > bar and (worst is None or rel / bar > worst["rel"] / max(worst["bar"], 1e-300)):
-            worst = {"tensor": k, "rel": rel, "bar": bar, "why": why}
+        d = 0.0 if R.rand else R.drift.get(k, 0.0)
+        bar = min(max(base, DRIFT_FACTOR * d), DRIFT_CAP * base) if math.isfinite(d) else base
+        err = rel
+        ok = rel <= bar
+        notes = []
+        if not ok and R.scripted:
+            alt = R.scripted[min(index, len(R.scripted) - 1)]
+            rel2, _ = rel_err(alt[k], got[k])
+            err = min(err, rel2)
+            ok = rel2 <= base
+            notes.append("scripted call %d: %.3g" % (index + 1, rel2))
+        if not ok and R.truth is not None:
+            rel3, _ = rel_err(R.truth[k], up64(got[k]))
+            te = R.truth_err.get(k, math.inf)
+            bar3 = max(base, DRIFT_FACTOR * te) if math.isfinite(te) else base
+            ok = rel3 <= bar3
+            notes.append("fp64: %.3g (eager bf16: %.3g)" % (rel3, te))
+        if stats is not None and math.isfinite(err):
+            stats["err"] = max(stats.get("err", 0.0), err)
+        if not ok and (worst is None or rel / bar > worst["rel"] / max(worst["bar"], 1e-300)):
+            worst = {"tensor": k, "rel": rel, "bar": bar, "why": (why + " " + "; ".join(notes)).strip()}
     return worst
 
 
@@ -188,12 +242,18 @@ def first_line(e: BaseException) -> str:
 
 
 class Stage:
-    """Reports the stage a worker is entering (a crash is blamed on it)."""
+    """Reports the stage a worker is entering (a crash is blamed on it); times stages."""
 
     def __init__(self, report: Callable[[dict], None]):
         self.report = report
+        self.times: Dict[str, float] = {}
+        self.cur, self.t = None, time.time()
 
     def __call__(self, name: str):
+        now = time.time()
+        if self.cur:
+            self.times[self.cur] = round(self.times.get(self.cur, 0.0) + now - self.t, 3)
+        self.cur, self.t = name, now
         self.report({"stage": name})
 
 
@@ -206,13 +266,15 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
     t0 = time.time()
     res = {"class": "ok", "stage": "", "detail": "", "stages": {}}
     feats = []
-    for ln in source.splitlines()[:3]:
+    for ln in source.splitlines()[:10]:
         if ln.startswith("# features:"):
             feats = ln.split(":", 1)[1].split()
     res["feats"] = feats
 
     def done(cls, st, detail):
-        res.update({"class": cls, "stage": st, "detail": detail, "seconds": round(time.time() - t0, 3)})
+        stage("end")
+        res.update({"class": cls, "stage": st, "detail": detail, "seconds": round(time.time() - t0, 3),
+                    "times": stage.times})
         return res
 
     stage("load")
@@ -232,13 +294,17 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
         return done("invalid", "eager", first_line(e))
     if all(v is None for k, v in ref.items() if k.startswith("grad:")):
         res["stages"]["note"] = "no gradient reaches any input or parameter"
+    rand = is_random(prog, inputs)
+    res["random"] = rand
 
     stage("script")
     drift: Dict[str, float] = {}
+    sruns = []
     try:
         sm = torch.jit.script(prog.make()[0])
         for _ in range(SCRIPTED_RUNS):
             got = call(sm, inputs, trainable(sm))
+            sruns.append(got)
             if set(got) != set(ref):
                 return done("invalid", "script", "scripted module's outputs differ in structure")
             for k in ref:
@@ -248,6 +314,15 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
     res["drift"] = max(drift.values()) if drift else 0.0
 
     verdicts = []  # (class, stage, detail)
+
+    truth = None
+    if dtype == "bfloat16":
+        try:
+            m64 = prog.make()[0].to(torch.float64)
+            truth = call(m64, [up64(a) for a in inputs], trainable(m64))
+        except Exception:  # noqa: BLE001 - then bf16 is judged against eager alone
+            truth = None
+    R = Reference(dtype, ref, drift, sruns, rand, truth)
 
     stage("optimize")
     try:
@@ -263,11 +338,16 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
             for run in range(OPT_RUNS):
                 got = call(opt, inputs, trainable(opt))
                 stats = {}
-                w = compare(ref, got, drift, dtype, stats)
+                w = compare(R, got, run, stats)
                 res["opt_err"] = max(res.get("opt_err", 0.0), stats.get("err", 0.0))
                 if w is not None:
                     verdicts.append(("wrong", "optimize", "call %d: %s rel %.3g > bar %.3g %s" % (
                         run + 1, w["tensor"], w["rel"], w.get("bar", 0), w["why"])))
+                    if rand and run > 0 and rng_order_only(prog, inputs, R):
+                        verdicts[-1] = ("rng-order", "optimize", verdicts[-1][2] + "; with "
+                                        "torch.jit.optimized_execution(False) every call matches eager: "
+                                        "the optimizing executor draws this module's random numbers in "
+                                        "another order than the unmodified module's")
                     break
         except Exception as e:
             verdicts.append(("exception", "optimized-run", first_line(e)))
@@ -275,11 +355,11 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
 
     if cli:
         stage("cli")
-        v = run_cli(prog, m, inputs, ref, drift, dtype, workdir, memslim_opt)
+        v = run_cli(prog, inputs, R, workdir, memslim_opt)
         res["stages"]["cli"] = "ok" if v[0] == "ok" else "%s@%s: %s" % v
         if v[0] not in ("ok", "limitation"):
             verdicts.append(v)
-    for cls in ("crash", "wrong", "exception"):
+    for cls in ("crash", "wrong", "exception", "rng-order"):
         for v in verdicts:
             if v[0] == cls:
                 return done(*v)
@@ -299,8 +379,30 @@ def is_random(prog, inputs) -> bool:
     return any(not torch.equal(a, b) for a, b in zip(*outs) if a.shape == b.shape)
 
 
-def run_cli(prog, m, inputs, ref, drift, dtype, workdir, memslim_opt):
+def rng_order_only(prog, inputs, R: Reference) -> bool:
+    """Whether a random program's mismatch goes away when the executor does not
+    optimize (it then runs the graph's nodes in order: same draws as eager). A fresh
+    optimized module: an executor keeps the plan of its first calls."""
     import torch
+    import memslim
+
+    try:
+        m, inputs2 = prog.make()
+        opt = memslim.optimize(m, example_inputs=inputs2)
+        with torch.jit.optimized_execution(False):
+            for run in range(OPT_RUNS + 1):
+                if compare(Reference(R.dtype, R.eager, R.drift, [], True, R.truth), call(opt, inputs, trainable(opt)),
+                           run) is not None:
+                    return False
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def run_cli(prog, inputs, R: Reference, workdir, memslim_opt):
+    import torch
+
+    dtype, rand = R.dtype, R.rand
 
     if not memslim_opt or not os.path.exists(memslim_opt):
         return ("limitation", "cli", "memslim-opt binary not found")
@@ -341,13 +443,13 @@ def run_cli(prog, m, inputs, ref, drift, dtype, workdir, memslim_opt):
         got = call(got_mod, inputs, trainable(got_mod))
     except Exception as e:
         return ("exception", "cli-output", "running memslim-opt's archive: " + first_line(e))
-    w = compare(ref, got, drift, dtype)
+    w = compare(R, got, 0)
     if w is not None:
         return ("wrong", "cli-output", "memslim-opt's archive: %s rel %.3g > bar %.3g %s" % (
             w["tensor"], w["rel"], w.get("bar", 0), w["why"]))
     if verify_failed:
         vline = [ln for ln in lines if "verify failed" in ln][0]
-        if is_random(prog, inputs):
+        if rand:
             return ("limitation", "cli", "--verify does not re-seed the RNG for a random program (archive "
                     "matches eager under one seed): " + vline[:200])
         return ("wrong", "cli-verify", vline[:400])

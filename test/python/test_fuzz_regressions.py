@@ -1,0 +1,172 @@
+"""Findings of the differential program fuzzer (test/fuzz, issue 9), minimized.
+
+Each case is a fuzzer program (a module plus `make()`) run through every stage of
+test/fuzz/runner.py in a worker subprocess (a crash fails the test instead of killing
+pytest): eager, the scripted module, memslim.optimize and memslim-opt --verify, outputs
+and every gradient against eager. Findings not fixed yet are marked
+`xfail(strict=True)`: once fixed they pass, strict turns that red, and the mark goes.
+Fixed findings live in test/fuzz/corpus/ (run by the fuzz_quick ctest).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "test", "fuzz"))
+
+import runner  # noqa: E402
+
+HEADER = """import math
+
+import torch
+import torch.nn.functional as F
+"""
+
+
+@pytest.fixture(scope="module")
+def session():
+    s = runner.Session(runner.default_memslim_opt(), cli=True, timeout=300)
+    yield s
+    s.close()
+
+
+def check(session, body: str):
+    res = session.run({"id": "regression", "source": HEADER + body})
+    assert res["class"] == "ok", "%s@%s: %s (stages: %s)" % (
+        res["class"], res.get("stage"), res.get("detail"), res.get("stages"))
+
+
+# Seeds 4, 9, ... (27 of seeds 0:340 in the quick run's list): memslim.optimize raises
+# AttributeError: 'bool' object has no attribute 'detach' for a bool forward argument.
+BOOL_ARG = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(16, 16) * 0.25)
+
+    def forward(self, x, b: bool):
+        h = F.linear(x, self.w0)
+        if b:
+            h = F.gelu(h)
+        return h
+
+
+def make():
+    torch.manual_seed(0)
+    return P(), (torch.randn(8, 16), True)
+"""
+
+# Seeds 5, 15, ...: the same for an int argument ('int' object has no attribute 'detach').
+INT_ARG = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(16, 16) * 0.25)
+
+    def forward(self, x, k: int):
+        h = F.linear(x, self.w0)
+        for i in range(k):
+            h = F.silu(h) * 0.5 + h
+        return h
+
+
+def make():
+    torch.manual_seed(0)
+    return P(), (torch.randn(8, 16), 2)
+"""
+
+# Seeds 47, 59, ...: the same for a float argument ('float' object has no attribute 'detach').
+FLOAT_ARG = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(16, 16) * 0.25)
+
+    def forward(self, x, s: float):
+        h = F.linear(x, self.w0)
+        return F.gelu(h) * s
+
+
+def make():
+    torch.manual_seed(0)
+    return P(), (torch.randn(8, 16), 1.5)
+"""
+
+# Seed 99 (class rng-order): two dropouts of one value, the second feeding
+# x * sigmoid(x). From the optimizing executor's second call on, the optimized module
+# draws the two masks in swapped order (its outputs equal eager's with the two dropout
+# lines swapped; the unmodified scripted module keeps eager's order; with
+# torch.jit.optimized_execution(False) every call matches eager). Not a wrong result,
+# but a seeded run no longer reproduces the unmodified model's.
+DROPOUT_ORDER = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(24, 8) * 0.3536)
+        self.drop0 = torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        v0 = F.linear(x, self.w0)
+        v1, v2 = v0.chunk(2, dim=1)
+        v3 = F.dropout(v2, 0.1, True)
+        v3.clamp_(-3.0, 3.0)
+        v4 = self.drop0(v2)
+        v5 = torch.sigmoid(v4)
+        v6 = v4 * v5
+        return v6 + v1.sum() * 0.0 + v5.mean(), v2 + v3.sum() * 0.0
+
+
+def make():
+    torch.manual_seed(99)
+    m = P()
+    m.train()
+    return m, (torch.randn(4, 8),)
+"""
+
+NON_TENSOR = "memslim.optimize refuses non-tensor example inputs (AttributeError: '%s' object has no attribute 'detach')"
+
+
+@pytest.mark.xfail(strict=True, reason=NON_TENSOR % "bool")
+def test_bool_forward_argument(session):
+    check(session, BOOL_ARG)
+
+
+@pytest.mark.xfail(strict=True, reason=NON_TENSOR % "int")
+def test_int_forward_argument(session):
+    check(session, INT_ARG)
+
+
+@pytest.mark.xfail(strict=True, reason=NON_TENSOR % "float")
+def test_float_forward_argument(session):
+    check(session, FLOAT_ARG)
+
+
+@pytest.mark.xfail(strict=True, reason="rng-order: the optimized module draws two dropout masks in "
+                                       "another order than the unmodified scripted module (executor call 2+)")
+def test_dropout_mask_order_is_kept(session):
+    check(session, DROPOUT_ORDER)
+
+
+def test_runner_catches_a_wrong_result(session):
+    """The harness itself: a program whose optimized module must differ is impossible to
+    write from outside memslim, so check the judge on a tensor pair instead."""
+    import torch
+
+    ref = {"out:0": torch.ones(4)}
+    R = runner.Reference("float32", ref, {"out:0": 0.0}, [], False)
+    assert runner.compare(R, {"out:0": torch.ones(4)}, 0) is None
+    assert runner.compare(R, {"out:0": torch.ones(4) * (1 + 2e-4)}, 0)["tensor"] == "out:0"
+    nan = torch.tensor([1.0, float("nan")])
+    R = runner.Reference("float32", {"out:0": nan}, {}, [], False)
+    assert runner.compare(R, {"out:0": torch.tensor([1.0, 0.0])}, 0) is not None  # NaN must stay NaN
+
+
+def test_runner_isolates_a_crash(session):
+    """A worker that dies is blamed on its program, and the next program still runs."""
+    crash = "import os, signal\n\ndef make():\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    res = session.run({"id": "crash", "source": crash})
+    assert res["class"] == "crash" and "SIGSEGV" in res["detail"] and res["stage"] == "load"
+    check(session, FLOAT_ARG.replace("x, s: float", "x").replace(" * s", "").replace(", 1.5)", ",)"))
