@@ -433,7 +433,7 @@ class Gen:
         roll = self.rng.random()
         if roll < 0.12 and not self.in_loop:
             return self.s_fracact(v)
-        if roll < 0.32:
+        if roll < 0.4:
             return self.s_split_hand(v)
         feat, t = self.rng.choice(HAND)
         r = self.new(v.shape)
@@ -613,6 +613,7 @@ class Gen:
                 lines = ["%s = %s.reshape(%d, %d)" % (V(t), V(v), numel // m, m),
                          "%s = %s" % (V(u), tmpl.format(x=V(t))),
                          "%s = %s.reshape(%s)" % (V(r), V(u), ", ".join(map(str, sh)))]
+                feat = feat if feat.startswith("hand") else "act:" + feat
                 return [Stmt(lines[:1], [t.id], ["view_reshape"]), Stmt(lines[1:2], [u.id], [feat]),
                         Stmt(lines[2:], [r.id], ["view_reshape"])]
             use_view = v.contig and self.rng.random() < 0.5
