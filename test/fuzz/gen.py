@@ -203,7 +203,6 @@ class Program:
 
     def source(self) -> str:
         fwd = self.forward_lines()
-        text = "\n".join(fwd) + "\n" + "\n".join("\n".join(m) for m in self.methods.values())
         used_methods = [m for m in self.methods if re.search(r"self\.%s\(" % m, "\n".join(fwd))]
         text = "\n".join(fwd) + "\n" + "\n".join("\n".join(self.methods[m]) for m in used_methods)
         used = lambda name: re.search(r"self\.%s\b" % re.escape(name), text) is not None

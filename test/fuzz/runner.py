@@ -29,12 +29,14 @@ many per worker lifetime; a worker that dies takes only the program it was runni
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import math
 import os
 import queue
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -486,6 +488,7 @@ def worker_main(argv):
         out.flush()
 
     workdir = tempfile.mkdtemp(prefix="memslim-fuzz-")
+    atexit.register(shutil.rmtree, workdir, True)
     report({"ready": os.getpid()})
     for line in sys.stdin:
         job = json.loads(line)
@@ -573,6 +576,7 @@ class Session:
     def __init__(self, memslim_opt: str = "", cli: bool = True, timeout: float = 180.0,
                  recycle: int = 150, log_dir: Optional[str] = None, index: int = 0):
         self.memslim_opt, self.cli, self.timeout, self.recycle = memslim_opt, cli, timeout, recycle
+        self.own_logs = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="memslim-fuzz-logs-")
         self.index = index
         self.w: Optional[Worker] = None
@@ -601,6 +605,10 @@ class Session:
                 self.w.kill()
             self.w = None
 
+    def __del__(self):
+        if getattr(self, "own_logs", False) and self.w is None:
+            shutil.rmtree(self.log_dir, True)
+
 
 class Pool:
     """Runs jobs ({"id", "seed"} or {"id", "source"}) on `jobs` worker processes."""
@@ -608,7 +616,9 @@ class Pool:
     def __init__(self, jobs: int = 2, memslim_opt: str = "", cli: bool = True, timeout: float = 180.0,
                  recycle: int = 150, log_dir: Optional[str] = None):
         self.n, self.memslim_opt, self.cli, self.timeout, self.recycle = jobs, memslim_opt, cli, timeout, recycle
+        self.own_logs = log_dir is None  # worker logs (stderr): kept only when something crashed
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="memslim-fuzz-logs-")
+        self.kept_logs = False
 
     def run(self, jobs: Iterable[dict], on_result: Callable[[dict], None]):
         q: "queue.Queue[dict]" = queue.Queue()
@@ -627,6 +637,8 @@ class Pool:
                         break
                     res = sess.run(job)
                     with lock:
+                        if res["class"] in ("crash", "timeout", "runner-error"):
+                            self.kept_logs = True
                         on_result(res)
             except Exception as e:  # noqa: BLE001 - surfaced to the caller
                 errors.append(repr(e))
@@ -638,6 +650,8 @@ class Pool:
             t.start()
         for t in threads:
             t.join()
+        if self.own_logs and not errors and not self.kept_logs:
+            shutil.rmtree(self.log_dir, True)
         if errors:
             raise RuntimeError("fuzz pool: " + "; ".join(errors))
 

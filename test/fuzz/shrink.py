@@ -26,8 +26,10 @@ import runner  # noqa: E402
 def signature(res: dict) -> tuple:
     cls, stage = res.get("class"), res.get("stage", "")
     if cls == "exception":
-        words = re.sub(r"\[.*?\]|\d+", "", res.get("detail", "")).split()[:6]
-        return cls, stage, " ".join(words)
+        detail = res.get("detail", "")
+        words = re.sub(r"\[.*?\]|\d+", "", detail).split()[:6]
+        node = re.search(r"which is output \d+ of (\S+)", detail)  # whose saved tensor was written
+        return cls, stage, " ".join(words) + (" / " + node.group(1) if node else "")
     if cls == "crash":
         m = re.search(r"signal \d+", res.get("detail", ""))
         return cls, stage, m.group(0) if m else ""
