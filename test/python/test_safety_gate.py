@@ -233,3 +233,22 @@ def test_relu_before_cat_priced_as_the_executor_keeps():
     freed = memslim.predicted_bytes_freed(opt)
     assert after <= before
     assert freed == before - after, (before, after, freed, memslim.report(opt))
+
+
+class HardswishThenDropoutInplace(torch.nn.Module):
+    """MobileNetV3's classifier: Linear -> Hardswish(inplace) -> Dropout(inplace):
+    the functionalized hardswish keeps its input; dropout_ writes its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = F.hardswish(self.a(x), inplace=True)
+        return self.b(F.dropout(h, 0.2, True, inplace=True))
+
+
+def test_functionalized_activation_with_later_inplace_dropout():
+    opt = assert_matches_eager(HardswishThenDropoutInplace(), torch.randn(8, 16))
+    assert any("aten::hardswish_ at" in r and "-> aten::hardswish" in r for r in memslim.report(opt))
