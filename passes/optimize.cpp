@@ -218,6 +218,43 @@ ModuleStateGuard::~ModuleStateGuard() {
   }
 }
 
+namespace {
+
+const c10::Symbol kPinAttr = c10::Symbol::attr("memslim_pin");
+
+// Gives every in-place write whose result nobody reads a reader with side
+// effects (a tagged prim::Print), so torch's DCE keeps the write: for it,
+// `d = dropout(h, p, training); tanh_(d)` writes a fresh d (a fuzzer finding:
+// the write to h vanished).
+std::vector<Node*> pin_unused_writes(torch::jit::Block* b) {
+  std::vector<Node*> pins;
+  for (Node* n : b->nodes()) {
+    for (torch::jit::Block* inner : n->blocks()) {
+      auto more = pin_unused_writes(inner);
+      pins.insert(pins.end(), more.begin(), more.end());
+    }
+    const c10::FunctionSchema* s = n->maybeSchema();
+    if (!s || !s->is_mutable() || n->outputs().empty() || n->output(0)->hasUses()) continue;
+    Node* pin = b->owningGraph()->create(c10::prim::Print, {n->output(0)}, 0);
+    pin->s_(kPinAttr, "unused write");
+    pin->insertAfter(n);
+    pins.push_back(pin);
+  }
+  return pins;
+}
+
+// Removes the pins (constant propagation may have dropped some with a dead branch).
+void unpin_writes(const std::shared_ptr<Graph>& graph) {
+  std::vector<Node*> pins;
+  std::shared_ptr<Graph> g = graph;
+  torch::jit::DepthFirstGraphNodeIterator it(g);
+  for (Node* n = it.next(); n; n = it.next())
+    if (n->kind() == c10::prim::Print && n->hasAttribute(kPinAttr)) pins.push_back(n);
+  for (Node* n : pins) n->destroy();
+}
+
+} // namespace
+
 OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
   // clone(inplace=true): new class types with their own method graphs, the
   // same parameter and buffer tensors (an optimizer over the original model
@@ -245,7 +282,12 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
     }
     // F.silu / F.gelu and friends script to `if inplace: op_(x) else: op(x)`;
     // folding the constant flag leaves the plain op at top level.
+    // Its dead-code elimination trusts AliasDb, which cannot see that dropout
+    // returns its input when not training: in-place writes whose result is
+    // unused are pinned for its duration (see pin_unused_writes).
+    pin_unused_writes(graph->block());
     torch::jit::ConstantPropagation(graph);
+    unpin_writes(graph);
     if (method == "forward" && (!options.example_inputs.empty() || !options.example_kwargs.empty()))
       propagate_shapes(graph, result.module, options.example_inputs, options.example_kwargs);
     PassContext ctx;
