@@ -48,6 +48,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 OPT = os.environ.get("MEMSLIM_OPT", str(ROOT / "build" / "bin" / "memslim-opt"))
 TIMEOUT_S = 120
+COMMIT_NOTE = os.environ.get("FUZZ_COMMIT_NOTE", "the memslim-opt binary built from it")
 MEM_LIMIT = 3 << 30
 
 # ----------------------------------------------------------------------------
@@ -72,7 +73,7 @@ TYPES = ["Tensor", "int", "float", "bool", "str", "NoneType", "int[]", "float[]"
 OPS = ["aten::relu", "aten::gelu", "aten::silu", "aten::mish", "aten::sigmoid", "aten::tanh",
        "aten::mul", "aten::add", "aten::add_", "aten::linear", "aten::dropout", "aten::view",
        "aten::size", "aten::cat", "aten::softplus", "aten::erf", "aten::relu_", "aten::silu_",
-       "aten::frobnicate", "aten::rand_like", "aten::slice", "aten::select", "aten::copy_",
+       "aten::frobnicate", "aten::rand_like", "aten::warn", "aten::slice", "aten::select", "aten::copy_",
        "prim::Constant", "prim::If", "prim::Loop", "prim::ListConstruct", "prim::ListUnpack",
        "prim::TupleConstruct", "prim::TupleUnpack", "prim::TupleIndex", "prim::DictConstruct",
        "prim::GetAttr", "prim::SetAttr", "prim::CallMethod", "prim::CallFunction", "prim::Print",
@@ -482,7 +483,8 @@ def check(rc, stdout: bytes, stderr: str, flags: List[str], out_path: Optional[P
         if len(errors) != 1 or not lines or lines[-1] != errors[0]:
             f.append("not exactly one error line, last")
         elif not printing:
-            extra = [l for l in lines[:-1] if not (l.startswith("remark: ") or l.startswith("memslim-opt: verify: ok"))]
+            extra = [l for l in lines[:-1] if not (l.startswith("remark: ") or l.startswith("memslim-opt: verify: ok")
+                                                   or l.startswith("memslim-opt: warning: "))]
             if extra:
                 f.append("other stderr lines before the error")
         if errors and "internal error" in errors[0]:
@@ -667,13 +669,16 @@ def main():
 
 
 def write_report(path: Path, a, stats: Stats, kinds, elapsed, ncases, summary):
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
     L = ["# memslim-opt input fuzzing (`bench/fuzz_opt_inputs.py`)", "",
-         f"Run {datetime.date.today().isoformat()}: `bench/fuzz_opt_inputs.py --count {a.count} --seed {a.seed} "
+         f"Run {datetime.date.today().isoformat()} at commit {commit} ({COMMIT_NOTE}): "
+         f"`bench/fuzz_opt_inputs.py --count {a.count} --seed {a.seed} "
          f"--jobs {a.jobs}`, torch {torch.__version__}, {ncases} lit cases and {len(ARCHIVES)} scripted "
          f"modules as seeds, each run under a {MEM_LIMIT >> 30} GiB address-space limit, {TIMEOUT_S} s timeout.", "",
          f"**{summary}.**", "",
          "Checked per run: no signal, exit code 0 or 1, on exit 1 exactly one `memslim-opt: error:` line and "
-         "it is the last stderr line (only remarks / `verify: ok` before it), no output file (nor `.tmp`) "
+         "it is the last stderr line (only remarks, `verify: ok` and one-line warnings before it), no output file (nor `.tmp`) "
          "left, no `internal error` (terminate handler) and no torch `INTERNAL ASSERT` text; on exit 0 the "
          "output (stdout or `-o`) is read back by memslim-opt (`--passes=cleanup`).", "",
          "| finding | runs |", "|---|---:|"]

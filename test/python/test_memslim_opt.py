@@ -98,7 +98,7 @@ def _one_error_line(r, out=None):
 DATA = Path(__file__).resolve().parent / "data"
 
 
-@pytest.mark.parametrize("name", ["fuzz_corrupt_save.pt", "fuzz_corrupt_debug_info.pt"])
+@pytest.mark.parametrize("name", ["fuzz_corrupt_save.pt", "fuzz_corrupt_debug_info.pt", "fuzz_corrupt_code.pt"])
 def test_corrupted_archives_found_by_the_fuzzer(tmp_path, name):
     """bench/fuzz_opt_inputs.py findings: archives torch.jit.load accepts but whose
     clone or save later hit torch's INTERNAL ASSERT (a flipped byte in the debug

@@ -438,10 +438,6 @@ std::optional<Example> inputs_from_types(const std::shared_ptr<Graph>& g, std::s
     tensors.push_back(s);
     grads.push_back(tt->requiresGrad().value_or(true));
   }
-  if (g->inputs().empty()) {
-    why = "the graph has no inputs";
-    return std::nullopt;
-  }
   return materialise(tensors, std::vector<c10::IValue>(tensors.size()), grads, "signature types");
 }
 
@@ -570,6 +566,20 @@ std::pair<double, size_t> worst_relative(const std::vector<std::pair<double, dou
     }
   }
   return {worst, at};
+}
+
+// A copy of `g` without aten::warn nodes: torch's interpreter reads a warning's
+// stack wrongly when the node has no source file (a graph parsed from text:
+// "isString() INTERNAL ASSERT FAILED ... Expected String but got Int"), and
+// warnings do not change what --verify compares.
+std::shared_ptr<Graph> without_warnings(const std::shared_ptr<Graph>& g) {
+  std::shared_ptr<Graph> copy = g->copy();
+  std::vector<torch::jit::Node*> warns;
+  torch::jit::DepthFirstGraphNodeIterator it(copy);
+  for (auto* n = it.next(); n; n = it.next())
+    if (n->kind() == c10::aten::warn && n->outputs().empty()) warns.push_back(n);
+  for (auto* n : warns) n->destroy();
+  return copy;
 }
 
 // Runs before and after on the same inputs; one error line when they differ
@@ -705,11 +715,16 @@ int run_archive(const Options& o, const std::vector<std::string>& names) {
     inconsistent = check_loaded(module, !o.output.empty());
   } catch (const std::exception& e) {
     inconsistent = one_line(e);
-    // torch's own consistency checks: the archive's fault, not a torch bug.
-    const std::string tag = "please report a bug to PyTorch. ";
-    const auto at = inconsistent.find(tag);
-    if (inconsistent.find("INTERNAL ASSERT FAILED") != std::string::npos && at != std::string::npos)
-      inconsistent = "inconsistent contents (" + inconsistent.substr(at + tag.size()) + ")";
+    // torch's own consistency checks ("COND INTERNAL ASSERT FAILED at "FILE":N,
+    // please report a bug to PyTorch. MSG"): the archive's fault, not a torch bug.
+    const auto assert_at = inconsistent.find(" INTERNAL ASSERT FAILED");
+    if (assert_at != std::string::npos) {
+      const std::string tag = "please report a bug to PyTorch.";
+      const auto tag_at = inconsistent.find(tag);
+      std::string detail = tag_at == std::string::npos ? "" : trim(inconsistent.substr(tag_at + tag.size()));
+      if (detail.empty()) detail = "torch's check '" + inconsistent.substr(0, assert_at) + "' failed";
+      inconsistent = "inconsistent contents (" + detail + ")";
+    }
   }
   if (!inconsistent.empty()) fail("cannot load '" + o.input + "' as a TorchScript archive: " + inconsistent);
   memslim::OptimizeOptions opts;
@@ -879,7 +894,7 @@ int run(const Options& o) {
     for (size_t i = 0; i < signature.size(); ++i) graph->inputs()[i]->setType(signature[i]);
     if (o.remarks)
       for (const auto& r : ctx.remarks.lines()) std::cerr << r << "\n";
-    if (o.verify) verify(original, graph, {}, *ex, {});
+    if (o.verify) verify(without_warnings(original), without_warnings(graph), {}, *ex, {});
     if (c > 0) result += "// -----\n";
     result += parseable(graph->toString());
   }
@@ -896,6 +911,18 @@ int run(const Options& o) {
   });
   return 0;
 }
+
+// torch's warnings (aten::warn in a graph, deprecations) as one stderr line each,
+// so that stderr stays lines memslim-opt wrote.
+class OneLineWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& w) override {
+    std::string msg = trim(w.msg());
+    const auto nl = msg.find('\n');
+    if (nl != std::string::npos) msg = trim(msg.substr(0, nl));
+    std::cerr << "memslim-opt: warning: " << msg << "\n";
+  }
+};
 
 } // namespace
 
@@ -918,6 +945,8 @@ int main(int argc, char** argv) {
   });
   // stdout carries the IR: prim::Print in a graph run by --verify prints nowhere.
   torch::jit::setPrintHandler([](const std::string&) {});
+  static OneLineWarnings warnings;
+  c10::WarningUtils::set_warning_handler(&warnings);
   try {
     return run(parse_args(argc, argv));
   } catch (const std::bad_alloc&) {
