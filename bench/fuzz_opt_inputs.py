@@ -49,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OPT = os.environ.get("MEMSLIM_OPT", str(ROOT / "build" / "bin" / "memslim-opt"))
 TIMEOUT_S = 120
 COMMIT_NOTE = os.environ.get("FUZZ_COMMIT_NOTE", "the memslim-opt binary built from it")
+START_COMMIT = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
 MEM_LIMIT = 3 << 30
 
 # ----------------------------------------------------------------------------
@@ -669,10 +671,8 @@ def main():
 
 
 def write_report(path: Path, a, stats: Stats, kinds, elapsed, ncases, summary):
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     L = ["# memslim-opt input fuzzing (`bench/fuzz_opt_inputs.py`)", "",
-         f"Run {datetime.date.today().isoformat()} at commit {commit} ({COMMIT_NOTE}): "
+         f"Run {datetime.date.today().isoformat()} at commit {START_COMMIT} ({COMMIT_NOTE}): "
          f"`bench/fuzz_opt_inputs.py --count {a.count} --seed {a.seed} "
          f"--jobs {a.jobs}`, torch {torch.__version__}, {ncases} lit cases and {len(ARCHIVES)} scripted "
          f"modules as seeds, each run under a {MEM_LIMIT >> 30} GiB address-space limit, {TIMEOUT_S} s timeout.", "",
