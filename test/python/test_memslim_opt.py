@@ -212,3 +212,43 @@ def test_verify_passes_on_every_lit_input(tmp_path):
     assert not bad, "\n".join(bad)
     # Guard against a test that verifies nothing: the lit files hold > 50 such cases.
     assert ok >= 80 and len(not_differentiable) <= 6, (ok, sorted(not_differentiable))
+
+
+def test_archive_write_errors_are_one_line(tmp_path):
+    """An exception while saving (no such directory) is one line, exit 1, nothing written."""
+    src = tmp_path / "net.pt"
+    torch.jit.save(torch.jit.script(Net()), str(src))
+    out = tmp_path / "missing" / "out.pt"
+    r = subprocess.run([OPT, str(src), "--pipeline=memslim-default", "--input-shapes=8x16", "-o", str(out)],
+                       capture_output=True, text=True)
+    _one_error_line(r, out)
+    assert "cannot write" in r.stderr
+    assert not out.parent.exists()
+
+
+FUSED_DROPOUT_WRITTEN_LATER = """graph(%x : Float(8, 16, strides=[16, 1], requires_grad=1, device=cpu)):
+  %a : str = prim::Constant[value="none"]()
+  %p : float = prim::Constant[value=0.5]()
+  %t : bool = prim::Constant[value=1]()
+  %one : int = prim::Constant[value=1]()
+  %g : Tensor = aten::gelu(%x, %a)
+  %d : Tensor = aten::dropout(%g, %p, %t)
+  %u : Tensor = aten::add_(%d, %one, %one)
+  return (%u)
+"""
+
+
+def test_verify_when_the_rewritten_backward_throws(tmp_path):
+    """Issue 9: gelu -> dropout fused although dropout's output is written in place
+    later; the rewritten graph's backward throws. memslim-opt died in std::terminate
+    (exit 134). Whether or not a pass still makes that rewrite, the result is exit 0
+    with `verify: ok` or one error line naming the rewritten graph, no output file."""
+    src, out = tmp_path / "in.ir", tmp_path / "out.ir"
+    src.write_text(FUSED_DROPOUT_WRITTEN_LATER)
+    r = subprocess.run([OPT, str(src), "--pipeline=memslim-default", "--verify", "-o", str(out)],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        assert "memslim-opt: verify: ok" in r.stderr and out.exists(), r.stderr
+    else:
+        _one_error_line(r, out)
+        assert "--verify: the rewritten graph fails (the input graph does not)" in r.stderr, r.stderr
