@@ -65,12 +65,31 @@ bool needs_subgraph(c10::Symbol k) {
 
 // Schema-less prims that module graphs hold and whose shape check_prim knows.
 bool checked_prim(c10::Symbol k) {
-  return one_of(k, {prim::If, prim::Loop, prim::Constant, prim::TupleConstruct, prim::TupleUnpack,
-                    prim::TupleIndex, prim::ListConstruct, prim::ListUnpack, prim::DictConstruct,
-                    prim::Uninitialized, prim::unchecked_cast, prim::GetAttr, prim::SetAttr,
-                    prim::CallMethod, prim::CallFunction, prim::CreateObject, prim::Print,
-                    prim::RaiseException, prim::isinstance, prim::Enter, prim::Exit,
-                    prim::tolist, c10::aten::wait, prim::fork, prim::awaitable});
+  return one_of(k, {prim::If,
+                    prim::Loop,
+                    prim::Constant,
+                    prim::TupleConstruct,
+                    prim::TupleUnpack,
+                    prim::TupleIndex,
+                    prim::ListConstruct,
+                    prim::ListUnpack,
+                    prim::DictConstruct,
+                    prim::Uninitialized,
+                    prim::unchecked_cast,
+                    prim::GetAttr,
+                    prim::SetAttr,
+                    prim::CallMethod,
+                    prim::CallFunction,
+                    prim::CreateObject,
+                    prim::Print,
+                    prim::RaiseException,
+                    prim::isinstance,
+                    prim::Enter,
+                    prim::Exit,
+                    prim::tolist,
+                    c10::aten::wait,
+                    prim::fork,
+                    prim::awaitable});
 }
 
 // Shape checks of the prims AliasDb and the interpreter handle without a
@@ -95,14 +114,15 @@ std::string check_prim(const Node* n) {
     if (nb != 1) return "needs one block";
     const Block* b = n->blocks()[0];
     if (b->inputs().size() != carried + 1 || b->outputs().size() != carried + 1 || no != carried)
-      return "with " + std::to_string(carried) +
-             " carried values needs a block of " + std::to_string(carried + 1) + " inputs and " +
-             std::to_string(carried + 1) + " outputs, and " + std::to_string(carried) + " outputs";
+      return "with " + std::to_string(carried) + " carried values needs a block of " +
+             std::to_string(carried + 1) + " inputs and " + std::to_string(carried + 1) +
+             " outputs, and " + std::to_string(carried) + " outputs";
     if (!is(b->outputs()[0], c10::BoolType::get())) return "block's first output must be a bool";
     return "";
   }
   if (nb != 0 && k != prim::Closure) return "cannot have blocks";
-  if (needs_subgraph(k) && !n->hasAttribute(c10::attr::Subgraph)) return "needs a Subgraph attribute";
+  if (needs_subgraph(k) && !n->hasAttribute(c10::attr::Subgraph))
+    return "needs a Subgraph attribute";
   if (k == prim::Constant) {
     if (ni != 0 || no != 1) return "takes no inputs and has one output";
     if (n->output()->type()->cast<c10::FunctionType>()) return "";  // a function to call
@@ -122,14 +142,17 @@ std::string check_prim(const Node* n) {
   }
   if (k == prim::TupleConstruct) {
     auto t = no == 1 ? n->output()->type()->cast<c10::TupleType>() : nullptr;
-    if (!t || t->elements().size() != ni) return "must produce a tuple of " + std::to_string(ni) + " elements";
+    if (!t || t->elements().size() != ni)
+      return "must produce a tuple of " + std::to_string(ni) + " elements";
     for (size_t i = 0; i < ni; ++i)
-      if (!is(n->input(i), t->elements()[i])) return "element " + std::to_string(i) + " does not fit the tuple type";
+      if (!is(n->input(i), t->elements()[i]))
+        return "element " + std::to_string(i) + " does not fit the tuple type";
     return "";
   }
   if (k == prim::TupleUnpack) {
     auto t = ni == 1 ? n->input(0)->type()->cast<c10::TupleType>() : nullptr;
-    if (!t || t->elements().size() != no) return "must unpack a tuple of " + std::to_string(no) + " elements";
+    if (!t || t->elements().size() != no)
+      return "must unpack a tuple of " + std::to_string(no) + " elements";
     return "";
   }
   if (k == prim::TupleIndex) {
@@ -142,7 +165,8 @@ std::string check_prim(const Node* n) {
     auto t = no == 1 ? n->output()->type()->cast<c10::ListType>() : nullptr;
     if (!t) return "must produce a list";
     for (const Value* v : n->inputs())
-      if (!is(v, t->getElementType())) return "element " + v->type()->repr_str() + " does not fit " + t->repr_str();
+      if (!is(v, t->getElementType()))
+        return "element " + v->type()->repr_str() + " does not fit " + t->repr_str();
     return "";
   }
   if (k == prim::ListUnpack) {
@@ -157,20 +181,26 @@ std::string check_prim(const Node* n) {
         return "pair " + std::to_string(i / 2) + " does not fit " + t->repr_str();
     return "";
   }
-  if (k == prim::Uninitialized) return ni == 0 && no == 1 ? "" : "takes no inputs and has one output";
-  if (k == prim::unchecked_cast) return ni == 1 && no == 1 ? "" : "takes one input and has one output";
+  if (k == prim::Uninitialized)
+    return ni == 0 && no == 1 ? "" : "takes no inputs and has one output";
+  if (k == prim::unchecked_cast)
+    return ni == 1 && no == 1 ? "" : "takes one input and has one output";
   if (k == prim::GetAttr || k == prim::SetAttr) {
     auto cls = ni >= 1 ? n->input(0)->type()->cast<c10::ClassType>() : nullptr;
-    if (!n->hasAttribute(c10::attr::name) || n->kindOf(c10::attr::name) != torch::jit::AttributeKind::s)
+    if (!n->hasAttribute(c10::attr::name) ||
+        n->kindOf(c10::attr::name) != torch::jit::AttributeKind::s)
       return "needs a name attribute";
-    if (!cls || !cls->hasAttribute(n->s(c10::attr::name))) return "reads an attribute its object does not have";
-    if (k == prim::GetAttr ? (ni != 1 || no != 1) : (ni != 2 || no != 0)) return "has the wrong number of inputs or outputs";
+    if (!cls || !cls->hasAttribute(n->s(c10::attr::name)))
+      return "reads an attribute its object does not have";
+    if (k == prim::GetAttr ? (ni != 1 || no != 1) : (ni != 2 || no != 0))
+      return "has the wrong number of inputs or outputs";
     return "";
   }
   if (k == prim::CallMethod) {
     auto cls = ni >= 1 ? n->input(0)->type()->cast<c10::ClassType>() : nullptr;
-    if (!n->hasAttribute(c10::attr::name) || n->kindOf(c10::attr::name) != torch::jit::AttributeKind::s ||
-        !cls || !cls->findMethod(n->s(c10::attr::name)))
+    if (!n->hasAttribute(c10::attr::name) ||
+        n->kindOf(c10::attr::name) != torch::jit::AttributeKind::s || !cls ||
+        !cls->findMethod(n->s(c10::attr::name)))
       return "calls a method its object does not have";
     return "";
   }
@@ -179,11 +209,13 @@ std::string check_prim(const Node* n) {
     return "";
   }
   if (k == prim::CreateObject) {
-    if (ni != 0 || no != 1 || !n->output()->type()->cast<c10::ClassType>()) return "makes one object of a class";
+    if (ni != 0 || no != 1 || !n->output()->type()->cast<c10::ClassType>())
+      return "makes one object of a class";
     return "";
   }
   if (k == c10::aten::wait) {
-    if (ni != 1 || no != 1 || !n->input(0)->type()->cast<c10::FutureType>()) return "takes one Future";
+    if (ni != 1 || no != 1 || !n->input(0)->type()->cast<c10::FutureType>())
+      return "takes one Future";
     return "";
   }
   if (k == prim::Enter || k == prim::Exit) {
@@ -191,15 +223,18 @@ std::string check_prim(const Node* n) {
     return "";
   }
   if (k == prim::isinstance) {
-    if (ni != 1 || no != 1 || !n->hasAttribute(c10::Symbol::attr("types"))) return "takes one value and its types";
+    if (ni != 1 || no != 1 || !n->hasAttribute(c10::Symbol::attr("types")))
+      return "takes one value and its types";
     return "";
   }
   if (k == prim::tolist) {
-    if (ni != 3 || no != 1 || !is(n->input(0), c10::TensorType::get())) return "takes a tensor, its dim and its element type";
+    if (ni != 3 || no != 1 || !is(n->input(0), c10::TensorType::get()))
+      return "takes a tensor, its dim and its element type";
     return "";
   }
   if (k == prim::Print) return no == 0 ? "" : "has no outputs";
-  if (k == prim::RaiseException) return no == 0 && ni >= 1 ? "" : "takes a message and has no outputs";
+  if (k == prim::RaiseException)
+    return no == 0 && ni >= 1 ? "" : "takes a message and has no outputs";
   return "";
 }
 
@@ -245,9 +280,10 @@ std::optional<std::string> check_block(const Block* b, bool executor_nodes) {
   return std::nullopt;
 }
 
-} // namespace
+}  // namespace
 
-std::optional<std::string> validate_graph(const std::shared_ptr<Graph>& graph, bool executor_nodes) {
+std::optional<std::string> validate_graph(const std::shared_ptr<Graph>& graph,
+                                          bool executor_nodes) {
   if (auto bad = check_block(graph->block(), executor_nodes)) return bad;
   try {
     graph->lint();
@@ -263,4 +299,4 @@ void check_graph(const std::shared_ptr<Graph>& graph, bool executor_nodes) {
   if (auto bad = validate_graph(graph, executor_nodes)) TORCH_CHECK(false, *bad);
 }
 
-} // namespace memslim
+}  // namespace memslim
