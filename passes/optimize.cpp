@@ -138,7 +138,8 @@ void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
   TORCH_CHECK(forward, "memslim.optimize: the module has no forward method");
   const c10::FunctionSchema& schema = forward->function().getSchema();
   const auto& args = schema.arguments();
-  TORCH_CHECK(args.size() == graph->inputs().size(), "memslim.optimize: forward's schema and graph differ");
+  TORCH_CHECK(args.size() == graph->inputs().size(),
+              "memslim.optimize: forward's schema and graph differ");
   const size_t want = args.size() - 1;
   TORCH_CHECK(example_inputs.size() <= want, "memslim.optimize: forward takes ", want, " inputs, got ",
               example_inputs.size(), " example inputs");
@@ -206,8 +207,10 @@ void ModuleStateGuard::restore() {
     s.object->setSlot(s.index, s.value);
     if (!s.contents.defined()) continue;
     at::Tensor t = s.value.toTensor().detach();
-    if (t.sizes() == s.contents.sizes() && t.scalar_type() == s.contents.scalar_type()) t.copy_(s.contents);
-    else t.set_(s.contents.clone());
+    if (t.sizes() == s.contents.sizes() && t.scalar_type() == s.contents.scalar_type())
+      t.copy_(s.contents);
+    else
+      t.set_(s.contents.clone());
   }
 }
 

@@ -35,22 +35,23 @@ PYBIND11_MODULE(_C, m) {
           // Python values -> IValues by forward's argument types, as a call
           // of the scripted forward would convert them.
           auto forward = module.find_method("forward");
-          if (!forward) throw std::runtime_error("memslim.optimize: the module has no forward method");
+          if (!forward)
+            throw std::runtime_error("memslim.optimize: the module has no forward method");
           const auto& schema = forward->function().getSchema();
           const auto& args = schema.arguments();
           const size_t want = args.size() - 1;
           if (example_args.size() > want)
             throw std::runtime_error("memslim.optimize: forward takes " + std::to_string(want) +
-                                  " inputs, got " + std::to_string(example_args.size()) +
-                                  " example inputs");
+                                     " inputs, got " + std::to_string(example_args.size()) +
+                                     " example inputs");
           auto convert = [&](size_t i, py::handle obj) {
             try {
               return torch::jit::argumentToIValue(schema, i, obj);
             } catch (const std::exception&) {
               throw py::type_error("memslim.optimize: forward's argument '" + args[i].name() +
                                    "' takes " + args[i].type()->repr_str() + ", got " +
-                                   std::string(py::str(py::type::of(obj).attr("__name__"))) +
-                                   " (" + std::string(py::repr(obj)).substr(0, 80) + ")");
+                                   std::string(py::str(py::type::of(obj).attr("__name__"))) + " (" +
+                                   std::string(py::repr(obj)).substr(0, 80) + ")");
             }
           };
           for (size_t i = 0; i < example_args.size(); ++i)
