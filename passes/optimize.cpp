@@ -10,8 +10,13 @@
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/library.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace memslim {
 
@@ -26,6 +31,50 @@ namespace {
 thread_local std::vector<c10::TypePtr>* g_record_sink = nullptr;
 } // namespace
 
+namespace {
+// Nodes without outputs whose only effect is outside the program (printing,
+// warnings, files, statistics): left out of the recording copy.
+bool inert_in_recording(const Node* n) {
+  static const c10::Symbol kinds[] = {
+      c10::prim::Print, c10::aten::warn, c10::Symbol::fromQualString("aten::save"),
+      c10::prim::AddStatValue, c10::prim::TimePoint};
+  if (!n->outputs().empty()) return false;
+  for (c10::Symbol k : kinds)
+    if (n->kind() == k) return true;
+  return false;
+}
+
+// The global generators' states, put back on destruction: the recording run
+// draws random numbers (dropout) that the user's next call would otherwise miss.
+class RngStateGuard {
+ public:
+  explicit RngStateGuard(const std::vector<c10::IValue>& inputs) {
+    save(at::detail::getDefaultCPUGenerator());
+    for (const auto& v : inputs)
+      if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cuda())
+        save(at::globalContext().defaultGenerator(v.toTensor().device()));
+  }
+  ~RngStateGuard() {
+    for (auto& [gen, state] : saved_) {
+      try {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(state);
+      } catch (...) {
+      }
+    }
+  }
+
+ private:
+  void save(at::Generator gen) {
+    for (const auto& s : saved_)
+      if (s.first == gen) return;
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    saved_.emplace_back(gen, gen.get_state());
+  }
+  std::vector<std::pair<at::Generator, at::Tensor>> saved_;
+};
+} // namespace
+
 void record_shapes(const std::shared_ptr<Graph>& graph, const std::vector<c10::IValue>& inputs) {
   TORCH_CHECK(graph->inputs().size() == inputs.size(), "the graph takes ", graph->inputs().size(),
               " inputs, got ", inputs.size());
@@ -38,12 +87,14 @@ void record_shapes(const std::shared_ptr<Graph>& graph, const std::vector<c10::I
   std::shared_ptr<Graph> rec = graph->copy();
   std::vector<Value*> recorded;
   std::vector<std::pair<Node*, Value*>> probes;  // (node in copy, its output to record)
+  std::vector<Node*> inert;                      // side-effect nodes of the copy
   {
     std::shared_ptr<Graph> g_mut = graph;
     torch::jit::DepthFirstGraphNodeIterator o(g_mut);
     torch::jit::DepthFirstGraphNodeIterator c(rec);
     for (Node *on = o.next(), *cn = c.next(); on && cn; on = o.next(), cn = c.next()) {
       TORCH_INTERNAL_ASSERT(on->kind() == cn->kind(), "graph copy changed node order");
+      if (inert_in_recording(cn)) inert.push_back(cn);
       for (size_t i = 0; i < on->outputs().size(); ++i) {
         if (!on->output(i)->type()->cast<c10::TensorType>()) continue;
         recorded.push_back(on->output(i));
@@ -51,6 +102,7 @@ void record_shapes(const std::shared_ptr<Graph>& graph, const std::vector<c10::I
       }
     }
   }
+  for (Node* n : inert) n->destroy();
   const c10::Symbol record = c10::Symbol::fromQualString("memslim::_record_type");
   for (size_t id = 0; id < probes.size(); ++id) {
     auto [node, value] = probes[id];
@@ -60,6 +112,7 @@ void record_shapes(const std::shared_ptr<Graph>& graph, const std::vector<c10::I
   std::vector<c10::TypePtr> sink(recorded.size());
   torch::jit::Stack stack(inputs.begin(), inputs.end());
   {
+    RngStateGuard keep_rng(inputs);
     at::NoGradGuard no_grad;
     g_record_sink = &sink;
     try {
@@ -74,30 +127,102 @@ void record_shapes(const std::shared_ptr<Graph>& graph, const std::vector<c10::I
   for (size_t i = 0; i < recorded.size(); ++i)
     if (sink[i]) recorded[i]->setType(sink[i]);
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].isTensor()) graph->inputs()[i]->setType(c10::TensorType::create(inputs[i].toTensor()));
+    if (inputs[i].isTensor() && inputs[i].toTensor().defined())
+      graph->inputs()[i]->setType(c10::TensorType::create(inputs[i].toTensor()));
 }
 
 void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
-                      const std::vector<at::Tensor>& example_inputs) {
-  const size_t want = graph->inputs().size() - 1;
-  TORCH_CHECK(example_inputs.size() <= want, "memslim.optimize: forward takes ", want,
-              " inputs, got ", example_inputs.size(), " example inputs");
+                      const std::vector<c10::IValue>& example_inputs,
+                      const std::unordered_map<std::string, c10::IValue>& kwargs) {
+  auto forward = module.find_method("forward");
+  TORCH_CHECK(forward, "memslim.optimize: the module has no forward method");
+  const c10::FunctionSchema& schema = forward->function().getSchema();
+  const auto& args = schema.arguments();
+  TORCH_CHECK(args.size() == graph->inputs().size(), "memslim.optimize: forward's schema and graph differ");
+  const size_t want = args.size() - 1;
+  TORCH_CHECK(example_inputs.size() <= want, "memslim.optimize: forward takes ", want, " inputs, got ",
+              example_inputs.size(), " example inputs");
   std::vector<c10::IValue> inputs{module._ivalue()};
-  for (const auto& t : example_inputs) inputs.emplace_back(t);
-  // Trailing optional arguments (masks and the like) not given: None.
-  for (size_t i = example_inputs.size() + 1; i < graph->inputs().size(); ++i) {
-    TORCH_CHECK(graph->inputs()[i]->type()->kind() == c10::TypeKind::OptionalType,
-                "memslim.optimize: forward takes ", want, " inputs, got ", example_inputs.size(),
-                " example inputs");
-    inputs.emplace_back();
+  inputs.insert(inputs.end(), example_inputs.begin(), example_inputs.end());
+  std::unordered_map<std::string, c10::IValue> kw = kwargs;
+  for (const auto& [name, value] : kwargs) {
+    bool known = false;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i].name() != name) continue;
+      known = true;
+      TORCH_CHECK(i > example_inputs.size(), "memslim.optimize: forward's argument '", name,
+                  "' is given both by position and by keyword");
+    }
+    TORCH_CHECK(known, "memslim.optimize: forward has no argument '", name, "'");
   }
+  // Arguments not given: their defaults; trailing Optional ones without a
+  // default (masks and the like): None; anything else is missing.
+  for (size_t i = inputs.size(); i < args.size(); ++i) {
+    const auto& a = args[i];
+    if (kw.count(a.name()) || a.default_value()) continue;
+    TORCH_CHECK(a.type()->kind() == c10::TypeKind::OptionalType, "memslim.optimize: forward takes ",
+                want, " inputs, got ", example_inputs.size(), " example inputs: no value for '",
+                a.name(), "' (", a.type()->repr_str(), ", no default)");
+    kw[a.name()] = c10::IValue();
+  }
+  schema.checkAndNormalizeInputs(inputs, kw);
+  ModuleStateGuard keep_state(module);
   record_shapes(graph, inputs);
+}
+
+void check_policy(const CostPolicy& p) {
+  TORCH_CHECK(p.min_bytes >= 0, "min_bytes must be >= 0, got ", p.min_bytes);
+  TORCH_CHECK(!std::isnan(p.max_added_work) && (p.max_added_work >= 0 || p.max_added_work == -1),
+              "max_added_work must be a number >= 0 (or -1: no bound), got ", p.max_added_work);
+  TORCH_CHECK(p.assume_numel >= 0 && p.assume_numel <= (int64_t(1) << 40),
+              "assume_numel must be in [0, 2^40], got ", p.assume_numel);
+  TORCH_CHECK(p.dropout_mask_bytes >= -1 && p.dropout_mask_bytes <= 1,
+              "dropout_mask_bytes must be 0 or 1 (or -1: automatic), got ", p.dropout_mask_bytes);
+}
+
+ModuleStateGuard::ModuleStateGuard(const Module& module) {
+  std::vector<c10::intrusive_ptr<c10::ivalue::Object>> todo{module._ivalue()};
+  std::unordered_set<const c10::ivalue::Object*> seen;
+  at::NoGradGuard no_grad;
+  while (!todo.empty()) {
+    auto obj = todo.back();
+    todo.pop_back();
+    if (!seen.insert(obj.get()).second) continue;
+    auto cls = obj->type();
+    for (size_t i = 0; i < obj->slots().size(); ++i) {
+      const c10::IValue& v = obj->getSlot(i);
+      Slot s{obj, i, v, {}};
+      if (v.isTensor() && v.toTensor().defined() && !(i < cls->numAttributes() && cls->is_parameter(i)))
+        s.contents = v.toTensor().detach().clone();
+      slots_.push_back(std::move(s));
+      if (v.isObject() && v.toObjectRef().type()->is_module()) todo.push_back(v.toObject());
+    }
+  }
+}
+
+void ModuleStateGuard::restore() {
+  at::NoGradGuard no_grad;
+  for (auto& s : slots_) {
+    s.object->setSlot(s.index, s.value);
+    if (!s.contents.defined()) continue;
+    at::Tensor t = s.value.toTensor().detach();
+    if (t.sizes() == s.contents.sizes() && t.scalar_type() == s.contents.scalar_type()) t.copy_(s.contents);
+    else t.set_(s.contents.clone());
+  }
+}
+
+ModuleStateGuard::~ModuleStateGuard() {
+  try {
+    restore();
+  } catch (...) {
+  }
 }
 
 OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
   // clone(inplace=true): new class types with their own method graphs, the
   // same parameter and buffer tensors (an optimizer over the original model
   // keeps training the optimized one).
+  check_policy(options.policy);
   OptimizeResult result{module.clone(/*inplace=*/true), {}};
   std::vector<const PassInfo*> plan;
   try {
@@ -121,8 +246,8 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
     // F.silu / F.gelu and friends script to `if inplace: op_(x) else: op(x)`;
     // folding the constant flag leaves the plain op at top level.
     torch::jit::ConstantPropagation(graph);
-    if (method == "forward" && !options.example_inputs.empty())
-      propagate_shapes(graph, result.module, options.example_inputs);
+    if (method == "forward" && (!options.example_inputs.empty() || !options.example_kwargs.empty()))
+      propagate_shapes(graph, result.module, options.example_inputs, options.example_kwargs);
     PassContext ctx;
     ctx.policy = options.policy;
     // MEMSLIM_STRICT=1 (the test suites): a failing pass is an error, not a rollback.

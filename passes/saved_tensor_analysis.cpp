@@ -68,8 +68,15 @@ bool SavedTensorAnalysis::keeps_input(const Node* user, size_t index) {
   const std::string name = kind.toQualString();
   if (kind == c10::prim::ListConstruct) {
     // The input list of a recompute region: the region op keeps every element.
+    // The input list of aten::cat: TorchScript's optimising executor (where an
+    // optimized module runs) differentiates cat with a symbolic script that
+    // keeps its input tensors (measured: cat([a, b]) -> mul keeps a and b
+    // scripted, not in eager; stack does not). Without this, mask-only ReLU
+    // rewrites in front of googlenet/inception's cat added their bits.
     for (const auto& use : user->output()->uses())
-      if (use.user->kind() == c10::Symbol::fromQualString("memslim::recompute_region")) return true;
+      if (use.user->kind() == c10::Symbol::fromQualString("memslim::recompute_region") ||
+          use.user->kind() == c10::aten::cat)
+        return true;
     return false;
   }
   if (kind.is_prim()) return false;  // Constant, GetAttr, Return...

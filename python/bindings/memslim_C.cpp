@@ -21,23 +21,58 @@ PYBIND11_MODULE(_C, m) {
       "optimize",
       [](const torch::jit::Module& module, const std::vector<std::string>& methods,
          const std::vector<std::string>& passes, const std::string& pipeline,
-         const std::vector<at::Tensor>& example_inputs, int64_t min_bytes, double max_added_work,
-         int64_t assume_numel, int64_t dropout_mask_bytes) {
+         const py::tuple& example_args, const py::dict& example_kwargs, int64_t min_bytes,
+         double max_added_work, int64_t assume_numel, int64_t dropout_mask_bytes) {
         memslim::OptimizeOptions o;
         o.methods = methods;
         o.passes = passes;
         o.pipeline = pipeline;
-        o.example_inputs = example_inputs;
         o.policy.min_bytes = min_bytes;
         o.policy.max_added_work = max_added_work;
         o.policy.assume_numel = assume_numel;
         o.policy.dropout_mask_bytes = int(dropout_mask_bytes);
+        if (!example_args.empty() || !example_kwargs.empty()) {
+          // Python values -> IValues by forward's argument types, as a call
+          // of the scripted forward would convert them.
+          auto forward = module.find_method("forward");
+          if (!forward) throw std::runtime_error("memslim.optimize: the module has no forward method");
+          const auto& schema = forward->function().getSchema();
+          const auto& args = schema.arguments();
+          const size_t want = args.size() - 1;
+          if (example_args.size() > want)
+            throw std::runtime_error("memslim.optimize: forward takes " + std::to_string(want) +
+                                  " inputs, got " + std::to_string(example_args.size()) +
+                                  " example inputs");
+          auto convert = [&](size_t i, py::handle obj) {
+            try {
+              return torch::jit::argumentToIValue(schema, i, obj);
+            } catch (const std::exception&) {
+              throw py::type_error("memslim.optimize: forward's argument '" + args[i].name() +
+                                   "' takes " + args[i].type()->repr_str() + ", got " +
+                                   std::string(py::str(py::type::of(obj).attr("__name__"))) +
+                                   " (" + std::string(py::repr(obj)).substr(0, 80) + ")");
+            }
+          };
+          for (size_t i = 0; i < example_args.size(); ++i)
+            o.example_inputs.push_back(convert(i + 1, example_args[i]));
+          for (const auto& [key, value] : example_kwargs) {
+            if (!py::isinstance<py::str>(key))
+              throw py::type_error("memslim.optimize: keyword example inputs need str keys");
+            const std::string name = py::cast<std::string>(key);
+            size_t idx = 0;
+            for (size_t i = 1; i < args.size(); ++i)
+              if (args[i].name() == name) idx = i;
+            if (idx == 0)
+              throw py::type_error("memslim.optimize: forward has no argument '" + name + "'");
+            o.example_kwargs[name] = convert(idx, value);
+          }
+        }
         auto r = memslim::optimize(module, o);
         return py::make_tuple(r.module, r.remarks);
       },
       py::arg("module"), py::arg("methods"), py::arg("passes"), py::arg("pipeline"),
-      py::arg("example_inputs"), py::arg("min_bytes"), py::arg("max_added_work"),
-      py::arg("assume_numel"), py::arg("dropout_mask_bytes"));
+      py::arg("example_args"), py::arg("example_kwargs"), py::arg("min_bytes"),
+      py::arg("max_added_work"), py::arg("assume_numel"), py::arg("dropout_mask_bytes"));
   m.def("register_with_graph_executor", &memslim::registerWithGraphExecutor);
   m.def("unregister_from_graph_executor", &memslim::unregisterFromGraphExecutor);
   m.def("executor_hook_stats", []() {

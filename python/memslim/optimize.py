@@ -8,9 +8,11 @@ is kept with the remark "unknown shape".
 """
 from __future__ import annotations
 
+import math
+import numbers
 import re
 import weakref
-from typing import Iterable, List, Optional, Sequence
+from typing import Any, Iterable, List, Optional, Sequence
 
 import torch
 
@@ -18,36 +20,97 @@ from . import _C
 
 _REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[str]]" = weakref.WeakKeyDictionary()
 
+_MAX_ASSUME_NUMEL = 2 ** 40
 
-def optimize(model, example_inputs: Optional[Sequence[torch.Tensor]] = None, *,
+
+def _policy_int(name: str, value, lo: int, hi: int) -> int:
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not ok and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        ok = True
+    if not ok or not lo <= int(value) <= hi:
+        raise ValueError(f"memslim.optimize: {name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+def _check_policy(min_bytes, max_added_work, assume_numel, dropout_mask_bytes):
+    """The ranges memslim-opt's flags accept, as ValueErrors (-> C++ arguments)."""
+    min_bytes = _policy_int("min_bytes", min_bytes, 0, 2 ** 63 - 1)
+    if max_added_work is None:
+        work = -1.0
+    else:
+        if (isinstance(max_added_work, bool) or not isinstance(max_added_work, numbers.Real)
+                or math.isnan(max_added_work) or max_added_work < 0):
+            raise ValueError("memslim.optimize: max_added_work must be a number >= 0 (None: no bound), "
+                             f"got {max_added_work!r}")
+        work = float(max_added_work)
+    assume_numel = _policy_int("assume_numel", assume_numel, 0, _MAX_ASSUME_NUMEL)
+    if dropout_mask_bytes is None:
+        mask = -1
+    elif isinstance(dropout_mask_bytes, bool) or dropout_mask_bytes not in (0, 1):
+        raise ValueError("memslim.optimize: dropout_mask_bytes must be 0, 1 or None, "
+                         f"got {dropout_mask_bytes!r}")
+    else:
+        mask = int(dropout_mask_bytes)
+    return min_bytes, work, assume_numel, mask
+
+
+def _str_list(name: str, values) -> List[str]:
+    if isinstance(values, str):
+        values = [values] if name == "methods" else values.split(",")
+    out = list(values)
+    if not all(isinstance(v, str) for v in out):
+        raise ValueError(f"memslim.optimize: {name} must be strings, got {out!r}")
+    return out
+
+
+def _split_example_inputs(example_inputs):
+    """(positional tuple, keyword dict) from what the user passed."""
+    if example_inputs is None:
+        return (), {}
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,), {}
+    if isinstance(example_inputs, dict):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs), {}
+    raise TypeError("memslim.optimize: example_inputs must be a tuple or list of forward's arguments "
+                    "(tensors, bools, ints, floats, None, strings, tuples/lists/dicts of them), a "
+                    f"Tensor, or a dict of keyword arguments; got {type(example_inputs).__name__}")
+
+
+def optimize(model, example_inputs: Optional[Any] = None, *,
              passes: Optional[Iterable[str]] = None, pipeline: str = "memslim-default",
              methods: Sequence[str] = ("forward",), min_bytes: int = 1,
              max_added_work: Optional[float] = None, assume_numel: int = 0,
              dropout_mask_bytes: Optional[int] = None):
     """Returns an optimized ScriptModule (savable with torch.jit.save).
 
-    model: nn.Module (scripted here) or ScriptModule. example_inputs: tensors for
-    forward, used only for their shapes and dtypes. passes: explicit pass flags
-    instead of `pipeline`. Policy: min_bytes, the least a rewrite must free;
-    max_added_work, the most extra work a rewrite may add, in activation
-    evaluations per element (inverting GELU/SiLU ~2, Mish ~1, the rest <= 0.5);
-    assume_numel, price sites of unknown shape as if they had this many fp32
-    elements instead of keeping them; dropout_mask_bytes, what aten's dropout keeps
-    per element (None: 1, the bool mask, when torch.jit's executor optimises, as
-    it does by default; else the float noise).
+    model: nn.Module (scripted here) or ScriptModule. example_inputs: forward's
+    arguments for one recording run (shapes and dtypes only; the module's state and
+    the global RNG are left as they were): a tuple or list of positional values
+    (tensors, bools, ints, floats, None, strings, tuples/lists/dicts of tensors: what
+    TorchScript takes), a single Tensor, or a dict of keyword arguments. Arguments
+    with defaults need no value. passes: explicit pass flags instead of `pipeline`.
+    Policy (ValueError when out of range): min_bytes, the least a rewrite must free
+    (integer >= 0); max_added_work, the most extra work a rewrite may add, in
+    activation evaluations per element (inverting GELU/SiLU ~2, Mish ~1, the rest
+    <= 0.5; >= 0, None: no bound); assume_numel, price sites of unknown shape as if
+    they had this many fp32 elements instead of keeping them (integer in [0, 2**40]);
+    dropout_mask_bytes, what aten's dropout keeps per element (0 or 1; None: 1, the
+    bool mask, when torch.jit's executor optimises, as it does by default; else the
+    float noise).
     """
-    if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
+    policy = _check_policy(min_bytes, max_added_work, assume_numel, dropout_mask_bytes)
+    args, kwargs = _split_example_inputs(example_inputs)
+    if not isinstance(pipeline, str):
+        raise ValueError(f"memslim.optimize: pipeline must be a string, got {pipeline!r}")
+    pass_list = _str_list("passes", passes or ())
+    method_list = _str_list("methods", methods)
     scripted = model if isinstance(model, torch.jit.ScriptModule) else torch.jit.script(model)
     if not hasattr(scripted, "_c"):
         raise TypeError("memslim.optimize: expected an nn.Module or a scripted module, "
                         f"got {type(model).__name__}")
-    inputs = [t.detach() for t in (example_inputs or ())]
-    cpp, remarks = _C.optimize(scripted._c, list(methods), list(passes or ()), pipeline,
-                               inputs, int(min_bytes),
-                               -1.0 if max_added_work is None else float(max_added_work),
-                               int(assume_numel),
-                               -1 if dropout_mask_bytes is None else int(dropout_mask_bytes))
+    cpp, remarks = _C.optimize(scripted._c, method_list, pass_list, pipeline, args, kwargs, *policy)
     optimized = torch.jit._recursive.wrap_cpp_module(cpp)
     _REPORTS[optimized] = list(remarks)
     return optimized

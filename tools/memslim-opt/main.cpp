@@ -5,26 +5,40 @@
 // writes it with -o, atomically: nothing is written unless every step
 // succeeded). --remarks prints one line per rewrite decision to stderr;
 // --print-ir-after-all prints the graph after each pass to stderr.
-// Every user error is one `memslim-opt: error: ...` line and exit code 1.
+// Every failure (user error, invalid graph, an exception from the interpreter,
+// autograd or the allocator, a failed --verify) is one `memslim-opt: error: ...`
+// line on stderr, exit code 1 and no output file. The printed IR parses back.
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/script.h>
 
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "memslim/passes/optimize.h"
 #include "memslim/passes/pass.h"
+#include "memslim/passes/validate_graph.h"
 
 namespace {
+
+using torch::jit::Graph;
+using torch::jit::Value;
 
 struct Options {
   std::string input, output;
@@ -32,12 +46,21 @@ struct Options {
   std::string pipeline;
   bool list = false, remarks = false, print_after_all = false, help = false, split = false;
   bool verify = false;
-  std::vector<std::vector<int64_t>> input_shapes;
+  std::vector<std::string> input_specs;  // --input-shapes, one token per graph input
   memslim::CostPolicy policy;
 };
 
+// A path to remove if the process fails after creating it (the -o temporary).
+std::string g_partial_output;
+
 [[noreturn]] void fail(const std::string& msg) {
-  std::cerr << "memslim-opt: error: " << msg << "\n";
+  if (!g_partial_output.empty()) std::remove(g_partial_output.c_str());
+  std::string line = msg;
+  for (char& c : line)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::cout.flush();
+  std::cerr << "memslim-opt: error: " << line << "\n";
+  std::cerr.flush();
   std::exit(1);
 }
 
@@ -52,33 +75,134 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
-// "4x3x32x32,16" -> {{4, 3, 32, 32}, {16}}
-std::vector<std::vector<int64_t>> parse_shapes(const std::string& spec) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const auto& one : split(spec, ',')) {
-    std::vector<int64_t> dims;
-    for (const auto& d : split(one, 'x')) {
-      char* end = nullptr;
-      const long long v = std::strtoll(d.c_str(), &end, 10);
-      if (end == d.c_str() || *end != '\0' || v < 0)
-        fail("bad --input-shapes '" + spec + "': expected sizes like 4x3x32x32,16");
-      dims.push_back(v);
-    }
-    shapes.push_back(dims);
-  }
-  if (shapes.empty()) fail("bad --input-shapes '" + spec + "': expected sizes like 4x3x32x32,16");
-  return shapes;
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
 }
 
-double parse_number(const std::string& flag, const std::string& v) {
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string line;
+  while (std::getline(ss, line)) out.push_back(line);
+  return out;
+}
+
+// One line out of an exception's text. torch's texts are multi-line: c10::Error
+// carries a backtrace, the interpreter wraps the real error in a TorchScript
+// traceback ("The following operation failed ... RuntimeError: <the error>"),
+// and the IR parser's ErrorReport starts with an empty line, then the message,
+// then the source with a "~~~ <--- HERE" marker. For the parser, `source` (the
+// text that was parsed) turns the marker into "line L, column C".
+std::string one_line(const std::exception& e, const std::string& source = "") {
+  std::string text;
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) text = ce->what_without_backtrace();
+  else text = e.what();
+  const std::vector<std::string> lines = lines_of(text);
+  std::string msg;
+  if (text.find("The following operation failed in the TorchScript interpreter") != std::string::npos) {
+    for (auto it = lines.rbegin(); it != lines.rend(); ++it)
+      if (!trim(*it).empty()) {
+        msg = trim(*it);
+        break;
+      }
+    // "RuntimeError: x" -> "x"
+    const auto colon = msg.find(": ");
+    if (colon != std::string::npos && colon < 40 && msg.find(' ') > colon &&
+        msg.substr(0, colon).find("Error") != std::string::npos)
+      msg = msg.substr(colon + 2);
+  } else {
+    size_t first = 0;
+    while (first < lines.size() && trim(lines[first]).empty()) ++first;
+    msg = first < lines.size() ? trim(lines[first]) : "";
+    // Parser errors: the source block above "<--- HERE" ends with the bad line.
+    size_t marker = lines.size();
+    for (size_t i = first + 1; i < lines.size(); ++i)
+      if (lines[i].find("<--- HERE") != std::string::npos) {
+        marker = i;
+        break;
+      }
+    if (!source.empty() && marker < lines.size() && marker > first + 1) {
+      const std::vector<std::string> src = lines_of(source);
+      const size_t k = marker - (first + 1);
+      std::vector<size_t> hits;
+      for (size_t end = k; end <= src.size(); ++end) {
+        bool same = true;
+        for (size_t j = 0; j < k && same; ++j) same = src[end - k + j] == lines[first + 1 + j];
+        if (same) hits.push_back(end);  // 1-based line number of the block's last line
+      }
+      const auto col = lines[marker].find('~');
+      if (hits.size() == 1) {
+        if (!msg.empty() && msg.back() == ':') msg.pop_back();
+        msg = "line " + std::to_string(hits[0]) +
+              (col != std::string::npos ? ", column " + std::to_string(col + 1) : "") + ": " + msg;
+      }
+    }
+    if (!msg.empty() && msg.back() == ':') msg.pop_back();
+  }
+  if (msg.empty()) msg = "(no message)";
+  return msg;
+}
+
+bool parse_int(const std::string& s, long long& v) {
+  if (s.empty()) return false;
   char* end = nullptr;
-  const double d = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || d < 0) fail("bad value in '" + flag + "': expected a number >= 0");
+  errno = 0;
+  v = std::strtoll(s.c_str(), &end, 10);
+  return errno == 0 && *end == '\0';
+}
+
+bool parse_double(const std::string& s, double& v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  v = std::strtod(s.c_str(), &end);
+  return *end == '\0';
+}
+
+// Policy values: a number >= 0 (not NaN); integers where the policy is one.
+double parse_policy_number(const std::string& flag, const std::string& v) {
+  double d = 0;
+  if (!parse_double(v, d) || std::isnan(d) || d < 0) fail("bad value in '" + flag + "': expected a number >= 0");
   return d;
+}
+
+int64_t parse_policy_int(const std::string& flag, const std::string& v, int64_t max) {
+  long long i = 0;
+  if (!parse_int(v, i) || i < 0 || i > max)
+    fail("bad value in '" + flag + "': expected an integer in [0, " + std::to_string(max) + "]");
+  return i;
+}
+
+bool is_shape_token(const std::string& t) {
+  if (t == "scalar") return true;
+  for (const auto& d : split(t, 'x')) {
+    long long v = 0;
+    if (!parse_int(d, v) || v < 0 || d[0] == '+' || d[0] == '-') return false;
+  }
+  return !t.empty() && t.front() != 'x' && t.back() != 'x' && t.find("xx") == std::string::npos;
+}
+
+// "4x3x32x32,16,0.5,true" -> tokens; each is a shape, a number, true/false or
+// none, and is read against the type of the graph input it is for.
+std::vector<std::string> parse_input_specs(const std::string& spec) {
+  const std::string usage = "bad --input-shapes '" + spec +
+                            "': expected sizes like 4x3x32x32,16 (or values for int, float, bool "
+                            "inputs: 3, 0.5, true, none)";
+  std::vector<std::string> tokens = split(spec, ',');
+  if (tokens.empty()) fail(usage);
+  for (const auto& t : tokens) {
+    double d = 0;
+    if (!is_shape_token(t) && !parse_double(t, d) && t != "true" && t != "false" && t != "none")
+      fail(usage);
+  }
+  return tokens;
 }
 
 Options parse_args(int argc, char** argv) {
   Options o;
+  constexpr int64_t kMaxNumel = int64_t(1) << 40;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") o.help = true;
@@ -87,12 +211,16 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--print-ir-after-all") o.print_after_all = true;
     else if (a == "--split-input-file") o.split = true;
     else if (a == "--verify") o.verify = true;
-    else if (starts_with(a, "--input-shapes=")) o.input_shapes = parse_shapes(a.substr(15));
-    else if (starts_with(a, "--min-bytes=")) o.policy.min_bytes = parse_number(a, a.substr(12));
-    else if (starts_with(a, "--max-added-work=")) o.policy.max_added_work = parse_number(a, a.substr(17));
-    else if (starts_with(a, "--assume-numel=")) o.policy.assume_numel = int64_t(parse_number(a, a.substr(15)));
-    else if (starts_with(a, "--dropout-mask-bytes=")) o.policy.dropout_mask_bytes = int(parse_number(a, a.substr(21)));
-    else if (starts_with(a, "--passes=")) o.passes = split(a.substr(9), ',');
+    else if (starts_with(a, "--input-shapes=")) o.input_specs = parse_input_specs(a.substr(15));
+    else if (starts_with(a, "--min-bytes="))
+      o.policy.min_bytes = parse_policy_int(a, a.substr(12), std::numeric_limits<int64_t>::max());
+    else if (starts_with(a, "--max-added-work=")) o.policy.max_added_work = parse_policy_number(a, a.substr(17));
+    else if (starts_with(a, "--assume-numel=")) o.policy.assume_numel = parse_policy_int(a, a.substr(15), kMaxNumel);
+    else if (starts_with(a, "--dropout-mask-bytes=")) {
+      const std::string v = a.substr(21);
+      if (v != "0" && v != "1") fail("bad value in '" + a + "': expected 0 or 1");
+      o.policy.dropout_mask_bytes = v == "1" ? 1 : 0;
+    } else if (starts_with(a, "--passes=")) o.passes = split(a.substr(9), ',');
     else if (starts_with(a, "--pipeline=")) o.pipeline = a.substr(11);
     else if (a == "-o") {
       if (++i >= argc) fail("-o needs a file name");
@@ -105,19 +233,15 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-std::string first_line(const std::string& s) {
-  auto p = s.find('\n');
-  return p == std::string::npos ? s : s.substr(0, p);
-}
-
 std::string read_input(const std::string& path) {
   std::stringstream ss;
   if (path == "-") {
     ss << std::cin.rdbuf();
   } else {
-    std::ifstream in(path);
+    std::ifstream in(path, std::ios::binary);
     if (!in) fail("cannot read '" + path + "'");
     ss << in.rdbuf();
+    if (in.bad()) fail("cannot read '" + path + "'");
   }
   return ss.str();
 }
@@ -131,94 +255,381 @@ const char* kUsage =
     "                   1: the bool mask TorchScript's optimising executor keeps; default 1)\n"
     "INPUT: TorchScript IR text (.ir, or - for stdin) or a TorchScript archive (.pt: every\n"
     "method is rewritten, -o writes an archive that torch.jit.load reads once memslim is\n"
-    "imported). --input-shapes: fp32 shapes of the graph's (or forward's) tensor inputs, for\n"
-    "the cost model (a recording run) and for --verify, which runs the original and the\n"
-    "rewritten version on random inputs and compares outputs and gradients.\n";
+    "imported). --input-shapes: one entry per input of the graph (or of forward): a shape\n"
+    "for a tensor (fp32 unless the signature gives a dtype; 'scalar' for 0-dim), a value\n"
+    "for an int, float or bool input, 'none' for an optional one. Without it, complete\n"
+    "tensor types in an IR signature (Float(8, 16, strides=[16, 1], ...)) serve. The\n"
+    "shapes feed the cost model (a recording run) and --verify, which runs the original\n"
+    "and the rewritten version on random inputs (same RNG seed for both) and compares\n"
+    "outputs and gradients (relative L2 <= 1e-4, non-finite values position by position).\n";
 
-std::vector<at::Tensor> random_inputs(const std::vector<std::vector<int64_t>>& shapes) {
+// ---------------------------------------------------------------------------
+// Example inputs: from --input-shapes tokens or from complete signature types.
+
+struct TensorSpec {
+  std::vector<int64_t> sizes;
+  std::optional<std::vector<int64_t>> strides;
+  at::ScalarType dtype = at::kFloat;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
+size_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(1) << 34;
+}
+
+// Bytes the tensor's storage needs (nullopt on overflow).
+std::optional<uint64_t> storage_bytes(const TensorSpec& s) {
+  uint64_t n = 1;
+  for (size_t i = 0; i < s.sizes.size(); ++i) {
+    if (s.sizes[i] < 0) return std::nullopt;
+    if (s.sizes[i] == 0) return 0;
+  }
+  if (s.strides) {
+    uint64_t last = 0;
+    for (size_t i = 0; i < s.sizes.size(); ++i) {
+      const uint64_t st = uint64_t((*s.strides)[i]), sz = uint64_t(s.sizes[i] - 1);
+      if (st != 0 && sz > (std::numeric_limits<uint64_t>::max() >> 2) / st) return std::nullopt;
+      last += sz * st;
+      if (last > (std::numeric_limits<uint64_t>::max() >> 2)) return std::nullopt;
+    }
+    n = last + 1;
+  } else {
+    for (int64_t d : s.sizes) {
+      if (uint64_t(d) > (std::numeric_limits<uint64_t>::max() >> 2) / n) return std::nullopt;
+      n *= uint64_t(d);
+    }
+  }
+  const uint64_t el = c10::elementSize(s.dtype);
+  if (n > (std::numeric_limits<uint64_t>::max() >> 2) / el) return std::nullopt;
+  return n * el;
+}
+
+at::Tensor make_tensor(const TensorSpec& s) {
+  auto opts = at::TensorOptions().dtype(s.dtype).device(s.device);
+  int64_t storage = 1;
+  for (int64_t d : s.sizes) storage = d == 0 ? 0 : storage;
+  if (s.strides && storage != 0) {
+    storage = 1;
+    for (size_t i = 0; i < s.sizes.size(); ++i) storage += (s.sizes[i] - 1) * (*s.strides)[i];
+  } else if (storage != 0) {
+    storage = 1;
+    for (int64_t d : s.sizes) storage *= d;
+  }
+  at::Tensor base;
+  if (at::isFloatingType(s.dtype) || at::isComplexType(s.dtype)) base = at::randn({storage}, opts);
+  else if (s.dtype == at::kBool) base = at::randint(0, 2, {storage}, opts.dtype(at::kLong)).to(at::kBool);
+  else base = at::randint(0, 2, {storage}, opts);
+  if (s.strides) return base.as_strided(s.sizes, *s.strides);
+  return base.view(s.sizes);
+}
+
+// The inputs to run a graph on, and which tensors of them require grad in --verify.
+struct Example {
+  std::vector<c10::IValue> values;
+  std::vector<bool> requires_grad;  // per value
+};
+
+std::string describe(const Value* v) { return "%" + v->debugName() + " : " + v->type()->repr_str(); }
+
+// Checks the example tensors fit in memory, then makes them (seeded).
+Example materialise(const std::vector<std::optional<TensorSpec>>& tensors,
+                    const std::vector<c10::IValue>& others, const std::vector<bool>& grads,
+                    const std::string& what) {
+  uint64_t total = 0;
+  for (const auto& t : tensors) {
+    if (!t) continue;
+    auto b = storage_bytes(*t);
+    if (!b || *b > physical_memory() / 4 || total + *b > physical_memory() / 4)
+      fail(what + ": the example inputs need more than a quarter of this machine's memory (" +
+           std::to_string(physical_memory() >> 20) + " MiB)");
+    total += *b;
+  }
   at::manual_seed(0);
-  std::vector<at::Tensor> out;
-  for (const auto& s : shapes) out.push_back(at::randn(s));
-  return out;
+  Example ex;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    ex.values.push_back(tensors[i] ? c10::IValue(make_tensor(*tensors[i])) : others[i]);
+    ex.requires_grad.push_back(tensors[i] && grads[i] &&
+                               (at::isFloatingType(tensors[i]->dtype) || at::isComplexType(tensors[i]->dtype)));
+  }
+  return ex;
 }
 
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  const double na = a.to(at::kDouble).norm().item<double>();
-  return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() / (na > 0 ? na : 1.0);
+// Reads --input-shapes tokens against the declared types of the inputs.
+Example inputs_from_specs(const std::vector<c10::TypePtr>& types, const std::vector<std::string>& names,
+                          const std::vector<std::string>& specs) {
+  if (types.size() != specs.size())
+    fail("--input-shapes: the graph takes " + std::to_string(types.size()) + " inputs, got " +
+         std::to_string(specs.size()));
+  std::vector<std::optional<TensorSpec>> tensors(types.size());
+  std::vector<c10::IValue> others(types.size());
+  std::vector<bool> grads(types.size(), true);
+  for (size_t i = 0; i < types.size(); ++i) {
+    const std::string& tok = specs[i];
+    const std::string who = "--input-shapes: input " + names[i] + " (" + types[i]->repr_str() + ")";
+    c10::TypePtr t = types[i];
+    if (auto opt = t->cast<c10::OptionalType>()) {
+      if (tok == "none") continue;  // others[i] is None
+      t = opt->getElementType();
+    }
+    if (auto tt = t->cast<c10::TensorType>()) {
+      if (!is_shape_token(tok)) fail(who + " takes a shape like 4x3, got '" + tok + "'");
+      TensorSpec s;
+      if (tok != "scalar")
+        for (const auto& d : split(tok, 'x')) s.sizes.push_back(std::stoll(d));
+      if (tt->scalarType()) s.dtype = *tt->scalarType();
+      if (tt->device()) s.device = *tt->device();
+      if (tt->requiresGrad()) grads[i] = *tt->requiresGrad();
+      tensors[i] = s;
+    } else if (t->kind() == c10::TypeKind::BoolType) {
+      if (tok == "true" || tok == "1") others[i] = true;
+      else if (tok == "false" || tok == "0") others[i] = false;
+      else fail(who + " takes true or false, got '" + tok + "'");
+    } else if (t->kind() == c10::TypeKind::IntType) {
+      long long v = 0;
+      if (!parse_int(tok, v)) fail(who + " takes an integer, got '" + tok + "'");
+      others[i] = int64_t(v);
+    } else if (t->kind() == c10::TypeKind::FloatType || t->kind() == c10::TypeKind::NumberType) {
+      double v = 0;
+      if (!parse_double(tok, v)) fail(who + " takes a number, got '" + tok + "'");
+      others[i] = v;
+    } else if (t->kind() == c10::TypeKind::NoneType) {
+      if (tok != "none") fail(who + " takes none, got '" + tok + "'");
+    } else {
+      fail(who + " cannot be given on the command line");
+    }
+  }
+  return materialise(tensors, others, grads, "--input-shapes");
 }
 
-// Runs `graph` on `prefix` + `tensors` (made to require grad) with autograd,
-// returning the tensor outputs and d(sum_i <w_i, out_i>)/d(tensors, params).
-std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> run_with_grads(
-    const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& prefix,
-    const std::vector<at::Tensor>& tensors, const std::vector<at::Tensor>& params) {
+// Complete tensor types in the signature as example inputs; nullopt (and why)
+// when some input has none.
+std::optional<Example> inputs_from_types(const std::shared_ptr<Graph>& g, std::string& why) {
+  std::vector<std::optional<TensorSpec>> tensors;
+  std::vector<bool> grads;
+  for (const Value* v : g->inputs()) {
+    auto tt = v->type()->cast<c10::TensorType>();
+    auto sizes = tt ? tt->sizes().concrete_sizes() : std::nullopt;
+    if (!tt || !sizes || !tt->scalarType() || !tt->device()) {
+      why = describe(v);
+      return std::nullopt;
+    }
+    TensorSpec s;
+    s.sizes = *sizes;
+    s.dtype = *tt->scalarType();
+    s.device = *tt->device();
+    if (auto st = tt->strides().concrete_sizes()) {
+      for (int64_t x : *st)
+        if (x < 0) fail("input " + describe(v) + ": negative strides are not supported");
+      s.strides = *st;
+    }
+    if (c10::isQIntType(s.dtype) || s.dtype == at::kComplexHalf)
+      fail("input " + describe(v) + ": no example values for this dtype");
+    tensors.push_back(s);
+    grads.push_back(tt->requiresGrad().value_or(true));
+  }
+  if (g->inputs().empty()) {
+    why = "the graph has no inputs";
+    return std::nullopt;
+  }
+  return materialise(tensors, std::vector<c10::IValue>(tensors.size()), grads, "signature types");
+}
+
+// ---------------------------------------------------------------------------
+// --verify
+
+constexpr uint64_t kVerifySeed = 20240905;
+
+// Tensors and other leaves of an output, depth first through tuples, lists, dicts.
+void flatten(const c10::IValue& v, std::vector<c10::IValue>& out) {
+  if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) flatten(e, out);
+  } else if (v.isList()) {
+    for (const c10::IValue e : v.toListRef()) flatten(e, out);
+  } else if (v.isGenericDict()) {
+    for (const auto& kv : v.toGenericDict()) {
+      out.push_back(kv.key());
+      flatten(kv.value(), out);
+    }
+  } else {
+    out.push_back(v);
+  }
+}
+
+struct RunResult {
+  std::vector<c10::IValue> outputs;  // flattened; tensors detached
+  std::vector<at::Tensor> grads;     // one per leaf (undefined: no gradient)
+};
+
+// Runs `graph` on `prefix` + `ex` with autograd (the RNG seeded the same way
+// for every call), returning the flattened outputs and
+// d(sum_i <w_i, out_i>)/d(inputs that require grad, params).
+RunResult run_with_grads(const std::shared_ptr<Graph>& graph, const std::vector<c10::IValue>& prefix,
+                         const Example& ex, const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> leaves;
   torch::jit::Stack stack(prefix.begin(), prefix.end());
-  for (const auto& t : tensors) {
-    leaves.push_back(t.detach().clone().requires_grad_(true));
-    stack.emplace_back(leaves.back());
+  for (size_t i = 0; i < ex.values.size(); ++i) {
+    if (ex.values[i].isTensor()) {
+      at::Tensor t = ex.values[i].toTensor().detach().clone();
+      if (ex.requires_grad[i]) {
+        t.requires_grad_(true);
+        leaves.push_back(t);
+      }
+      stack.emplace_back(t);
+    } else {
+      stack.push_back(ex.values[i]);
+    }
   }
   torch::jit::Code code(graph, "memslim_verify");
+  at::manual_seed(kVerifySeed);
   torch::jit::InterpreterState(code).run(stack);
-  std::vector<at::Tensor> outs;
+  std::vector<c10::IValue> flat;
+  for (const auto& v : stack) flatten(v, flat);
+  RunResult r;
   at::Tensor loss;
   at::manual_seed(1);
-  for (const auto& v : stack) {
-    if (!v.isTensor()) continue;
-    outs.push_back(v.toTensor().detach());
-    if (!v.toTensor().requires_grad()) continue;
-    at::Tensor term = (v.toTensor() * at::randn_like(v.toTensor())).sum();
+  for (const auto& v : flat) {
+    if (!v.isTensor()) {
+      r.outputs.push_back(v);
+      continue;
+    }
+    const at::Tensor& t = v.toTensor();
+    r.outputs.emplace_back(t.detach());
+    if (!t.requires_grad() || !at::isFloatingType(t.scalar_type())) continue;
+    at::Tensor term = (t * at::randn_like(t)).sum();
     loss = loss.defined() ? loss + term : term;
   }
   std::vector<at::Tensor> wrt = leaves;
   wrt.insert(wrt.end(), params.begin(), params.end());
-  std::vector<at::Tensor> grads;
-  if (loss.defined()) {
-    for (auto& g : torch::autograd::grad({loss}, wrt, {}, std::nullopt, false, true))
-      grads.push_back(g.defined() ? g : at::Tensor());
+  r.grads.resize(wrt.size());
+  if (loss.defined() && !wrt.empty()) {
+    auto gs = torch::autograd::grad({loss}, wrt, {}, std::nullopt, false, true);
+    for (size_t i = 0; i < gs.size() && i < r.grads.size(); ++i) r.grads[i] = gs[i];
   }
-  return {outs, grads};
+  return r;
 }
 
-void verify(const std::shared_ptr<torch::jit::Graph>& before,
-            const std::shared_ptr<torch::jit::Graph>& after, const std::vector<c10::IValue>& prefix,
-            const std::vector<at::Tensor>& tensors, const std::vector<at::Tensor>& params) {
-  auto [o1, g1] = run_with_grads(before, prefix, tensors, params);
-  auto [o2, g2] = run_with_grads(after, prefix, tensors, params);
+// Relative L2 distance over the finite positions; a difference in where the
+// non-finite values are (or in their values) is reported in `problem`.
+double compare(const at::Tensor& a, const at::Tensor& b, const std::string& what, std::string& problem) {
+  if (!problem.empty()) return 0;
+  if (a.sizes() != b.sizes()) {
+    problem = what + ": shape " + c10::str(a.sizes()) + " vs " + c10::str(b.sizes());
+    return 0;
+  }
+  if (a.scalar_type() != b.scalar_type()) {
+    problem = what + ": dtype " + std::string(c10::toString(a.scalar_type())) + " vs " + c10::toString(b.scalar_type());
+    return 0;
+  }
+  const bool cplx = at::isComplexType(a.scalar_type());
+  at::Tensor x = a.to(at::kCPU).to(cplx ? at::kComplexDouble : at::kDouble);
+  at::Tensor y = b.to(at::kCPU).to(cplx ? at::kComplexDouble : at::kDouble);
+  if (x.numel() == 0) return 0;
+  at::Tensor fx = at::isfinite(x), fy = at::isfinite(y);
+  if (!at::equal(fx, fy) || !at::equal(at::isnan(x), at::isnan(y))) {
+    problem = what + ": non-finite values at different positions";
+    return 0;
+  }
+  at::Tensor inf = at::logical_and(at::logical_not(fx), at::logical_not(at::isnan(x)));
+  if (inf.any().item<bool>() && !at::equal(x.masked_select(inf), y.masked_select(inf))) {
+    problem = what + ": infinities of different sign";
+    return 0;
+  }
+  x = at::where(fx, x, at::zeros_like(x));
+  y = at::where(fy, y, at::zeros_like(y));
+  const double nx = x.norm().item<double>();
+  return (x - y).norm().item<double>() / (nx > 0 ? nx : 1.0);
+}
+
+// Runs before and after on the same inputs; one error line when they differ
+// or when either run throws. `reset` puts module state back between runs.
+void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& after,
+            const std::vector<c10::IValue>& prefix, const Example& ex, const std::vector<at::Tensor>& params,
+            const std::function<void()>& reset = {}) {
+  RunResult r1, r2;
+  try {
+    r1 = run_with_grads(before, prefix, ex, params);
+  } catch (const std::exception& e) {
+    fail("--verify: the input graph fails on the example inputs: " + one_line(e));
+  }
+  if (reset) reset();
+  try {
+    r2 = run_with_grads(after, prefix, ex, params);
+  } catch (const std::exception& e) {
+    fail("--verify: the rewritten graph fails (the input graph does not): " + one_line(e));
+  }
+  if (reset) reset();
   double worst_out = 0, worst_grad = 0;
-  if (o1.size() != o2.size() || g1.size() != g2.size()) fail("verify: outputs differ in number");
-  for (size_t i = 0; i < o1.size(); ++i) worst_out = std::max(worst_out, rel_diff(o1[i], o2[i]));
-  for (size_t i = 0; i < g1.size(); ++i)
-    if (g1[i].defined() && g2[i].defined()) worst_grad = std::max(worst_grad, rel_diff(g1[i], g2[i]));
+  std::string problem;
+  if (r1.outputs.size() != r2.outputs.size()) fail("verify failed: outputs differ in number");
+  for (size_t i = 0; i < r1.outputs.size() && problem.empty(); ++i) {
+    const auto &a = r1.outputs[i], &b = r2.outputs[i];
+    const std::string what = "output " + std::to_string(i);
+    if (a.isTensor() != b.isTensor()) problem = what + ": tensor vs non-tensor";
+    else if (a.isTensor()) worst_out = std::max(worst_out, compare(a.toTensor(), b.toTensor(), what, problem));
+    else if (a.isDouble() && b.isDouble()) {
+      const double x = a.toDouble(), y = b.toDouble();
+      if (std::isnan(x) != std::isnan(y) || (!std::isfinite(x) && !std::isnan(x) && x != y)) problem = what + ": " + c10::str(a) + " vs " + c10::str(b);
+      else if (std::isfinite(x)) worst_out = std::max(worst_out, std::abs(x - y) / std::max(std::abs(x), 1e-30));
+    } else if (!(a == b)) {
+      problem = what + ": " + c10::str(a) + " vs " + c10::str(b);
+    }
+  }
+  for (size_t i = 0; i < r1.grads.size() && problem.empty(); ++i) {
+    at::Tensor g1 = r1.grads[i], g2 = r2.grads[i];
+    if (!g1.defined() && !g2.defined()) continue;
+    if (!g1.defined()) g1 = at::zeros_like(g2);
+    if (!g2.defined()) g2 = at::zeros_like(g1);
+    worst_grad = std::max(worst_grad, compare(g1, g2, "gradient " + std::to_string(i), problem));
+  }
+  if (!problem.empty()) fail("verify failed: " + problem);
   std::ostringstream msg;
   msg << "outputs within " << worst_out << ", gradients within " << worst_grad
       << " (relative L2; bar 1e-4)";
-  if (worst_out > 1e-4 || worst_grad > 1e-4) fail("verify failed: " + msg.str());
+  if (!(worst_out <= 1e-4) || !(worst_grad <= 1e-4)) fail("verify failed: " + msg.str());
   std::cerr << "memslim-opt: verify: ok: " << msg.str() << "\n";
 }
 
+// ---------------------------------------------------------------------------
+// Output
+
 bool is_archive(const std::string& path) {
   if (path == "-") return false;
-  if (path.size() > 3 && (path.substr(path.size() - 3) == ".pt" || path.substr(path.size() - 4) == ".pth"))
-    return true;
+  auto ends = [&](const std::string& s) {
+    return path.size() >= s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends(".pt") || ends(".pth")) return true;
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {0, 0, 0, 0};
   in.read(magic, 4);
   return magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4;
 }
 
+// Graph::toString prints a node without outputs as ` = prim::Print(%x)`, which
+// parseIR does not read; it reads `prim::Print(%x)`.
+std::string parseable(const std::string& ir) {
+  std::string out;
+  for (const auto& line : lines_of(ir)) {
+    const auto b = line.find_first_not_of(' ');
+    // the printer writes indent + "" + " = " + node: drop the " = "
+    if (b != std::string::npos && b > 0 && line.compare(b, 2, "= ") == 0)
+      out += line.substr(0, b - 1) + line.substr(b + 2);
+    else out += line;
+    out += "\n";
+  }
+  return out;
+}
+
 void write_atomically(const std::string& path, const std::function<void(const std::string&)>& write) {
   const std::string tmp = path + ".tmp";
+  g_partial_output = tmp;
   try {
     write(tmp);
   } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
-    fail("cannot write '" + path + "': " + first_line(e.what()));
+    fail("cannot write '" + path + "': " + one_line(e));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("cannot write '" + path + "'");
-  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot write '" + path + "'");
+  g_partial_output.clear();
 }
 
 int run_archive(const Options& o, const std::vector<std::string>& names) {
@@ -226,7 +637,7 @@ int run_archive(const Options& o, const std::vector<std::string>& names) {
   try {
     module = torch::jit::load(o.input);
   } catch (const std::exception& e) {
-    fail("cannot load '" + o.input + "' as a TorchScript archive: " + first_line(e.what()));
+    fail("cannot load '" + o.input + "' as a TorchScript archive: " + one_line(e));
   }
   memslim::OptimizeOptions opts;
   opts.methods.clear();
@@ -234,35 +645,73 @@ int run_archive(const Options& o, const std::vector<std::string>& names) {
   opts.passes = names;
   opts.policy = o.policy;
   opts.strict = o.verify;
-  opts.example_inputs = random_inputs(o.input_shapes);
+  Example ex;
+  if (!o.input_specs.empty()) {
+    auto fwd = module.find_method("forward");
+    if (!fwd) fail("--input-shapes: the archive has no forward method");
+    const auto& args = fwd->function().getSchema().arguments();
+    std::vector<c10::TypePtr> types;
+    std::vector<std::string> arg_names;
+    for (size_t i = 1; i < args.size(); ++i) {
+      types.push_back(args[i].type());
+      arg_names.push_back("'" + args[i].name() + "'");
+    }
+    ex = inputs_from_specs(types, arg_names, o.input_specs);
+    opts.example_inputs = ex.values;
+  }
+  if (o.verify && o.input_specs.empty()) fail("--verify needs --input-shapes");
   memslim::OptimizeResult r;
   try {
     r = memslim::optimize(module, opts);
   } catch (const std::exception& e) {
-    fail(first_line(e.what()));
+    fail(one_line(e));
   }
   if (o.remarks)
     for (const auto& line : r.remarks) std::cerr << line << "\n";
   if (o.verify) {
-    if (o.input_shapes.empty()) fail("--verify needs --input-shapes");
     std::vector<at::Tensor> params;
     for (const auto& p : module.parameters())
       if (p.requires_grad()) params.push_back(p);
+    memslim::ModuleStateGuard keep_a(module), keep_b(r.module);
     verify(module.get_method("forward").graph(), r.module.get_method("forward").graph(),
-           {module._ivalue()}, opts.example_inputs, params);
+           {module._ivalue()}, ex, params, [&] {
+             keep_a.restore();
+             keep_b.restore();
+           });
   }
   if (o.output.empty()) {
-    std::cout << r.module.get_method("forward").graph()->toString();
+    std::cout << parseable(r.module.get_method("forward").graph()->toString());
     return 0;
   }
   write_atomically(o.output, [&](const std::string& tmp) { r.module.save(tmp); });
   return 0;
 }
 
-} // namespace
+// The text of case `c` of a --split-input-file input, padded with empty lines
+// so that line numbers in errors are the file's. Cases are separated by lines
+// starting with "# -----" (lit files) or "// -----" (memslim-opt's own output).
+std::vector<std::string> split_cases(const std::string& text, bool split_input) {
+  if (!split_input) return {text};
+  std::vector<std::string> chunks;
+  std::string cur;
+  size_t line_no = 0, start = 0;
+  std::stringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (starts_with(line, "# -----") || starts_with(line, "// -----")) {
+      chunks.push_back(std::string(start, '\n') + cur);
+      cur.clear();
+      start = line_no + 1;
+    } else {
+      cur += line + "\n";
+    }
+    ++line_no;
+  }
+  chunks.push_back(std::string(start, '\n') + cur);
+  return chunks;
+}
 
-int main(int argc, char** argv) {
-  const Options o = parse_args(argc, argv);
+int run(const Options& o) {
   if (o.help) {
     std::cout << kUsage;
     return 0;
@@ -294,48 +743,53 @@ int main(int argc, char** argv) {
   }
 
   if (is_archive(o.input)) return run_archive(o, names);
-  if (!o.input_shapes.empty() || o.verify) {
-    if (o.input_shapes.empty()) fail("--verify needs --input-shapes");
-  }
   const std::string text = read_input(o.input);
-  // --split-input-file: each chunk between lines "# -----" is its own graph
-  // (lit files hold one small case per chunk); results are joined by "// -----".
-  std::vector<std::string> chunks;
-  if (o.split) {
-    std::stringstream in(text);
-    std::string line, cur;
-    while (std::getline(in, line)) {
-      if (line.rfind("# -----", 0) == 0) {
-        chunks.push_back(cur);
-        cur.clear();
-      } else {
-        cur += line + "\n";
-      }
-    }
-    chunks.push_back(cur);
-  } else {
-    chunks.push_back(text);
-  }
+  const std::vector<std::string> chunks = split_cases(text, o.split);
 
   std::string result;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    auto graph = std::make_shared<torch::jit::Graph>();
+    const std::string where = "'" + o.input + "'" + (o.split ? " (case " + std::to_string(c + 1) + ")" : "");
+    auto graph = std::make_shared<Graph>();
     try {
       torch::jit::parseIR(chunks[c], graph.get());
     } catch (const std::exception& e) {
-      fail("cannot parse '" + o.input + "'" + (o.split ? " (case " + std::to_string(c + 1) + ")" : "") +
-           " as TorchScript IR: " + first_line(e.what()));
+      fail("cannot parse " + where + " as TorchScript IR: " + one_line(e, chunks[c]));
     }
-    std::shared_ptr<torch::jit::Graph> original;
-    std::vector<at::Tensor> example;
-    if (!o.input_shapes.empty()) {
-      example = random_inputs(o.input_shapes);
-      std::vector<c10::IValue> inputs(example.begin(), example.end());
-      try {
-        memslim::record_shapes(graph, inputs);
-      } catch (const std::exception& e) {
-        fail("--input-shapes: " + first_line(e.what()));
+    if (auto bad = memslim::validate_graph(graph)) fail(where + ": " + *bad);
+
+    // Example inputs: --input-shapes, or the signature's complete tensor types.
+    std::vector<c10::TypePtr> signature;
+    std::vector<std::string> input_names;
+    for (const Value* v : graph->inputs()) {
+      signature.push_back(v->type());
+      input_names.push_back("%" + v->debugName());
+    }
+    std::optional<Example> ex;
+    std::string untyped;
+    if (!o.input_specs.empty()) ex = inputs_from_specs(signature, input_names, o.input_specs);
+    else ex = inputs_from_types(graph, untyped);
+    if (o.verify && !ex)
+      fail("--verify needs --input-shapes" + (untyped.empty() ? std::string() : " (" + where + ": input " + untyped + " has no complete tensor type)"));
+
+    std::shared_ptr<Graph> original;
+    if (ex) {
+      // Values whose written type is complete keep it when the shapes come from
+      // the signature (the recording run sees no grad: it would drop requires_grad).
+      std::unordered_map<Value*, c10::TypePtr> written;
+      if (o.input_specs.empty()) {
+        std::shared_ptr<Graph> g = graph;
+        torch::jit::DepthFirstGraphNodeIterator it(g);
+        for (auto* n = it.next(); n; n = it.next())
+          for (Value* v : n->outputs())
+            if (v->isCompleteTensor()) written[v] = v->type();
       }
+      try {
+        memslim::record_shapes(graph, ex->values);
+      } catch (const std::exception& e) {
+        fail(std::string(o.input_specs.empty() ? "recording run on the signature's types" : "--input-shapes") +
+             ": " + one_line(e));
+      }
+      for (auto& [v, t] : written) v->setType(t);
       original = graph->copy();
     }
     memslim::PassContext ctx;
@@ -348,22 +802,58 @@ int main(int argc, char** argv) {
           std::cerr << "// -----// IR after " << p->flag << " //----- //\n" << graph->toString();
       }
     } catch (const std::exception& e) {
-      fail(std::string("pass failed: ") + first_line(e.what()));
+      fail(std::string("pass failed: ") + one_line(e));
     }
+    // The printed signature is the input's own.
+    for (size_t i = 0; i < signature.size(); ++i) graph->inputs()[i]->setType(signature[i]);
     if (o.remarks)
       for (const auto& r : ctx.remarks.lines()) std::cerr << r << "\n";
-    if (o.verify) verify(original, graph, {}, example, {});
+    if (o.verify) verify(original, graph, {}, *ex, {});
     if (c > 0) result += "// -----\n";
-    result += graph->toString();
+    result += parseable(graph->toString());
   }
 
   if (o.output.empty()) {
     std::cout << result;
+    std::cout.flush();
+    if (!std::cout) fail("cannot write the output");
     return 0;
   }
   write_atomically(o.output, [&](const std::string& tmp) {
-    std::ofstream out(tmp);
-    if (!out || !(out << result)) throw std::runtime_error("write failed");
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out || !(out << result) || !out.flush()) throw std::runtime_error("write failed");
   });
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // A last resort: an exception escaping a noexcept frame still ends as one line.
+  std::set_terminate([] {
+    std::string what = "std::terminate";
+    if (auto p = std::current_exception()) {
+      try {
+        std::rethrow_exception(p);
+      } catch (const std::exception& e) {
+        what = one_line(e);
+      } catch (...) {
+      }
+    }
+    if (!g_partial_output.empty()) std::remove(g_partial_output.c_str());
+    std::fprintf(stderr, "memslim-opt: error: internal error: %s\n", what.c_str());
+    std::fflush(stderr);
+    _exit(1);
+  });
+  // stdout carries the IR: prim::Print in a graph run by --verify prints nowhere.
+  torch::jit::setPrintHandler([](const std::string&) {});
+  try {
+    return run(parse_args(argc, argv));
+  } catch (const std::bad_alloc&) {
+    fail("out of memory");
+  } catch (const std::exception& e) {
+    fail(one_line(e));
+  } catch (...) {
+    fail("unknown exception");
+  }
 }
