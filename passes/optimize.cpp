@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 
 #include <cmath>
 #include <cstdlib>
