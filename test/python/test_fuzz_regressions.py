@@ -355,6 +355,56 @@ def make():
 """
 
 
+# Long-mode seed 101387 (memslim-opt stage): memslim-opt --verify fails with "gradients
+# within 0.000317" (bar 1e-4) on its own random inputs; output-saving elu and mish are
+# the cause (the pipeline without output-saving-activations passes). On other inputs the
+# error reaches 1.3e-4 in grad:s0 (the 0-dim parameter behind the FracAct formula) and
+# 5.5e-5 in the input's gradient, where the unmodified scripted module is exact: the
+# output-saving inversions' rounding, amplified downstream, is at the edge of the bar.
+OUTPUT_SAVING_NUMERICS = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(8, 24) * 0.2041)
+        self.w1 = torch.nn.Parameter(torch.randn(8, 8) * 0.3536)
+        self.w2 = torch.nn.Parameter(torch.randn(16, 8) * 0.3536)
+        self.s0 = torch.nn.Parameter(torch.tensor(1.00))
+
+    def forward(self, x):
+        v0 = F.linear(x, self.w0)
+        v1 = F.elu(v0)
+        v2 = F.hardsigmoid(v1, inplace=True)
+        v3 = torch.matmul(v1, self.w1.t())
+        v4 = v2.reshape(32, 2)
+        v5 = torch.tanh(F.softplus(v4)) * v4
+        v6 = v5.reshape(8, 8)
+        v7 = torch.matmul(v6, self.w2.t())
+        v8 = v7 * self.s0
+        t13_a = torch.sigmoid(self.s0) * 1.8 + 0.1
+        t13_p = torch.where(v7 > 0, v7, 1.0)
+        t13_p = 1.0507 * torch.pow(t13_p, 1 - t13_a) / torch.exp(torch.lgamma(2 - t13_a))
+        t13_q = torch.where(v7 <= 0, v7, 1.0)
+        t13_g = torch.exp(torch.lgamma(1 + t13_a))
+        t13_acc = (1 - torch.exp(t13_q)) * t13_g / torch.exp(torch.lgamma(1 + t13_a))
+        t13_acc = t13_acc - (1 - torch.exp(t13_q - 1.0)) * t13_g / torch.exp(torch.lgamma(t13_a))
+        v9 = torch.where(v7 > 0, t13_p, 1.7581 / torch.pow(1.0, t13_a) * t13_acc)
+        return v6, v8 + v8.sum() * 0.1, v9
+
+
+def make():
+    torch.manual_seed(101387)
+    m = P()
+    m.eval()
+    return m, (torch.randn(8, 24),)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="memslim-opt --verify: gradients within 3.2e-4 > 1e-4 after output-saving "
+                                       "elu + mish (rounding amplified downstream)")
+def test_output_saving_gradient_within_verify_bar(session):
+    check(session, OUTPUT_SAVING_NUMERICS)
+
+
 @pytest.mark.xfail(strict=True, reason="eval-mode dropout returns its input: a recompute region re-reads a value "
                                        "written through it (wrong result)")
 def test_eval_dropout_alias_region(session):
