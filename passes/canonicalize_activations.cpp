@@ -249,7 +249,10 @@ void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, P
       Proposal prop;
       prop.site = form;
       prop.covers = formula_nodes(root, x);
-      prop.guarded = {x};  // the aten op keeps its input, as the formula's mul did
+      // The aten op keeps its input, as the formula's mul did; under TorchScript's
+      // executor a DifferentiableGraph may keep its output (hardswish: measured by
+      // the fuzzer), which the formula never kept: a later write to either keeps it.
+      prop.guarded = {x, root->output()};
       const Match match = *m;
       prop.apply = [&g, root, x, match]() {
         std::vector<Value*> args{x};

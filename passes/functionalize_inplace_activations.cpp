@@ -64,12 +64,12 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
     Proposal prop;
     prop.site = site;
     prop.covers = {n};
-    // What the functional op keeps, when a later write could reach it: relu's
-    // output (relu_ kept it too). An input-keeping op's input has no reader but
-    // this node (the gate checks) and its one alias, the in-place result,
-    // becomes a tensor of its own: a later write to that result (MobileNetV3's
-    // hardswish_ -> dropout_) harms neither form.
-    if (info.aten_keeps == Keeps::Output) prop.guarded = {n->output()};
+    // The functional op's output: its input has no reader but this node (the
+    // gate checks), and TorchScript's executor differentiates some functional
+    // activations (hardswish, softplus, leaky_relu) in DifferentiableGraphs
+    // that keep their output, so a later in-place write to it (MobileNetV3's
+    // hardswish_ -> dropout_) would fail backward where the in-place form trains.
+    prop.guarded = {n->output()};
     prop.removes_writes = true;
     prop.apply = [&g, n, f]() {
       replace_output(*g, n, n->output(), f, n->inputs());

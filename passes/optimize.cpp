@@ -138,7 +138,8 @@ void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
   TORCH_CHECK(forward, "memslim.optimize: the module has no forward method");
   const c10::FunctionSchema& schema = forward->function().getSchema();
   const auto& args = schema.arguments();
-  TORCH_CHECK(args.size() == graph->inputs().size(), "memslim.optimize: forward's schema and graph differ");
+  TORCH_CHECK(args.size() == graph->inputs().size(),
+              "memslim.optimize: forward's schema and graph differ");
   const size_t want = args.size() - 1;
   TORCH_CHECK(example_inputs.size() <= want, "memslim.optimize: forward takes ", want, " inputs, got ",
               example_inputs.size(), " example inputs");
@@ -206,8 +207,10 @@ void ModuleStateGuard::restore() {
     s.object->setSlot(s.index, s.value);
     if (!s.contents.defined()) continue;
     at::Tensor t = s.value.toTensor().detach();
-    if (t.sizes() == s.contents.sizes() && t.scalar_type() == s.contents.scalar_type()) t.copy_(s.contents);
-    else t.set_(s.contents.clone());
+    if (t.sizes() == s.contents.sizes() && t.scalar_type() == s.contents.scalar_type())
+      t.copy_(s.contents);
+    else
+      t.set_(s.contents.clone());
   }
 }
 
@@ -217,6 +220,43 @@ ModuleStateGuard::~ModuleStateGuard() {
   } catch (...) {
   }
 }
+
+namespace {
+
+const c10::Symbol kPinAttr = c10::Symbol::attr("memslim_pin");
+
+// Gives every in-place write whose result nobody reads a reader with side
+// effects (a tagged prim::Print), so torch's DCE keeps the write: for it,
+// `d = dropout(h, p, training); tanh_(d)` writes a fresh d (a fuzzer finding:
+// the write to h vanished).
+std::vector<Node*> pin_unused_writes(torch::jit::Block* b) {
+  std::vector<Node*> pins;
+  for (Node* n : b->nodes()) {
+    for (torch::jit::Block* inner : n->blocks()) {
+      auto more = pin_unused_writes(inner);
+      pins.insert(pins.end(), more.begin(), more.end());
+    }
+    const c10::FunctionSchema* s = n->maybeSchema();
+    if (!s || !s->is_mutable() || n->outputs().empty() || n->output(0)->hasUses()) continue;
+    Node* pin = b->owningGraph()->create(c10::prim::Print, {n->output(0)}, 0);
+    pin->s_(kPinAttr, "unused write");
+    pin->insertAfter(n);
+    pins.push_back(pin);
+  }
+  return pins;
+}
+
+// Removes the pins (constant propagation may have dropped some with a dead branch).
+void unpin_writes(const std::shared_ptr<Graph>& graph) {
+  std::vector<Node*> pins;
+  std::shared_ptr<Graph> g = graph;
+  torch::jit::DepthFirstGraphNodeIterator it(g);
+  for (Node* n = it.next(); n; n = it.next())
+    if (n->kind() == c10::prim::Print && n->hasAttribute(kPinAttr)) pins.push_back(n);
+  for (Node* n : pins) n->destroy();
+}
+
+} // namespace
 
 OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
   // clone(inplace=true): new class types with their own method graphs, the
@@ -245,7 +285,12 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
     }
     // F.silu / F.gelu and friends script to `if inplace: op_(x) else: op(x)`;
     // folding the constant flag leaves the plain op at top level.
+    // Its dead-code elimination trusts AliasDb, which cannot see that dropout
+    // returns its input when not training: in-place writes whose result is
+    // unused are pinned for its duration (see pin_unused_writes).
+    pin_unused_writes(graph->block());
     torch::jit::ConstantPropagation(graph);
+    unpin_writes(graph);
     if (method == "forward" && (!options.example_inputs.empty() || !options.example_kwargs.empty()))
       propagate_shapes(graph, result.module, options.example_inputs, options.example_kwargs);
     PassContext ctx;

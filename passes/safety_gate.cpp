@@ -46,12 +46,47 @@ bool same_or_nested(const std::string& a, const std::string& b) {
 
 std::string name_of(const Value* v) { return "%" + v->debugName(); }
 
+// Ops that may return their input itself although their schema declares no
+// alias: dropout and its variants return `input` when not training or p == 0
+// (ATen's _dropout_impl), in eager and in TorchScript's interpreter alike.
+bool returns_input_undeclared(const Node* n) {
+  static const c10::Symbol kinds[] = {
+      c10::Symbol::fromQualString("aten::dropout"),
+      c10::Symbol::fromQualString("aten::feature_dropout"),
+      c10::Symbol::fromQualString("aten::alpha_dropout"),
+      c10::Symbol::fromQualString("aten::feature_alpha_dropout")};
+  for (c10::Symbol k : kinds)
+    if (n->kind() == k) return true;
+  return false;
+}
+
+// `v` and every value that may be the very same tensor through such ops, in
+// either direction (AliasDb cannot know: the schemas say nothing).
+std::vector<Value*> same_tensor_closure(Value* v) {
+  std::vector<Value*> out{v};
+  std::unordered_set<Value*> seen{v};
+  for (size_t i = 0; i < out.size(); ++i) {
+    Value* cur = out[i];
+    auto visit = [&](Value* next) {
+      if (seen.insert(next).second) out.push_back(next);
+    };
+    if (returns_input_undeclared(cur->node()) && !cur->node()->inputs().empty())
+      visit(cur->node()->input(0));
+    for (const auto& use : cur->uses())
+      if (use.offset == 0 && returns_input_undeclared(use.user)) visit(use.user->output());
+  }
+  return out;
+}
+
 // Why an in-place write to `w` could be observed by someone other than the
 // writer, or nullopt when it cannot.
 std::optional<std::string> write_observable(const Value* w) {
   if (w->uses().size() != 1) return std::string("its input has another use");
   const Node* p = w->node();
   if (p->kind() == c10::prim::Param) return std::string("its input is a graph input");
+  if (returns_input_undeclared(p))
+    return std::string("its input may be another tensor (") + p->kind().toQualString() +
+           " returns its input when not training)";
   if (p->kind().is_prim())
     return std::string("its input comes from ") + p->kind().toQualString();
   const c10::FunctionSchema* schema = p->maybeSchema();
@@ -149,11 +184,13 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   struct Watched {
     torch::jit::ValueSet plain;
     std::vector<std::pair<std::string, const Value*>> state;
-    void add(Value* v) {
-      if (!v->type()->cast<c10::TensorType>()) return;
-      const std::string path = module_state_path(v);
-      if (path.empty()) plain.insert(v);
-      else state.emplace_back(path, v);
+    void add(Value* value) {
+      if (!value->type()->cast<c10::TensorType>()) return;
+      for (Value* v : same_tensor_closure(value)) {
+        const std::string path = module_state_path(v);
+        if (path.empty()) plain.insert(v);
+        else state.emplace_back(path, v);
+      }
     }
   } between, after;
   for (Node* n : order) {

@@ -49,16 +49,47 @@ std::string types_of(at::ArrayRef<const Value*> vs) {
 
 bool is(const Value* v, const c10::TypePtr& t) { return v->type()->isSubtypeOf(*t); }
 
-// Nodes that carry their body as a Subgraph attribute (parseIR cannot read one).
-bool needs_subgraph(c10::Symbol k) {
-  static const c10::Symbol kinds[] = {
-      prim::FusionGroup,       prim::CudaFusionGroup,         prim::oneDNNFusionGroup,
-      prim::DifferentiableGraph, prim::TensorExprGroup,       prim::TensorExprDynamicGroup,
-      prim::StaticSubgraph,    prim::FunctionalGraph,         prim::MKLDNNGroup,
-      prim::FallbackGraph,     prim::fork,                    prim::awaitable};
+bool one_of(c10::Symbol k, std::initializer_list<c10::Symbol> kinds) {
   for (c10::Symbol s : kinds)
     if (s == k) return true;
   return false;
+}
+
+// Nodes that carry their body as a Subgraph attribute (parseIR cannot read one).
+bool needs_subgraph(c10::Symbol k) {
+  return one_of(k, {prim::FusionGroup, prim::CudaFusionGroup, prim::oneDNNFusionGroup,
+                    prim::DifferentiableGraph, prim::TensorExprGroup, prim::TensorExprDynamicGroup,
+                    prim::StaticSubgraph, prim::FunctionalGraph, prim::MKLDNNGroup,
+                    prim::FallbackGraph, prim::fork, prim::awaitable});
+}
+
+// Schema-less prims that module graphs hold and whose shape check_prim knows.
+bool checked_prim(c10::Symbol k) {
+  return one_of(k, {prim::If,
+                    prim::Loop,
+                    prim::Constant,
+                    prim::TupleConstruct,
+                    prim::TupleUnpack,
+                    prim::TupleIndex,
+                    prim::ListConstruct,
+                    prim::ListUnpack,
+                    prim::DictConstruct,
+                    prim::Uninitialized,
+                    prim::unchecked_cast,
+                    prim::GetAttr,
+                    prim::SetAttr,
+                    prim::CallMethod,
+                    prim::CallFunction,
+                    prim::CreateObject,
+                    prim::Print,
+                    prim::RaiseException,
+                    prim::isinstance,
+                    prim::Enter,
+                    prim::Exit,
+                    prim::tolist,
+                    c10::aten::wait,
+                    prim::fork,
+                    prim::awaitable});
 }
 
 // Shape checks of the prims AliasDb and the interpreter handle without a
@@ -83,16 +114,18 @@ std::string check_prim(const Node* n) {
     if (nb != 1) return "needs one block";
     const Block* b = n->blocks()[0];
     if (b->inputs().size() != carried + 1 || b->outputs().size() != carried + 1 || no != carried)
-      return "with " + std::to_string(carried) +
-             " carried values needs a block of " + std::to_string(carried + 1) + " inputs and " +
-             std::to_string(carried + 1) + " outputs, and " + std::to_string(carried) + " outputs";
+      return "with " + std::to_string(carried) + " carried values needs a block of " +
+             std::to_string(carried + 1) + " inputs and " + std::to_string(carried + 1) +
+             " outputs, and " + std::to_string(carried) + " outputs";
     if (!is(b->outputs()[0], c10::BoolType::get())) return "block's first output must be a bool";
     return "";
   }
   if (nb != 0 && k != prim::Closure) return "cannot have blocks";
-  if (needs_subgraph(k) && !n->hasAttribute(c10::attr::Subgraph)) return "needs a Subgraph attribute";
+  if (needs_subgraph(k) && !n->hasAttribute(c10::attr::Subgraph))
+    return "needs a Subgraph attribute";
   if (k == prim::Constant) {
     if (ni != 0 || no != 1) return "takes no inputs and has one output";
+    if (n->output()->type()->cast<c10::FunctionType>()) return "";  // a function to call
     if (!n->hasAttribute(c10::attr::value)) {
       if (n->output()->type()->kind() != c10::TypeKind::NoneType)
         return "without a value must be NoneType, not " + n->output()->type()->repr_str();
@@ -109,14 +142,17 @@ std::string check_prim(const Node* n) {
   }
   if (k == prim::TupleConstruct) {
     auto t = no == 1 ? n->output()->type()->cast<c10::TupleType>() : nullptr;
-    if (!t || t->elements().size() != ni) return "must produce a tuple of " + std::to_string(ni) + " elements";
+    if (!t || t->elements().size() != ni)
+      return "must produce a tuple of " + std::to_string(ni) + " elements";
     for (size_t i = 0; i < ni; ++i)
-      if (!is(n->input(i), t->elements()[i])) return "element " + std::to_string(i) + " does not fit the tuple type";
+      if (!is(n->input(i), t->elements()[i]))
+        return "element " + std::to_string(i) + " does not fit the tuple type";
     return "";
   }
   if (k == prim::TupleUnpack) {
     auto t = ni == 1 ? n->input(0)->type()->cast<c10::TupleType>() : nullptr;
-    if (!t || t->elements().size() != no) return "must unpack a tuple of " + std::to_string(no) + " elements";
+    if (!t || t->elements().size() != no)
+      return "must unpack a tuple of " + std::to_string(no) + " elements";
     return "";
   }
   if (k == prim::TupleIndex) {
@@ -129,7 +165,8 @@ std::string check_prim(const Node* n) {
     auto t = no == 1 ? n->output()->type()->cast<c10::ListType>() : nullptr;
     if (!t) return "must produce a list";
     for (const Value* v : n->inputs())
-      if (!is(v, t->getElementType())) return "element " + v->type()->repr_str() + " does not fit " + t->repr_str();
+      if (!is(v, t->getElementType()))
+        return "element " + v->type()->repr_str() + " does not fit " + t->repr_str();
     return "";
   }
   if (k == prim::ListUnpack) {
@@ -144,20 +181,26 @@ std::string check_prim(const Node* n) {
         return "pair " + std::to_string(i / 2) + " does not fit " + t->repr_str();
     return "";
   }
-  if (k == prim::Uninitialized) return ni == 0 && no == 1 ? "" : "takes no inputs and has one output";
-  if (k == prim::unchecked_cast) return ni == 1 && no == 1 ? "" : "takes one input and has one output";
+  if (k == prim::Uninitialized)
+    return ni == 0 && no == 1 ? "" : "takes no inputs and has one output";
+  if (k == prim::unchecked_cast)
+    return ni == 1 && no == 1 ? "" : "takes one input and has one output";
   if (k == prim::GetAttr || k == prim::SetAttr) {
     auto cls = ni >= 1 ? n->input(0)->type()->cast<c10::ClassType>() : nullptr;
-    if (!n->hasAttribute(c10::attr::name) || n->kindOf(c10::attr::name) != torch::jit::AttributeKind::s)
+    if (!n->hasAttribute(c10::attr::name) ||
+        n->kindOf(c10::attr::name) != torch::jit::AttributeKind::s)
       return "needs a name attribute";
-    if (!cls || !cls->hasAttribute(n->s(c10::attr::name))) return "reads an attribute its object does not have";
-    if (k == prim::GetAttr ? (ni != 1 || no != 1) : (ni != 2 || no != 0)) return "has the wrong number of inputs or outputs";
+    if (!cls || !cls->hasAttribute(n->s(c10::attr::name)))
+      return "reads an attribute its object does not have";
+    if (k == prim::GetAttr ? (ni != 1 || no != 1) : (ni != 2 || no != 0))
+      return "has the wrong number of inputs or outputs";
     return "";
   }
   if (k == prim::CallMethod) {
     auto cls = ni >= 1 ? n->input(0)->type()->cast<c10::ClassType>() : nullptr;
-    if (!n->hasAttribute(c10::attr::name) || n->kindOf(c10::attr::name) != torch::jit::AttributeKind::s ||
-        !cls || !cls->findMethod(n->s(c10::attr::name)))
+    if (!n->hasAttribute(c10::attr::name) ||
+        n->kindOf(c10::attr::name) != torch::jit::AttributeKind::s || !cls ||
+        !cls->findMethod(n->s(c10::attr::name)))
       return "calls a method its object does not have";
     return "";
   }
@@ -165,10 +208,37 @@ std::string check_prim(const Node* n) {
     if (ni < 1 || !n->input(0)->type()->cast<c10::FunctionType>()) return "takes a function first";
     return "";
   }
+  if (k == prim::CreateObject) {
+    if (ni != 0 || no != 1 || !n->output()->type()->cast<c10::ClassType>())
+      return "makes one object of a class";
+    return "";
+  }
+  if (k == c10::aten::wait) {
+    if (ni != 1 || no != 1 || !n->input(0)->type()->cast<c10::FutureType>())
+      return "takes one Future";
+    return "";
+  }
+  if (k == prim::Enter || k == prim::Exit) {
+    if (ni != 1 || !n->input(0)->type()->cast<c10::ClassType>()) return "takes one object";
+    return "";
+  }
+  if (k == prim::isinstance) {
+    if (ni != 1 || no != 1 || !n->hasAttribute(c10::Symbol::attr("types")))
+      return "takes one value and its types";
+    return "";
+  }
+  if (k == prim::tolist) {
+    if (ni != 3 || no != 1 || !is(n->input(0), c10::TensorType::get()))
+      return "takes a tensor, its dim and its element type";
+    return "";
+  }
+  if (k == prim::Print) return no == 0 ? "" : "has no outputs";
+  if (k == prim::RaiseException)
+    return no == 0 && ni >= 1 ? "" : "takes a message and has no outputs";
   return "";
 }
 
-std::optional<std::string> check_block(const Block* b) {
+std::optional<std::string> check_block(const Block* b, bool executor_nodes) {
   for (const Node* n : b->nodes()) {
     const auto k = n->kind();
     const torch::jit::Operator* op = nullptr;
@@ -186,6 +256,10 @@ std::optional<std::string> check_block(const Block* b) {
       if (!n->blocks().empty())
         return k.toQualString() + std::string(" at ") + position(n) + ": cannot have blocks";
     } else if (torch::jit::aliasAnalysisHasSpecialCaseFor(k)) {
+      if (!checked_prim(k) && !executor_nodes)
+        return k.toQualString() + std::string(" at ") + position(n) +
+               ": an internal node of the JIT (made by the graph executor, or needing a Python "
+               "object or a subgraph), not accepted in an input graph";
       const std::string why = check_prim(n);
       if (!why.empty()) return k.toQualString() + std::string(" at ") + position(n) + ": " + why;
     } else {
@@ -201,15 +275,16 @@ std::optional<std::string> check_block(const Block* b) {
       return msg;
     }
     for (const Block* inner : n->blocks())
-      if (auto bad = check_block(inner)) return bad;
+      if (auto bad = check_block(inner, executor_nodes)) return bad;
   }
   return std::nullopt;
 }
 
-} // namespace
+}  // namespace
 
-std::optional<std::string> validate_graph(const std::shared_ptr<Graph>& graph) {
-  if (auto bad = check_block(graph->block())) return bad;
+std::optional<std::string> validate_graph(const std::shared_ptr<Graph>& graph,
+                                          bool executor_nodes) {
+  if (auto bad = check_block(graph->block(), executor_nodes)) return bad;
   try {
     graph->lint();
   } catch (const c10::Error& e) {
@@ -220,8 +295,8 @@ std::optional<std::string> validate_graph(const std::shared_ptr<Graph>& graph) {
   return std::nullopt;
 }
 
-void check_graph(const std::shared_ptr<Graph>& graph) {
-  if (auto bad = validate_graph(graph)) TORCH_CHECK(false, *bad);
+void check_graph(const std::shared_ptr<Graph>& graph, bool executor_nodes) {
+  if (auto bad = validate_graph(graph, executor_nodes)) TORCH_CHECK(false, *bad);
 }
 
-} // namespace memslim
+}  // namespace memslim

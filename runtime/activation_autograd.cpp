@@ -48,17 +48,19 @@ struct ActivationFunction : public torch::autograd::Function<ActivationFunction>
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [y, bits, idx, val] = call_activation_forward(x, spec, /*save=*/true);
     const kernels::Act a = act_from_name(spec.act);
-    const kernels::SaveKind kind = kernels::save_kind(a);
-    const bool mask = kind == kernels::SaveKind::Mask;
-    const bool exact = kind == kernels::SaveKind::OutputBitsExact;
-    ctx->save_for_backward({mask ? at::Tensor() : y, bits.numel() ? bits : at::Tensor(),
+    const bool mask = kernels::save_kind(a) == kernels::SaveKind::Mask;
+    // From the rules, not from sizes: under fake tensors sizes are symbolic.
+    const bool keep_bits = act_keeps_bits(spec.act, spec.params);
+    const bool exact = act_keeps_exact_list(spec.act, spec.params, x.scalar_type());
+    ctx->save_for_backward({mask ? at::Tensor() : y, keep_bits ? bits : at::Tensor(),
                             exact ? idx : at::Tensor(), exact ? val : at::Tensor()});
     ctx->saved_data["op"] = spec.op;
     ctx->saved_data["act"] = spec.act;
     ctx->saved_data["params"] = spec.params;
-    // The layout bits refer to: y's (dense) sizes and strides.
-    ctx->saved_data["sizes"] = y.sizes().vec();
-    ctx->saved_data["strides"] = y.strides().vec();
+    // The layout bits refer to: y's (dense) sizes and strides, symbolic under
+    // torch.compile's dynamic shapes.
+    ctx->saved_data["sizes"] = y.sym_sizes().vec();
+    ctx->saved_data["strides"] = y.sym_strides().vec();
     return y;
   }
 
@@ -70,8 +72,8 @@ struct ActivationFunction : public torch::autograd::Function<ActivationFunction>
     const at::Tensor& g = grads[0];
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
     auto saved = ctx->get_saved_variables();
-    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
-    const std::vector<int64_t> strides = ctx->saved_data["strides"].toIntVector();
+    const std::vector<c10::SymInt> sizes = ctx->saved_data["sizes"].toSymIntVector();
+    const std::vector<c10::SymInt> strides = ctx->saved_data["strides"].toSymIntVector();
     at::Tensor gi = call_activation_backward(
         g, sizes, strides, saved[0], saved[1], saved[2], saved[3],
         ctx->saved_data["act"].toStringRef(), ctx->saved_data["params"].toDoubleVector());
@@ -95,11 +97,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_activation_forwa
   return forward_op().call(x, spec.act, spec.params, save);
 }
 
-at::Tensor call_activation_backward(at::Tensor g, at::IntArrayRef sizes, at::IntArrayRef strides,
+at::Tensor call_activation_backward(at::Tensor g, c10::SymIntArrayRef sizes,
+                                    c10::SymIntArrayRef strides,
                                     const at::Tensor& out, const at::Tensor& bits,
                                     const at::Tensor& exact_idx, const at::Tensor& exact_val,
                                     const std::string& act, const std::vector<double>& params) {
-  if (g.strides() != strides) g = at::empty_strided(sizes, strides, g.options()).copy_(g);
+  if (g.sym_strides() != strides)
+    g = at::empty_strided_symint(sizes, strides, g.options()).copy_(g);
   auto or_empty = [&](const at::Tensor& t, at::ScalarType st) {
     return t.defined() ? t : at::empty({0}, g.options().dtype(st));
   };

@@ -25,29 +25,40 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// Sizes are SymInts throughout: symbolic under torch.compile's dynamic shapes.
+
 // A dense tensor's elements in memory order, as a 1-D view.
 at::Tensor memory_order(const at::Tensor& t) {
   TORCH_INTERNAL_ASSERT(t.is_non_overlapping_and_dense());
-  return t.as_strided({t.numel()}, {1}, t.storage_offset());
+  return t.as_strided_symint({t.sym_numel()}, {1}, t.sym_storage_offset());
 }
 
 at::Tensor pack_bits(const at::Tensor& keep_flat) {  // bool [n] -> uint8 [ceil(n/8)]
-  const int64_t n = keep_flat.numel(), ng = (n + 7) / 8;
-  at::Tensor padded = at::zeros({ng * 8}, keep_flat.options().dtype(at::kByte));
-  padded.narrow(0, 0, n).copy_(keep_flat);
+  const c10::SymInt n = keep_flat.sym_numel(), ng = (n + 7) / 8;
+  at::Tensor padded = at::zeros_symint({ng * 8}, keep_flat.options().dtype(at::kByte));
+  padded.narrow_symint(0, 0, n).copy_(keep_flat);
   at::Tensor weights = at::pow(2, at::arange(8, keep_flat.options().dtype(at::kInt))).to(at::kByte);
-  return padded.view({ng, 8}).mul(weights).sum(1, false, at::kByte);
+  return padded.view_symint({ng, 8}).mul(weights).sum(1, false, at::kByte);
 }
 
-at::Tensor unpack_bits(const at::Tensor& bits, int64_t n) {  // uint8 -> uint8 0/1 [n]
+at::Tensor unpack_bits(const at::Tensor& bits, const c10::SymInt& n) {  // uint8 -> 0/1 [n]
   at::Tensor shifts = at::arange(8, bits.options());
-  return bits.unsqueeze(1).bitwise_right_shift(shifts).bitwise_and(1).flatten().narrow(0, 0, n);
+  return bits.unsqueeze(1).bitwise_right_shift(shifts).bitwise_and(1).flatten().narrow_symint(
+      0, 0, n);
 }
 
 struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDropoutFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const ActSpec& spec, double p) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [y, bits, idx, val] = call_activation_forward(x, spec, /*save=*/true);
+    // The activation forward learns the factor its output is saved with
+    // (params[3], ActParams::out_scale): kept elements whose y / (1 - p)
+    // overflows the dtype (fp16: y > 45853 at p = 0.3) cannot give y back in
+    // backward and go to the exact list. 1/512 of margin: aten's fp16 noise
+    // is 1/(1-p) rounded to fp16 on CPU, in float in CUDA's fused kernel.
+    ActSpec fwd = spec;
+    fwd.params.resize(3, 0.0);
+    fwd.params.push_back(1.0 / (1.0 - p) * (1.0 + 1.0 / 512));
+    auto [y, bits, idx, val] = call_activation_forward(x, fwd, /*save=*/true);
     at::Tensor out, keep;
     if (y.is_cuda()) {
       auto r = at::native_dropout(y, p, true);
@@ -59,9 +70,9 @@ struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDr
       out = y.mul(noise);
       keep = noise.ne(0);
     }
-    const kernels::SaveKind kind = kernels::save_kind(act_from_name(spec.act));
-    const bool exact = kind == kernels::SaveKind::OutputBitsExact;
-    ctx->save_for_backward({out, bits.numel() ? bits : at::Tensor(), exact ? idx : at::Tensor(),
+    const bool keep_bits = act_keeps_bits(spec.act, spec.params);
+    const bool exact = act_keeps_exact_list(fwd.act, fwd.params, x.scalar_type());
+    ctx->save_for_backward({out, keep_bits ? bits : at::Tensor(), exact ? idx : at::Tensor(),
                             exact ? val : at::Tensor(), pack_bits(memory_order(keep))});
     ctx->saved_data["act"] = spec.act;
     ctx->saved_data["params"] = spec.params;
@@ -80,11 +91,11 @@ struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDr
     // noise = keep * (1 / (1 - p)), computed as aten computes its scale.
     const at::Tensor scale = at::ones({}, out.options()).div_(1 - p);
     at::Tensor noise = at::empty_like(out);
-    memory_order(noise).copy_(unpack_bits(saved[4], out.numel()));
+    memory_order(noise).copy_(unpack_bits(saved[4], out.sym_numel()));
     noise.mul_(scale);
     const at::Tensor gm = g.mul(noise);  // conformed to out's layout by the call below
     at::Tensor gi = call_activation_backward(
-        gm, out.sizes(), out.strides(), out.div(scale), saved[1], saved[2], saved[3],
+        gm, out.sym_sizes(), out.sym_strides(), out.div(scale), saved[1], saved[2], saved[3],
         ctx->saved_data["act"].toStringRef(), ctx->saved_data["params"].toDoubleVector());
     return {gi, at::Tensor(), at::Tensor()};
   }
@@ -104,7 +115,7 @@ at::Tensor activation_dropout_autograd(const at::Tensor& x, c10::string_view act
   const kernels::SaveKind kind = kernels::save_kind(act_from_name(spec.act));
   TORCH_CHECK(kind != kernels::SaveKind::Mask, "memslim::activation_dropout: '", spec.act,
               "' keeps only a mask; it needs no fusion with dropout");
-  if (!train || p == 0 || x.numel() == 0) return activation_with_autograd(x, spec);
+  if (!train || p == 0 || x.sym_numel() == 0) return activation_with_autograd(x, spec);
   if (p == 1) return activation_with_autograd(x, spec).mul(at::zeros({}, x.options()));
   if (at::GradMode::is_enabled() && x.requires_grad())
     return ActivationDropoutFunction::apply(x, spec, p);

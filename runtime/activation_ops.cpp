@@ -77,7 +77,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activation_forward_im
   const int64_t n = x.numel();
   const auto opts = x.options();
   const bool want_bits = save && p.bits;
-  const bool want_exact = save && kernels::save_kind(a) == kernels::SaveKind::OutputBitsExact;
+  const bool want_exact = save && kernels::act_has_exact_list(a, p);
   at::Tensor bits = at::empty({want_bits ? kernels::groups_for(n) : 0}, opts.dtype(at::kByte));
   at::Tensor idx = at::empty({0}, opts.dtype(at::kInt));
   at::Tensor val = at::empty({0}, opts);
@@ -197,7 +197,8 @@ at::Tensor backward_meta(const at::Tensor& grad, const std::optional<at::Tensor>
                          c10::string_view act, at::ArrayRef<double>) {
   check_dtype(grad, std::string(act));
   if (out.has_value() && out->defined())
-    TORCH_CHECK(out->sizes() == grad.sizes(), "memslim::activation_backward: size mismatch");
+    TORCH_CHECK(out->sym_sizes() == grad.sym_sizes(),
+                "memslim::activation_backward: size mismatch");
   return at::empty_like(grad);
 }
 

@@ -52,14 +52,62 @@ double guard_band(Act a, at::ScalarType t) {
   }
 }
 
-kernels::ActParams make_params(Act a, const std::vector<double>& params, at::ScalarType t) {
+namespace {
+// Largest finite value of a floating dtype (others: no overflow to consider).
+double dtype_max(at::ScalarType t) {
+  switch (t) {
+  case at::kHalf: return 65504.0;
+  case at::kBFloat16: return 3.3895313892515355e38;
+  case at::kFloat: return 3.4028234663852886e38;
+  default: return 1.7976931348623157e308;
+  }
+}
+
+// Where values start rounding to inf when stored in t (the midpoint above the
+// largest finite value); inf where compute and storage share the format.
+double rounds_to_inf_from(at::ScalarType t) {
+  switch (t) {
+  case at::kHalf: return 65520.0;
+  case at::kBFloat16: return 3.3961514220786001e38;  // 0x7f7f8000
+  default: return INFINITY;
+  }
+}
+
+// params: the activation's (up to three), then optionally the factor the
+// caller multiplies the output by before saving it (ActParams::out_scale).
+kernels::ActParams params_for(Act a, const std::vector<double>& params, double out_max) {
   kernels::ActParams p;
   p.p0 = params.size() > 0 ? params[0] : 0.0;
   p.p1 = params.size() > 1 ? params[1] : 0.0;
   p.p2 = params.size() > 2 ? params[2] : 0.0;
-  p.band = guard_band(a, t);
+  p.out_scale = params.size() > 3 ? params[3] : 1.0;
   p.bits = kernels::act_uses_bits(a, p.p0, p.p1, p.p2);
+  p.keep_overflow = a == Act::Elu && kernels::elu_may_overflow(p.p0, p.p1, p.p2,
+                                                                out_max / std::fabs(p.out_scale));
   return p;
+}
+} // namespace
+
+kernels::ActParams make_params(Act a, const std::vector<double>& params, at::ScalarType t) {
+  kernels::ActParams p = params_for(a, params, dtype_max(t));
+  p.band = guard_band(a, t);
+  p.out_max = rounds_to_inf_from(t);
+  return p;
+}
+
+bool act_keeps_bits(const std::string& act, const std::vector<double>& params) {
+  return params_for(act_from_name(act), params, 0.0).bits;
+}
+
+bool act_keeps_exact_list(const std::string& act, const std::vector<double>& params,
+                          double out_max) {
+  const Act a = act_from_name(act);
+  return kernels::act_has_exact_list(a, params_for(a, params, out_max));
+}
+
+bool act_keeps_exact_list(const std::string& act, const std::vector<double>& params,
+                          at::ScalarType t) {
+  return act_keeps_exact_list(act, params, dtype_max(t));
 }
 
 void check_dtype(const at::Tensor& x, const std::string& op) {

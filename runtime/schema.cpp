@@ -54,7 +54,10 @@ TORCH_LIBRARY(memslim, m) {
 
   // Internal: the forward that also produces what backward needs. `act` is a
   // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),
-  // `params` its parameters. Returns (out, packed bits, exact-list indices
+  // `params` its parameters (padded to three and followed by a fourth when the
+  // caller saves out * params[3], as activation_dropout does: elements whose
+  // saved value would overflow the dtype join the exact list). Returns (out,
+  // packed bits, exact-list indices
   // (int32, memory order), exact-list input values); with save=False the last
   // three are empty. The exact list has a data-dependent length.
   m.def("activation_forward(Tensor self, str act, float[] params, bool save) -> "

@@ -53,7 +53,16 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
       }
     }
     if (p.exact_idx) {
-      for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::exact(xv[i], act) ? 1 : 0;
+      // Decided from x and the output as stored (elu keeps overflowed ones).
+      if (p.y) {
+        for (int64_t i = 0; i < len; ++i)
+          bv[i] = ActMath<A>::exact(xv[i], load<C>(p.y[c0 + i]), act) ? 1 : 0;
+      } else {
+        for (int64_t i = 0; i < len; ++i) {
+          const C yi = load<C>(store<S>(ActMath<A>::forward(xv[i], act)));
+          bv[i] = ActMath<A>::exact(xv[i], yi, act) ? 1 : 0;
+        }
+      }
       for (int64_t i = 0; i < len; ++i) {
         if (!bv[i]) continue;
         const unsigned long long k = atomic_add(p.exact_count, 1ull);
@@ -104,7 +113,7 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
     }
     const S* __restrict g = p.grad + c0;
     S* __restrict gi = p.grad_in + c0;
-    for (int64_t i = 0; i < len; ++i) gi[i] = store<S>(load<C>(g[i]) * dv[i]);
+    for (int64_t i = 0; i < len; ++i) gi[i] = store<S>(chain<A, C>(load<C>(g[i]), dv[i]));
   }
 }
 

@@ -35,22 +35,23 @@ PYBIND11_MODULE(_C, m) {
           // Python values -> IValues by forward's argument types, as a call
           // of the scripted forward would convert them.
           auto forward = module.find_method("forward");
-          if (!forward) throw std::runtime_error("memslim.optimize: the module has no forward method");
+          if (!forward)
+            throw std::runtime_error("memslim.optimize: the module has no forward method");
           const auto& schema = forward->function().getSchema();
           const auto& args = schema.arguments();
           const size_t want = args.size() - 1;
           if (example_args.size() > want)
             throw std::runtime_error("memslim.optimize: forward takes " + std::to_string(want) +
-                                  " inputs, got " + std::to_string(example_args.size()) +
-                                  " example inputs");
+                                     " inputs, got " + std::to_string(example_args.size()) +
+                                     " example inputs");
           auto convert = [&](size_t i, py::handle obj) {
             try {
               return torch::jit::argumentToIValue(schema, i, obj);
             } catch (const std::exception&) {
               throw py::type_error("memslim.optimize: forward's argument '" + args[i].name() +
                                    "' takes " + args[i].type()->repr_str() + ", got " +
-                                   std::string(py::str(py::type::of(obj).attr("__name__"))) +
-                                   " (" + std::string(py::repr(obj)).substr(0, 80) + ")");
+                                   std::string(py::str(py::type::of(obj).attr("__name__"))) + " (" +
+                                   std::string(py::repr(obj)).substr(0, 80) + ")");
             }
           };
           for (size_t i = 0; i < example_args.size(); ++i)
@@ -82,15 +83,15 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("reset_executor_hook_stats", &memslim::resetExecutorHookStats);
   // What memslim::activation_forward(save=True) returns besides the output, for
-  // its Python fake impl: (packed bits?, exact list?). The C++ rule, not a copy.
-  m.def("activation_saves", [](const std::string& act, const std::vector<double>& params) {
-    const auto a = memslim::act_from_name(act);
-    const double p0 = params.size() > 0 ? params[0] : 0, p1 = params.size() > 1 ? params[1] : 0,
-                 p2 = params.size() > 2 ? params[2] : 0;
-    return py::make_tuple(memslim::kernels::act_uses_bits(a, p0, p1, p2),
-                          memslim::kernels::save_kind(a) ==
-                              memslim::kernels::SaveKind::OutputBitsExact);
-  });
+  // its Python fake impl: (packed bits?, exact list?), given the dtype's largest
+  // finite value (elu keeps overflowed outputs' inputs). The C++ rule, not a copy.
+  m.def(
+      "activation_saves",
+      [](const std::string& act, const std::vector<double>& params, double out_max) {
+        return py::make_tuple(memslim::act_keeps_bits(act, params),
+                              memslim::act_keeps_exact_list(act, params, out_max));
+      },
+      py::arg("act"), py::arg("params"), py::arg("out_max") = 1.7976931348623157e308);
   m.def("list_passes", []() {
     std::vector<std::string> out;
     for (const auto& p : memslim::registered_passes()) out.push_back(p.flag);

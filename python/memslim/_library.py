@@ -1,6 +1,7 @@
 """Locating and loading the memslim runtime library, and its fake kernels."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -63,9 +64,10 @@ def _register_fakes() -> None:
         from . import _C  # the C++ rule for what the forward keeps (loaded by now)
         out = torch.empty_like(self)
         n = self.numel()
-        uses_bits, nonmono = _C.activation_saves(act, list(params))
+        out_max = torch.finfo(self.dtype).max if self.dtype.is_floating_point else math.inf
+        uses_bits, has_list = _C.activation_saves(act, list(params), out_max)
         bits = self.new_empty(((n + 7) // 8 if save and uses_bits else 0,), dtype=torch.uint8)
-        if save and nonmono and _is_fake(self):
+        if save and has_list and _is_fake(self):
             k = torch.library.get_ctx().new_dynamic_size()
             _ignorable_in_dynamo(k)
         else:

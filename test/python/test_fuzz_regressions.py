@@ -417,26 +417,18 @@ def test_functionalize_exposes_leaky_relu_output_write(session):
     check(session, FUNCTIONALIZE_LEAKY)
 
 
-@pytest.mark.xfail(strict=True, reason="eval-mode dropout returns its input: functionalize-inplace-activations "
-                                       "drops the write through it (wrong result)")
 def test_eval_dropout_alias_functionalize(session):
     check(session, EVAL_DROPOUT_FUNCTIONALIZE)
 
 
-@pytest.mark.xfail(strict=True, reason="eval-mode dropout returns its input: memslim-opt's cleanup (DCE) drops "
-                                       "an in-place write through it; --verify fails")
 def test_eval_dropout_alias_dce(session):
     check(session, EVAL_DROPOUT_DCE)
 
 
-@pytest.mark.xfail(strict=True, reason="canonicalize-activations makes aten::hardswish of a result written in "
-                                       "place later; TorchScript's DifferentiableGraph keeps that output")
 def test_canonical_hardswish_written_after(session):
     check(session, HARDSWISH_WRITTEN_AFTER)
 
 
-@pytest.mark.xfail(strict=True, reason="eval-mode dropout returns its input (aliasing not in the schema): "
-                                       "output-saving rewrites an activation whose output is then written")
 def test_eval_dropout_alias_written_after(session):
     check(session, EVAL_DROPOUT_ALIAS)
 

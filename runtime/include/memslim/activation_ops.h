@@ -55,7 +55,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_activation_forwa
 // ...and memslim::activation_backward, with `grad` first given `like`'s layout
 // (the layout bits and exact indices refer to) and undefined saved tensors
 // (an op that keeps no bits or exact list) passed as empty ones.
-at::Tensor call_activation_backward(at::Tensor grad, at::IntArrayRef sizes, at::IntArrayRef strides,
+// Sizes and strides are SymInts: symbolic under torch.compile's dynamic shapes.
+at::Tensor call_activation_backward(at::Tensor grad, c10::SymIntArrayRef sizes,
+                                    c10::SymIntArrayRef strides,
                                     const at::Tensor& out, const at::Tensor& bits,
                                     const at::Tensor& exact_idx, const at::Tensor& exact_val,
                                     const std::string& act, const std::vector<double>& params);

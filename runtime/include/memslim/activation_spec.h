@@ -32,6 +32,16 @@ const char* act_name(kernels::Act a);
 kernels::ActParams make_params(kernels::Act a, const std::vector<double>& params,
                                at::ScalarType t);
 
+// What memslim::activation_forward(save=True) returns besides the output, for
+// a kernel activation name, its parameters and the largest finite value of the
+// dtype (the Python fake impl passes torch.finfo(dtype).max): packed bits?
+// an exact list (data-dependent length)?
+bool act_keeps_bits(const std::string& act, const std::vector<double>& params);
+bool act_keeps_exact_list(const std::string& act, const std::vector<double>& params,
+                          double out_max);
+bool act_keeps_exact_list(const std::string& act, const std::vector<double>& params,
+                          at::ScalarType t);
+
 // Guard-band half-width around a non-monotonic activation's minimum for dtype t
 // (see the README's numerics table for how each was chosen).
 double guard_band(kernels::Act a, at::ScalarType t);

@@ -15,7 +15,19 @@
 // log(-f) is increasing and concave, so Newton from the tail converges).
 // Near the minimum x* no inverse can be exact (the rounded output carries too
 // little information, ../shared/DESIGN.md); elements with |x - x*| < band are
-// kept exactly in a sparse list and never inverted.
+// kept exactly in a sparse list and never inverted. Close to x* (the t-fits'
+// range) Newton runs on sign(x - x*) sqrt(f(x) - y*), which stays well
+// conditioned through x*; on f itself it stalled there (f' -> 0).
+//
+// Non-finite and extreme values follow aten's backward formulas: a NaN or
+// +-inf input (the only way to a non-finite output of gelu, silu, mish) gets a
+// NaN derivative as in aten; finite inputs beyond 1e18 (1e150 in double) go to
+// the exact list, since aten's gelu(tanh) backward turns NaN there (x^2
+// overflows) while the left branch's output has underflowed to 0; an elu
+// output that overflows the dtype goes to the exact list too (its derivative
+// is finite in aten). Where aten's backward selects 0 rather than multiplying
+// by it (relu, hardsigmoid, hardswish for x <= -3), chain() does the same, so
+// a NaN grad_out stays 0 there as in aten.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -44,10 +56,19 @@ enum class Act : int {
 
 // Parameters of one activation call. `bits` says whether a branch/mask bit is
 // stored; `band` is the guard-band half-width for the exact list (0 = none).
+// Saved-value overflow: the caller saves y * out_scale (activation_dropout's
+// 1/(1-p); else 1) in the storage dtype, which rounds to inf from out_max on
+// (the rounding boundary: 65520 for fp16; inf for fp32/fp64, where compute
+// and storage agree). A finite x whose saved value overflows is kept exactly
+// by the activations with an exact list; `keep_overflow` gives elu such a list
+// where its parameters allow overflow (elu_may_overflow).
 struct ActParams {
   double p0 = 0, p1 = 0, p2 = 0;
   double band = 0;
   bool bits = false;
+  bool keep_overflow = false;
+  double out_scale = 1;
+  double out_max = INFINITY;
 };
 
 // What the backward of an activation keeps.
@@ -80,6 +101,23 @@ inline bool act_uses_bits(Act a, double p0, double p1, double p2) {
   if (a == Act::Elu) return !(p0 >= 0 && p1 > 0 && p2 >= 0);
   if (a == Act::Softplus) return !(p1 >= 14.0);
   return false;
+}
+
+// Whether elu(alpha, scale, input_scale) can overflow a dtype whose largest
+// finite value is out_max at a finite x, with a finite derivative there. Only
+// the negative branch matters (the positive one's derivative, `scale`, comes
+// from the bit or the sign): y = alpha*scale*expm1(input_scale*x), x <= 0, is
+// bounded by |alpha*scale| when input_scale >= 0 and unbounded when < 0.
+// fp16 reaches it with alpha >= 65504 (celu(x, 1e5)) or input_scale < 0.
+inline bool elu_may_overflow(double alpha, double scale, double input_scale, double out_max) {
+  return input_scale < 0 || !(std::fabs(alpha * scale) < out_max);
+}
+
+// Whether the forward builds an exact list (input values kept for elements
+// whose derivative the saved output cannot give): the guard band and extreme
+// inputs of the non-monotonic activations, overflowed elu outputs.
+MEMSLIM_HD bool act_has_exact_list(Act a, const ActParams& p) {
+  return save_kind(a) == SaveKind::OutputBitsExact || (a == Act::Elu && p.keep_overflow);
 }
 
 namespace detail {
@@ -178,15 +216,23 @@ MEMSLIM_FITS(Mish)
 #undef MEMSLIM_FITS
 
 template <typename T> struct iter_limits;
+// `huge`: inputs beyond it go to the exact list (below aten's gelu(tanh)
+// overflow, |x| > 1.8e19 in float, 1.3e154 in double); `eps`: unit roundoff.
 template <> struct iter_limits<float> {
   static constexpr int max_iter = 8;
   static constexpr float rel_tol = 1e-6f;  // f' error <= f'' * tol: ~4e-7
   static constexpr float floor_x = -120.f;
+  static constexpr float huge = 1e18f;
+  static constexpr float finite_max = 3.40282346638528859812e+38f;
+  static constexpr float eps = 1.1920929e-7f;
 };
 template <> struct iter_limits<double> {
   static constexpr int max_iter = 12;
   static constexpr double rel_tol = 1e-12;
   static constexpr double floor_x = -1000.0;
+  static constexpr double huge = 1e150;
+  static constexpr double finite_max = 1.7976931348623157e+308;
+  static constexpr double eps = 2.220446049250313e-16;
 };
 
 // Newton from a first guess, safeguarded by bisection on [lo, hi]; returns
@@ -213,19 +259,66 @@ template <Act A, typename T> MEMSLIM_HD T newton_derivative(T x, T y, T lo, T hi
   return fp;
 }
 
+// Newton on h(x) = sign(x - x*) sqrt(f(x) - y*) = s, s = +-sqrt(y - y*) (+ on
+// the right branch), safeguarded by bisection on [lo, hi] (h increases on
+// it). Near the minimum Newton on f - y stalls, f' -> 0: a first guess within
+// the fit's error of x* (or clamped onto it) took the bisection fallback and
+// ran out of iterations, fp64 gradients off by 1.8e-4 at |x - x*| = 1e-6. h is
+// monotonic through x* with h'(x*) = sqrt(f''(x*)/2) != 0, so Newton converges
+// quadratically from either side. h' = |f'| / (2 sqrt(f - y*)), replaced by
+// h'(x*) where f - y* is within rounding noise of 0. Returns f' at the root,
+// carried over the last step by f''.
+// Whether the saved value y * out_scale overflows the storage dtype while x is
+// finite (ActParams): the derivative is finite but y no longer tells it.
+template <typename T> MEMSLIM_HD bool saved_overflows(T x, T y, const ActParams& p) {
+  return (m::fabs(y * T(p.out_scale)) >= T(p.out_max)) & (m::fabs(x) <= iter_limits<T>::finite_max);
+}
+
+template <Act A, typename T> MEMSLIM_HD T sqrt_newton_derivative(T x, T s, T lo, T hi) {
+  using L = iter_limits<T>;
+  const MinInfo mi = min_info<A>();
+  const T xs = T(mi.x), ys = T(mi.y);
+  const T slope0 = m::sqrt(T(0.5) * T(mi.curv));
+  const T d_floor = T(16) * L::eps * m::fabs(ys);
+  x = m::min(m::max(x, lo), hi);
+  T f, fp, fpp;
+  for (int it = 0; it < L::max_iter; ++it) {
+    eval_accurate<A, T>(x, f, fp, fpp);
+    const T D = m::max(f - ys, T(0));
+    const T r = m::sqrt(D);
+    const T h = x < xs ? -r : r;
+    const T dh = D > d_floor ? m::fabs(fp) / (T(2) * r) : slope0;
+    const T step = (h - s) / dh;
+    if (m::fabs(step) <= L::rel_tol * (T(1) + m::fabs(x))) return fp - fpp * step;
+    if (h < s) lo = x; else hi = x;
+    T xn = x - step;
+    if (!(xn >= lo && xn <= hi)) xn = T(0.5) * (lo + hi);
+    x = xn;
+  }
+  eval_accurate<A, T>(x, f, fp, fpp);
+  return fp;
+}
+
 // From a fitted guess (error <= 1.5e-4 in x): in float, one evaluation and
 // one Newton step x1 = x0 + d, d = (y - f)/f', with the derivative carried to
 // x1 by f'(x1) ~ f' + f'' d. Its error is f'''d^2/2 plus f'' times x1's own
 // error (f''/2f') d^2: <= 4e-6 even at the guard band's edge, where f' is
 // smallest. A larger step (a guess off its range) falls back to iterating; so
 // does double, which needs full precision for gradcheck.
-template <Act A, typename T> MEMSLIM_HD T fitted_derivative(T x, T y, T lo, T hi) {
+// With `near_min` (the t-fits, either side of x*; `right`: the branch) the
+// fallback is sqrt_newton_derivative; the tail fit's is Newton on f.
+template <Act A, typename T>
+MEMSLIM_HD T fitted_derivative(T x, T y, T lo, T hi, bool near_min = false, bool right = false) {
   if (sizeof(T) == sizeof(float)) {
     x = m::min(m::max(x, lo), hi);
     T f, fp, fpp;
     eval_accurate<A, T>(x, f, fp, fpp);
     const T d = (y - f) / fp;
     if (m::fabs(d) <= T(2e-4) * (T(1) + m::fabs(x))) return fp + fpp * d;
+  }
+  if (near_min) {
+    const T t = m::sqrt(y - T(min_info<A>().y));
+    return sqrt_newton_derivative<A, T>(x, right ? t : -t, lo, hi);
   }
   return newton_derivative<A, T>(x, y, lo, hi);
 }
@@ -277,6 +370,9 @@ template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool righ
     const T d = fast_inverse_derivative<A, T>(y, right, ok);
     if (ok) return d;
   }
+  // A NaN or +-inf input (the only way to a non-finite output): aten's
+  // formulas give NaN (inf * 0, NaN arithmetic), and so does this.
+  if (!(m::fabs(y) <= L::finite_max)) return T(NAN);
   const MinInfo mi = min_info<A>();
   const T xs = T(mi.x), ys = T(mi.y);
   if (!(y > ys)) return T(0);  // at (or rounded below) the minimum: f'(x*) = 0
@@ -290,13 +386,13 @@ template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool righ
     const T hi = y > T(0) ? T(2) * y : T(0);
     if (lo < xs) lo = xs;
     if (y <= T(Fit::Right::y_end))
-      return fitted_derivative<A, T>(Fit::Right::guess(m::sqrt(y - ys)), y, lo, hi);
+      return fitted_derivative<A, T>(Fit::Right::guess(m::sqrt(y - ys)), y, lo, hi, true, true);
     return newton_derivative<A, T>(y, y, lo, hi);
   }
   if (!(y < T(0))) return T(0);  // underflowed output: f'(x) ~ 0 that far out
   if (y <= T(Fit::Left::y_end)) {
     return fitted_derivative<A, T>(Fit::Left::guess(m::sqrt(y - ys)), y,
-                                   T(Fit::Tail::x_end) - T(0.5), xs);
+                                   T(Fit::Tail::x_end) - T(0.5), xs, true, false);
   }
   if (y <= T(Fit::Tail::y_end)) {
     return fitted_derivative<A, T>(Fit::Tail::guess(m::sqrt(T(-2) * m::log(-y))), y,
@@ -335,8 +431,13 @@ template <Act A> struct InvertedAtMinimum {
   template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
     return !(x < T(detail::min_info<A>().x));
   }
-  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
-    return m::fabs(x - T(detail::min_info<A>().x)) < T(p.band);
+  // Kept exactly: the guard band around x*, finite inputs beyond `huge`, and
+  // (activation_dropout) those whose scaled output overflows the dtype.
+  template <typename T> MEMSLIM_HD static bool exact(T x, T y, const ActParams& p) {
+    using L = detail::iter_limits<T>;
+    const T ax = m::fabs(x);
+    return (m::fabs(x - T(detail::min_info<A>().x)) < T(p.band)) |
+           ((ax > L::huge) & (ax <= L::finite_max)) | detail::saved_overflows(x, y, p);
   }
   template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
     return detail::derivative_by_inversion<A, T>(y, b);
@@ -407,7 +508,7 @@ template <> struct ActMath<Act::Softplus> {
   template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams& p) {
     return (x * T(p.p0)) > T(p.p1);
   }
-  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static bool exact(T, T, const ActParams&) { return false; }
   // Without a bit (threshold >= 14) the smooth formula serves the linear
   // region too: 1 - exp(-beta*y) differs from 1 by < exp(-threshold).
   template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams& p) {
@@ -429,11 +530,22 @@ template <> struct ActMath<Act::Elu> {
     return x <= T(0) ? neg : scale;
   }
   template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) { return x > T(0); }
-  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  // The saved output overflowed the storage dtype: x kept.
+  template <typename T> MEMSLIM_HD static bool exact(T x, T y, const ActParams& p) {
+    return p.keep_overflow & detail::saved_overflows(x, y, p);
+  }
+  // A NaN input takes the negative branch (NaN), as aten's vectorised CPU
+  // loop does (its scalar loop and CUDA kernel return `scale`).
   template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams& p) {
     T alpha = T(p.p0), scale = T(p.p1), iscale = T(p.p2);
     bool pos = p.bits ? b : (y > T(0));
-    return pos ? scale : iscale * (y + alpha * scale);
+    // On the negative branch y + alpha*scale = alpha*scale*exp(input_scale*x)
+    // has alpha*scale's sign; a rounded y near -alpha*scale can flip it (fp16
+    // celu at x = -inf gave -2.8e-4 for aten's 0): 0 is then the closer value.
+    const T as = alpha * scale;
+    T t = y + as;
+    t = t * as < T(0) ? T(0) : t;
+    return pos ? scale : iscale * t;
   }
 };
 
@@ -445,7 +557,7 @@ template <> struct ActMath<Act::LeakyRelu> {
     return x > T(0) ? T(1) : T(p.p0);
   }
   template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) { return x > T(0); }
-  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static bool exact(T, T, const ActParams&) { return false; }
   template <typename T> MEMSLIM_HD static T grad_from_output(T, bool b, const ActParams& p) {
     return b ? T(1) : T(p.p0);
   }
@@ -465,12 +577,19 @@ template <> struct ActMath<Act::Hardswish> {
     return x <= T(-3) ? T(0) : (x < T(3) ? x / T(3) + T(0.5) : T(1));
   }
   template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) { return x < T(-1.5); }
-  template <typename T> MEMSLIM_HD static bool exact(T x, const ActParams& p) {
-    return m::fabs(x + T(1.5)) < T(p.band);
+  // Kept exactly: the guard band, and under activation_dropout (out_scale !=
+  // 1) inputs near the kink at x = 3, where y = 3 switches the derivative from
+  // 1.5 to 1 and y recovered as out / scale can be off by an ulp (0.05 covers
+  // bf16's ulp at 3, 0.016; 0.04% of N(0,1) inputs).
+  template <typename T> MEMSLIM_HD static bool exact(T x, T, const ActParams& p) {
+    return (m::fabs(x + T(1.5)) < T(p.band)) |
+           ((p.out_scale != 1.0) & (m::fabs(x - T(3)) < T(0.05)));
   }
+  // y = NaN comes from x = -inf (bit set; aten: 0) or x = NaN (bit clear;
+  // aten's vectorised loop: NaN, which r is then).
   template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool b, const ActParams&) {
     T r = m::sqrt(m::max(T(9) + T(24) * y, T(0))) / T(6);
-    if (b) return y == T(0) ? T(0) : -r;
+    if (b) return (y == T(0)) | m::isnan(y) ? T(0) : -r;
     return y >= T(3) ? T(1) : r;
   }
 };
@@ -485,7 +604,7 @@ template <> struct ActMath<Act::Hardsigmoid> {
   template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) {
     return x > T(-3) && x < T(3);
   }
-  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static bool exact(T, T, const ActParams&) { return false; }
   template <typename T> MEMSLIM_HD static T grad_from_output(T, bool b, const ActParams&) {
     return b ? T(1) / T(6) : T(0);
   }
@@ -500,7 +619,7 @@ template <> struct ActMath<Act::Sigmoid> {
     return y * (T(1) - y);
   }
   template <typename T> MEMSLIM_HD static bool bit(T, const ActParams&) { return false; }
-  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static bool exact(T, T, const ActParams&) { return false; }
   template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool, const ActParams&) {
     return (T(1) - y) * y;
   }
@@ -513,7 +632,7 @@ template <> struct ActMath<Act::Tanh> {
     return T(1) - y * y;
   }
   template <typename T> MEMSLIM_HD static bool bit(T, const ActParams&) { return false; }
-  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static bool exact(T, T, const ActParams&) { return false; }
   template <typename T> MEMSLIM_HD static T grad_from_output(T y, bool, const ActParams&) {
     return T(1) - y * y;
   }
@@ -529,11 +648,28 @@ template <> struct ActMath<Act::Relu> {
     return x > T(0) ? T(1) : T(0);
   }
   template <typename T> MEMSLIM_HD static bool bit(T x, const ActParams&) { return !(x <= T(0)); }
-  template <typename T> MEMSLIM_HD static bool exact(T, const ActParams&) { return false; }
+  template <typename T> MEMSLIM_HD static bool exact(T, T, const ActParams&) { return false; }
   template <typename T> MEMSLIM_HD static T grad_from_output(T, bool b, const ActParams&) {
     return b ? T(1) : T(0);
   }
 };
+
+// dL/dx from dL/dy and f'(x), as aten combines them: a product, except that
+// aten's relu (threshold_backward), hardsigmoid and hardswish (x <= -3)
+// backward kernels select 0 instead of multiplying by it, so a NaN or inf
+// grad_out gives 0 there. For hardswish f' = 0 from the output only for
+// x <= -3 (x* itself lies in the guard band and goes through the exact list).
+template <Act A, typename T> MEMSLIM_HD T chain(T g, T d) {
+  if (A == Act::Relu || A == Act::Hardsigmoid || A == Act::Hardswish)
+    return d == T(0) ? T(0) : g * d;
+  return g * d;
+}
+// The same from the input (exact-list elements).
+template <Act A, typename T> MEMSLIM_HD T chain_from_input(T g, T x, const ActParams& p) {
+  const T d = ActMath<A>::grad_from_input(x, p);
+  if (A == Act::Hardswish) return x <= T(-3) ? T(0) : g * d;
+  return chain<A, T>(g, d);
+}
 
 } // namespace kernels
 } // namespace memslim

@@ -73,9 +73,11 @@ MEMSLIM_HD void forward_group(int64_t g, const ForwardParams<S>& p) {
   for (int j = 0; j < 8; ++j) {
     if (j >= cnt) break;
     C x = load<C>(in.v[j]);
-    if (p.y) out.v[j] = store<S>(ActMath<A>::forward(x, p.act));
+    const S y = store<S>(ActMath<A>::forward(x, p.act));
+    if (p.y) out.v[j] = y;
     if (p.bits && ActMath<A>::bit(x, p.act)) byte |= uint8_t(1u << j);
-    if (p.exact_idx && ActMath<A>::exact(x, p.act)) {
+    // Membership is decided from x and the output as stored.
+    if (p.exact_idx && ActMath<A>::exact(x, load<C>(y), p.act)) {
       unsigned long long k = atomic_add(p.exact_count, 1ull);
       if (int64_t(k) < p.exact_cap) {
         p.exact_idx[k] = int32_t(base + j);
@@ -114,7 +116,7 @@ MEMSLIM_HD void backward_group(int64_t g, const BackwardParams<S>& p) {
     if (j >= cnt) break;
     C y = p.y ? load<C>(yv.v[j]) : C(0);
     bool b = (byte >> j) & 1u;
-    out.v[j] = store<S>(load<C>(gr.v[j]) * ActMath<A>::grad_from_output(y, b, p.act));
+    out.v[j] = store<S>(chain<A, C>(load<C>(gr.v[j]), ActMath<A>::grad_from_output(y, b, p.act)));
   }
   if (vec) {
     *reinterpret_cast<Group8<S>*>(p.grad_in + base) = out;
@@ -129,7 +131,7 @@ MEMSLIM_HD void fixup_one(int64_t k, const FixupParams<S>& p) {
   using C = typename compute_type<S>::type;
   const int64_t i = p.idx[k];
   C x = load<C>(p.val[k]);
-  p.grad_in[i] = store<S>(load<C>(p.grad[i]) * ActMath<A>::grad_from_input(x, p.act));
+  p.grad_in[i] = store<S>(chain_from_input<A, C>(load<C>(p.grad[i]), x, p.act));
 }
 
 // Grid-stride bodies: what thread `tid` of `nthreads` does.

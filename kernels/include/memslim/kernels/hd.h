@@ -57,6 +57,7 @@ MEMSLIM_HD double fabs(double x) { return ::fabs(x); }
 template <typename T> MEMSLIM_HD T min(T a, T b) { return b < a ? b : a; }
 template <typename T> MEMSLIM_HD T max(T a, T b) { return a < b ? b : a; }
 template <typename T> MEMSLIM_HD bool isnan(T x) { return x != x; }
+template <typename T> MEMSLIM_HD bool isinf(T x) { return fabs(x) == T(INFINITY); }
 } // namespace m
 
 // ---- 16-bit conversions (round to nearest even, NaN kept quiet) ----------

@@ -24,6 +24,8 @@
 //    inputs once, at one place);
 //  - after the first covered node, nothing writes a guarded value (what the
 //    new op, or the original ops, keep for backward) or an alias of one.
+// Aliases AliasDb cannot see count too: dropout and its variants return their
+// input itself when not training or p == 0, with no alias in their schema.
 // The driver (run_pass) runs each pass as a transaction: the graph is linted
 // after the pass; if the pass throws or the lint fails, the graph is restored
 // and the pass's remarks are replaced by one `rolled back` remark (in strict

@@ -26,9 +26,16 @@ namespace memslim {
 // "aten::relu at line 2, column 13: no schema accepts its argument types (int);
 // candidates: aten::relu(Tensor self) -> Tensor". Positions come from the
 // node's source range (parseIR sets them); without one the node is printed.
-std::optional<std::string> validate_graph(const std::shared_ptr<torch::jit::Graph>& graph);
+// Schema-less prims are those a module's method graph holds (If, Loop,
+// constants, tuple/list/dict nodes, attributes, calls, Print, fork/wait, ...),
+// each checked for its shape; the graph executor's internal nodes (profile,
+// TypeCheck, fusion groups, BailOut, PythonOp, ...) only with
+// `executor_nodes` (parseIR cannot build them runnable: prim::PythonOp read
+// from text crashes the process).
+std::optional<std::string> validate_graph(const std::shared_ptr<torch::jit::Graph>& graph,
+                                          bool executor_nodes = false);
 
 // Throws c10::Error with validate_graph's line when the graph is invalid.
-void check_graph(const std::shared_ptr<torch::jit::Graph>& graph);
+void check_graph(const std::shared_ptr<torch::jit::Graph>& graph, bool executor_nodes = false);
 
-} // namespace memslim
+}  // namespace memslim
