@@ -429,6 +429,14 @@ def render(rows: dict, names: list, md_path: str, meta: dict) -> str:
         f"within 5%**: |predicted - measured| <= 5% of measured, over models with a rewrite. **crash**: "
         "a signal in optimize or in running its result (a signal before that is torch's, listed "
         "apart). **refusal**: optimize raised.", "",
+    ]
+    revs = {}
+    for r in rs:
+        revs[r.get("git", "?")] = revs.get(r.get("git", "?"), 0) + 1
+    if len(revs) > 1 or (revs and next(iter(revs)) != meta["git"]):
+        lines += ["Rows measured on: " + "; ".join(f"memslim git {g}: {n} models" for g, n in revs.items())
+                  + " (each row's `git` in the JSON-lines cache).", ""]
+    lines += [
         "## Summary", "",
         f"- models run: {len(rs)} of {len(names)} selected ("
         + ", ".join(f"{k} {v}" for k, v in sorted(by_src.items())) + ")",
