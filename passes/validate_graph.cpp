@@ -63,6 +63,35 @@ bool needs_subgraph(c10::Symbol k) {
                     prim::FallbackGraph, prim::fork, prim::awaitable});
 }
 
+// Nodes only the graph executor and its optimisations make (some with an
+// operator registered, which reads attributes or a profiling callback the node
+// from text does not have: prim::profile without inputs crashed the process).
+bool executor_internal(c10::Symbol k) {
+  static const std::vector<c10::Symbol> kinds = [] {
+    std::vector<c10::Symbol> out;
+    for (const char* name :
+         {"prim::profile", "prim::profile_ivalue", "prim::TypeCheck", "prim::RequiresGradCheck",
+          "prim::BailOut", "prim::BailoutTemplate", "prim::Guard", "prim::FusionGroup",
+          "prim::CudaFusionGroup", "prim::CudaFusionGuard", "prim::oneDNNFusionGroup",
+          "prim::oneDNNFusionGuard", "prim::DifferentiableGraph", "prim::TensorExprGroup",
+          "prim::TensorExprDynamicGroup", "prim::TensorExprDynamicGuard", "prim::StaticSubgraph",
+          "prim::FunctionalGraph", "prim::MKLDNNGroup", "prim::FallbackGraph", "prim::AutogradZero",
+          "prim::AutogradAdd", "prim::AutogradAnyNonZero", "prim::AutogradAllNonZero",
+          "prim::AutogradAllZero", "prim::FusedConcat", "prim::ConstantChunk",
+          "prim::BroadcastingChunk", "prim::ChunkSizes", "prim::BroadcastSizes",
+          "prim::ReductionSizes", "prim::MMTreeReduce", "prim::MMBatchSide", "prim::Load",
+          "prim::Store", "prim::Drop", "prim::PythonOp", "prim::IgnoredPythonOp", "prim::GradOf",
+          "prim::ConstantMKLDNNTensor", "prim::BroadcastMKLDNNTensors",
+          "prim::StaticRuntimeCopyOuts", "prim::Param", "prim::Return", "prim::Closure",
+          "prim::FunctionalGraph", "prim::EmptyListLiteral", "prim::Guard"})
+      out.push_back(c10::Symbol::fromQualString(name));
+    return out;
+  }();
+  for (c10::Symbol s : kinds)
+    if (s == k) return true;
+  return false;
+}
+
 // Schema-less prims that module graphs hold and whose shape check_prim knows.
 bool checked_prim(c10::Symbol k) {
   return one_of(k, {prim::If,
@@ -241,6 +270,10 @@ std::string check_prim(const Node* n) {
 std::optional<std::string> check_block(const Block* b, bool executor_nodes) {
   for (const Node* n : b->nodes()) {
     const auto k = n->kind();
+    if (!executor_nodes && executor_internal(k))
+      return k.toQualString() + std::string(" at ") + position(n) +
+             ": an internal node of the JIT (made by the graph executor, or needing a Python "
+             "object or a subgraph), not accepted in an input graph";
     const torch::jit::Operator* op = nullptr;
     try {
       op = n->maybeOperator();
