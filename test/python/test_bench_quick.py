@@ -21,7 +21,7 @@ NUMBER = re.compile(rf"^{_NUM}( / {_NUM})?( \(.*\))?$|^reference$")
 def test_quick_suite_writes_every_variant(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "suite.py"), "--quick",
                            "--out-dir", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=175)
+                          cwd=ROOT, capture_output=True, text=True, timeout=550)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     md = (tmp_path / "suite.md").read_text()
     assert (tmp_path / "suite_breakdown.md").exists()
