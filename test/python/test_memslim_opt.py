@@ -117,7 +117,7 @@ class BNNet(torch.nn.Module):
         self.b = torch.nn.Linear(32, 4)
 
     def forward(self, x, scale: float, flag: bool):
-        h = F.gelu(self.bn(self.a(x))) * scale
+        h = F.gelu(self.bn(self.a(x)) * scale)
         return self.b(h) if flag else self.b(h) * 2.0
 
 
