@@ -98,7 +98,8 @@ def _one_error_line(r, out=None):
 DATA = Path(__file__).resolve().parent / "data"
 
 
-@pytest.mark.parametrize("name", ["fuzz_corrupt_save.pt", "fuzz_corrupt_debug_info.pt", "fuzz_corrupt_code.pt"])
+@pytest.mark.parametrize("name", ["fuzz_corrupt_save.pt", "fuzz_corrupt_debug_info.pt", "fuzz_corrupt_code.pt",
+                                  "fuzz_reader_segfault.pt"])
 def test_corrupted_archives_found_by_the_fuzzer(tmp_path, name):
     """bench/fuzz_opt_inputs.py findings: archives torch.jit.load accepts but whose
     clone or save later hit torch's INTERNAL ASSERT (a flipped byte in the debug
@@ -106,7 +107,13 @@ def test_corrupted_archives_found_by_the_fuzzer(tmp_path, name):
     out = tmp_path / "out.pt"
     r = subprocess.run([OPT, str(DATA / name), "--passes=cleanup", "-o", str(out)], capture_output=True, text=True)
     _one_error_line(r, out)
-    assert "cannot load" in r.stderr and "inconsistent contents" in r.stderr, r.stderr
+    assert "cannot load" in r.stderr, r.stderr
+    if name == "fuzz_reader_segfault.pt":
+        # torch.jit.load itself dies with SIGSEGV on this one (a corrupt debug_pkl
+        # read while reporting a parse error); memslim-opt probes in a child.
+        assert "reader crashed" in r.stderr, r.stderr
+    else:
+        assert "inconsistent contents" in r.stderr, r.stderr
 
 
 class BNNet(torch.nn.Module):
