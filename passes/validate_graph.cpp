@@ -257,13 +257,16 @@ std::string check_prim(const Node* n) {
     return "";
   }
   if (k == prim::tolist) {
-    if (ni != 3 || no != 1 || !is(n->input(0), c10::TensorType::get()))
+    if (ni != 3 || no != 1 || !is(n->input(0), c10::TensorType::get()) ||
+        !is(n->input(1), c10::IntType::get()) || !is(n->input(2), c10::IntType::get()))
       return "takes a tensor, its dim and its element type";
     return "";
   }
   if (k == prim::Print) return no == 0 ? "" : "has no outputs";
   if (k == prim::RaiseException)
-    return no == 0 && ni >= 1 ? "" : "takes a message and has no outputs";
+    return no == 0 && ni >= 1 && ni <= 2 && is(n->input(0), c10::StringType::get())
+               ? ""
+               : "takes a message (str) and has no outputs";
   return "";
 }
 
@@ -280,21 +283,29 @@ std::optional<std::string> check_block(const Block* b, bool executor_nodes) {
     } catch (const std::exception&) {
       op = nullptr;
     }
-    if (op) {
+    const auto here = [&] { return k.toQualString() + std::string(" at ") + position(n) + ": "; };
+    if (checked_prim(k)) {
+      // Shape-checked whether or not an operator is registered for it (this
+      // torch registers prim::TupleUnpack and prim::tolist with open schemas).
+      const std::string why = check_prim(n);
+      if (!why.empty()) return here() + why;
+    } else if (op) {
       const auto& schema = op->schema();
       if (!schema.is_varret() && schema.returns().size() != n->outputs().size())
-        return k.toQualString() + std::string(" at ") + position(n) + ": has " +
-               std::to_string(n->outputs().size()) + " outputs, its schema returns " +
-               std::to_string(schema.returns().size()) + " (" + c10::toString(schema) + ")";
-      if (!n->blocks().empty())
-        return k.toQualString() + std::string(" at ") + position(n) + ": cannot have blocks";
+        return here() + "has " + std::to_string(n->outputs().size()) +
+               " outputs, its schema returns " + std::to_string(schema.returns().size()) + " (" +
+               c10::toString(schema) + ")";
+      // A prim taking `...` reads its inputs by a convention no schema states
+      // (prim::VarConcat wants tensors then an int): not from user graphs.
+      if (!executor_nodes && k.is_prim() && (schema.is_vararg() || schema.is_varret()))
+        return here() + "takes a variable argument list whose convention memslim cannot check";
+      if (!n->blocks().empty()) return here() + "cannot have blocks";
     } else if (torch::jit::aliasAnalysisHasSpecialCaseFor(k)) {
-      if (!checked_prim(k) && !executor_nodes)
-        return k.toQualString() + std::string(" at ") + position(n) +
-               ": an internal node of the JIT (made by the graph executor, or needing a Python "
-               "object or a subgraph), not accepted in an input graph";
-      const std::string why = check_prim(n);
-      if (!why.empty()) return k.toQualString() + std::string(" at ") + position(n) + ": " + why;
+      if (!executor_nodes)
+        return here() + "an internal node of the JIT (made by the graph executor, or needing a "
+                        "Python object or a subgraph), not accepted in an input graph";
+      if (needs_subgraph(k) && !n->hasAttribute(c10::attr::Subgraph))
+        return here() + "needs a Subgraph attribute";
     } else {
       const auto& candidates = torch::jit::getAllOperatorsFor(k);
       if (candidates.empty())
