@@ -226,8 +226,8 @@ namespace {
 
 const c10::Symbol kPinAttr = c10::Symbol::attr("memslim_pin");
 
-// Gives every in-place write whose result nobody reads a reader with side
-// effects (a tagged prim::Print), so torch's DCE keeps the write: for it,
+// Gives every in-place write and random op whose result nobody reads a reader
+// with side effects (a tagged prim::Print), so torch's DCE keeps it: for it,
 // `d = dropout(h, p, training); tanh_(d)` writes a fresh d (a fuzzer finding:
 // the write to h vanished).
 std::vector<Node*> pin_unused_writes(torch::jit::Block* b) {
@@ -237,10 +237,18 @@ std::vector<Node*> pin_unused_writes(torch::jit::Block* b) {
       auto more = pin_unused_writes(inner);
       pins.insert(pins.end(), more.begin(), more.end());
     }
+    if (n->outputs().empty()) continue;
     const c10::FunctionSchema* s = n->maybeSchema();
-    if (!s || !s->is_mutable() || n->outputs().empty() || n->output(0)->hasUses()) continue;
+    const bool write = s && s->is_mutable() && !n->output(0)->hasUses();
+    // A random op nobody reads still advances the generator: deleting it
+    // changes every later mask (eager draws it; a fuzzer finding, two
+    // dropouts of one input with the first unused). Pinned even where it has
+    // a use: inside F.dropout's `if inplace` its only reader is the If that
+    // constant propagation folds away.
+    const bool random = !write && n->isNondeterministic();
+    if (!write && !random) continue;
     Node* pin = b->owningGraph()->create(c10::prim::Print, {n->output(0)}, 0);
-    pin->s_(kPinAttr, "unused write");
+    pin->s_(kPinAttr, write ? "unused write" : "unused random op");
     pin->insertAfter(n);
     pins.push_back(pin);
   }
