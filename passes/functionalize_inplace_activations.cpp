@@ -15,6 +15,9 @@
 // avoided 88.6 MB of exactly these inputs that memslim kept.
 //
 //===----------------------------------------------------------------------===//
+#include <torch/csrc/jit/runtime/autodiff.h>
+
+#include <algorithm>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include "memslim/passes/activation_table.h"
@@ -42,6 +45,31 @@ std::optional<c10::Symbol> functional_of(c10::Symbol kind) {
   return f;
 }
 
+// The functional op's output and every value the executor may compute from it
+// in the same DifferentiableGraph (chains of nodes its autodiff differentiates,
+// in this block). Such a graph keeps what its backward formulas read, outputs
+// included, so a later in-place write to any of them fails backward where the
+// in-place activation (never in a DifferentiableGraph) trained: `sigmoid_(h)
+// -> leaky_relu -> relu_` (long-fuzz seed 100315).
+std::vector<Value*> autodiff_reach(Value* out) {
+  std::vector<Value*> seen{out}, work{out};
+  while (!work.empty()) {
+    Value* v = work.back();
+    work.pop_back();
+    for (const auto& use : v->uses()) {
+      Node* u = use.user;
+      if (u->owningBlock() != out->node()->owningBlock() || !torch::jit::isDifferentiable(u))
+        continue;
+      for (Value* o : u->outputs())
+        if (std::find(seen.begin(), seen.end(), o) == seen.end()) {
+          seen.push_back(o);
+          work.push_back(o);
+        }
+    }
+  }
+  return seen;
+}
+
 } // namespace
 
 void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Graph>& g,
@@ -64,12 +92,14 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
     Proposal prop;
     prop.site = site;
     prop.covers = {n};
-    // The functional op's output: its input has no reader but this node (the
-    // gate checks), and TorchScript's executor differentiates some functional
-    // activations (hardswish, softplus, leaky_relu) in DifferentiableGraphs
-    // that keep their output, so a later in-place write to it (MobileNetV3's
-    // hardswish_ -> dropout_) would fail backward where the in-place form trains.
-    prop.guarded = {n->output()};
+    // The functional op's output and what autodiff may compute from it: its
+    // input has no reader but this node (the gate checks), and TorchScript's
+    // executor differentiates some functional activations (hardswish,
+    // softplus, leaky_relu) in DifferentiableGraphs that keep their output, so
+    // a later in-place write to it (MobileNetV3's hardswish_ -> dropout_), or
+    // to what such a graph computes from it, would fail backward where the
+    // in-place form trains.
+    prop.guarded = autodiff_reach(n->output());
     prop.removes_writes = true;
     prop.apply = [&g, n, f]() {
       replace_output(*g, n, n->output(), f, n->inputs());

@@ -409,8 +409,7 @@ def test_eval_dropout_alias_region(session):
     check(session, EVAL_DROPOUT_REGION)
 
 
-@pytest.mark.xfail(strict=True, reason="functionalized sigmoid_ puts leaky_relu in a DifferentiableGraph that keeps "
-                                       "its output; the later relu_ breaks backward")
+# Fixed: functionalize guards what autodiff may compute from the functional output.
 def test_functionalize_exposes_leaky_relu_output_write(session):
     check(session, FUNCTIONALIZE_LEAKY)
 
