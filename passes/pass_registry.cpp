@@ -61,6 +61,10 @@ const std::vector<PassInfo>& registered_passes() {
        "memory",
        run_output_saving_activations},
       {"cleanup", "dead-code elimination and graph lint", run_cleanup},
+      {"test-perturb-outputs",
+       "(tests only; wrong by design) scales the graph's floating outputs by 1.001, so tests "
+       "can show --verify and the fuzzer's judge catch a wrong rewrite",
+       run_test_perturb_outputs},
   };
   return passes;
 }

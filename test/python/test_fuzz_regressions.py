@@ -404,6 +404,14 @@ def test_output_saving_gradient_within_verify_bar(session):
     check(session, OUTPUT_SAVING_NUMERICS)
 
 
+# The same program in training mode (long-mode seed 101387 itself): --verify measured
+# gradients within 1.03e-4 of the input graph (bar 1e-4) where the input graph is itself
+# that far from its float64 run; --verify now allows 4x the input graph's own rounding.
+def test_output_saving_gradient_within_input_graphs_rounding(session):
+    check(session, OUTPUT_SAVING_NUMERICS.replace("m.eval()", "m.train()").replace(
+        "torch.manual_seed(101387)", "torch.manual_seed(101387)"))
+
+
 def test_eval_dropout_alias_region(session):
     check(session, EVAL_DROPOUT_REGION)
 

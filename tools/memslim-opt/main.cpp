@@ -31,6 +31,7 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -537,7 +538,10 @@ RunResult run_with_grads(const std::shared_ptr<Graph>& graph,
     const at::Tensor& t = v.toTensor();
     r.outputs.emplace_back(t.detach());
     if (!t.requires_grad() || !at::isFloatingType(t.scalar_type())) continue;
-    at::Tensor term = (t * at::randn_like(t)).sum();
+    // Weights drawn in float whatever the output's dtype: the fp64 reference
+    // run (see verify) weighs its outputs exactly as the run it checks.
+    at::Tensor w = at::randn(t.sizes(), t.options().dtype(at::kFloat)).to(t.scalar_type());
+    at::Tensor term = (t * w).sum();
     loss = loss.defined() ? loss + term : term;
   }
   std::vector<at::Tensor> wrt = leaves;
@@ -618,11 +622,64 @@ std::shared_ptr<Graph> without_warnings(const std::shared_ptr<Graph>& g) {
   return copy;
 }
 
+// The example in float64 (floating tensors converted; the rest as is).
+Example in_double(const Example& ex) {
+  Example d = ex;
+  for (auto& v : d.values)
+    if (v.isTensor() && at::isFloatingType(v.toTensor().scalar_type()))
+      v = v.toTensor().to(at::kDouble);
+  return d;
+}
+
+// The input graph run in float64: the reference that tells how far the input
+// graph's own rounding goes (see verify). nullopt when it does not run so.
+using Reference = std::function<std::optional<RunResult>()>;
+
+// Per tensor, the relative L2 distances (same scaling as worst_relative) of
+// `x` (outputs then gradients) from the float64 reference.
+std::vector<double> distances_from(const RunResult& x, const RunResult& ref) {
+  std::vector<std::pair<double, double>> outs, grads;
+  std::string problem;
+  auto as_double = [](const at::Tensor& t) { return t.to(at::kCPU).to(at::kDouble); };
+  for (size_t i = 0; i < x.outputs.size() && i < ref.outputs.size(); ++i)
+    if (x.outputs[i].isTensor() && ref.outputs[i].isTensor() &&
+        at::isFloatingType(x.outputs[i].toTensor().scalar_type()))
+      outs.push_back(compare(as_double(ref.outputs[i].toTensor()),
+                             as_double(x.outputs[i].toTensor()), "", problem));
+  for (size_t i = 0; i < x.grads.size() && i < ref.grads.size(); ++i) {
+    at::Tensor g = x.grads[i], r = ref.grads[i];
+    if (!g.defined() && !r.defined()) continue;
+    if (!g.defined()) g = at::zeros_like(r);
+    if (!r.defined()) r = at::zeros_like(g);
+    grads.push_back(compare(as_double(r), as_double(g), "", problem));
+  }
+  if (!problem.empty()) return {};
+  std::vector<double> rel;
+  for (const auto* set : {&outs, &grads}) {
+    double scale = 0;
+    for (const auto& [diff, norm] : *set) scale = std::max(scale, norm);
+    for (const auto& [diff, norm] : *set) {
+      const double denom = std::max(norm, 1e-3 * scale);
+      rel.push_back(diff == 0 ? 0 : diff / (denom > 0 ? denom : 1.0));
+    }
+  }
+  return rel;
+}
+
 // Runs before and after on the same inputs; one error line when they differ
 // or when either run throws. `reset` puts module state back between runs.
+// A tensor that differs by more than 1e-4 still passes when the input graph
+// is that far from exact itself: against the input graph run in float64,
+// the rewritten graph's error is at most 4x the input graph's (never over
+// 1e-3), and the reference agrees with the input graph within 1e-3 (else it
+// drew other random numbers and says nothing). The fuzzer's judge does the
+// same against eager (test/fuzz/runner.py): an output-saving inversion's
+// rounding, amplified by a cancelling sum, reached 1.03e-4 where the input
+// graph itself was off by more (long-fuzz seed 101387).
 void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& after,
             const std::vector<c10::IValue>& prefix, const Example& ex,
-            const std::vector<at::Tensor>& params, const std::function<void()>& reset = {}) {
+            const std::vector<at::Tensor>& params, const std::function<void()>& reset = {},
+            const Reference& reference = {}) {
   RunResult r1, r2;
   std::shared_ptr<Graph> run_after = after;
   try {
@@ -685,10 +742,51 @@ void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& 
   std::ostringstream msg;
   msg << "outputs within " << worst_out << ", gradients within " << worst_grad
       << " (relative L2; bar 1e-4)";
-  if (!(worst_out <= 1e-4) || !(worst_grad <= 1e-4))
-    fail("verify failed: " + msg.str() + "; worst: " +
-         (!(worst_out <= 1e-4) ? "output " + std::to_string(out_at)
-                               : "gradient " + std::to_string(grad_at)));
+  if (!(worst_out <= 1e-4) || !(worst_grad <= 1e-4)) {
+    std::string why = "verify failed: " + msg.str() + "; worst: " +
+                      (!(worst_out <= 1e-4) ? "output " + std::to_string(out_at)
+                                            : "gradient " + std::to_string(grad_at));
+    std::optional<RunResult> ref;
+    if (reference) {
+      if (reset) reset();
+      try {
+        ref = reference();
+      } catch (const std::exception&) {
+        ref.reset();
+      }
+      if (reset) reset();
+    }
+    if (!ref) fail(why);
+    // Per tensor, in the order of outs then grads.
+    std::vector<double> direct;
+    for (const auto* set : {&outs, &grads}) {
+      double scale = 0;
+      for (const auto& [diff, norm] : *set) scale = std::max(scale, norm);
+      for (const auto& [diff, norm] : *set) {
+        const double denom = std::max(norm, 1e-3 * scale);
+        direct.push_back(diff == 0 ? 0 : diff / (denom > 0 ? denom : 1.0));
+      }
+    }
+    const std::vector<double> d = distances_from(r1, *ref), e = distances_from(r2, *ref);
+    if (d.size() != direct.size() || e.size() != direct.size()) fail(why);
+    double own = 0, worst_e = 0;
+    for (size_t i = 0; i < direct.size(); ++i) {
+      if (!(d[i] <= 1e-3)) fail(why + " (the float64 reference is no reference here)");
+      if (direct[i] <= 1e-4) continue;
+      const double bar = std::max(1e-4, std::min(1e-3, 4 * d[i]));
+      if (!(e[i] <= bar)) {
+        std::ostringstream more;
+        more << " (from float64: " << e[i] << ", the input graph's own " << d[i] << ")";
+        fail(why + more.str());
+      }
+      own = std::max(own, d[i]);
+      worst_e = std::max(worst_e, e[i]);
+    }
+    msg.str("");
+    msg << "outputs within " << worst_out << ", gradients within " << worst_grad
+        << " (relative L2; bar 1e-4, or 4x the input graph's own rounding: from float64 "
+        << worst_e << " vs its " << own << ")";
+  }
   std::cerr << "memslim-opt: verify: ok: " << msg.str() << "\n";
 }
 
@@ -854,11 +952,22 @@ int run_archive(const Options& o, const std::vector<std::string>& names) {
     for (const auto& p : module.parameters())
       if (p.requires_grad()) params.push_back(p);
     memslim::ModuleStateGuard keep_a(module), keep_b(r.module);
-    verify(module.get_method("forward").graph(), r.module.get_method("forward").graph(),
-           {module._ivalue()}, ex, params, [&] {
-             keep_a.restore();
-             keep_b.restore();
-           });
+    const auto before = module.get_method("forward").graph();
+    verify(
+        before, r.module.get_method("forward").graph(), {module._ivalue()}, ex, params,
+        [&] {
+          keep_a.restore();
+          keep_b.restore();
+        },
+        [&]() -> std::optional<RunResult> {
+          torch::jit::Module m64 = module.clone();
+          m64.to(at::kDouble);
+          std::vector<at::Tensor> p64;
+          for (const auto& p : m64.parameters())
+            if (p.requires_grad()) p64.push_back(p);
+          if (p64.size() != params.size()) return std::nullopt;
+          return run_with_grads(before, {m64._ivalue()}, in_double(ex), p64);
+        });
   }
   if (o.output.empty()) {
     std::cout << parseable(r.module.get_method("forward").graph()->toString());
@@ -996,7 +1105,13 @@ int run(const Options& o) {
     for (size_t i = 0; i < signature.size(); ++i) graph->inputs()[i]->setType(signature[i]);
     if (o.remarks)
       for (const auto& r : ctx.remarks.lines()) std::cerr << r << "\n";
-    if (o.verify) verify(without_warnings(original), without_warnings(graph), {}, *ex, {});
+    if (o.verify) {
+      const auto before = without_warnings(original);
+      verify(before, without_warnings(graph), {}, *ex, {}, {},
+             [&]() -> std::optional<RunResult> {
+               return run_with_grads(before, {}, in_double(*ex), {});
+             });
+    }
     if (c > 0) result += "// -----\n";
     result += parseable(graph->toString());
   }
