@@ -587,7 +587,10 @@ def one_case(i: int, seed: int, cases, pool, passes, archives, work: Path, stats
     findings = check(rc, stdout, stderr, flags, out_path)
     # A success's output reads back: memslim-opt on its own output.
     if rc == 0 and not findings:
-        back_flags = ["--passes=cleanup"] + (["--split-input-file"] if "--split-input-file" in flags else [])
+        # With the run's own --input-shapes: they override the signature's types, which
+        # the output keeps as they were (a mutated stride of 2^31 is refused without them).
+        back_flags = (["--passes=cleanup"] + (["--split-input-file"] if "--split-input-file" in flags else []) +
+                      [f for f in args + flags if f.startswith("--input-shapes=")])
         if kind.startswith("ir:"):
             produced = out_path.read_bytes() if out_path else stdout
             p2 = d / "back.ir"
