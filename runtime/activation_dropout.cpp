@@ -103,7 +103,7 @@ struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDr
 
 ActSpec spec_from(c10::string_view act, at::ArrayRef<double> params) {
   const std::string a(act);
-  act_from_name(a);  // validates
+  check_param_count("activation_dropout", a, params.size());  // and the name
   return {"activation_dropout", a, params.vec()};
 }
 

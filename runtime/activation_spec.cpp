@@ -8,14 +8,14 @@ namespace memslim {
 using kernels::Act;
 
 namespace {
-struct NameEntry { const char* name; Act act; };
+struct NameEntry { const char* name; Act act; size_t params; };  // params: how many the op takes
 constexpr NameEntry kNames[] = {
-    {"gelu", Act::Gelu},         {"gelu_tanh", Act::GeluTanh},
-    {"silu", Act::Silu},         {"mish", Act::Mish},
-    {"softplus", Act::Softplus}, {"elu", Act::Elu},
-    {"leaky_relu", Act::LeakyRelu}, {"hardswish", Act::Hardswish},
-    {"hardsigmoid", Act::Hardsigmoid}, {"sigmoid", Act::Sigmoid},
-    {"tanh", Act::Tanh},         {"relu", Act::Relu},
+    {"gelu", Act::Gelu, 0},         {"gelu_tanh", Act::GeluTanh, 0},
+    {"silu", Act::Silu, 0},         {"mish", Act::Mish, 0},
+    {"softplus", Act::Softplus, 2}, {"elu", Act::Elu, 3},
+    {"leaky_relu", Act::LeakyRelu, 1}, {"hardswish", Act::Hardswish, 0},
+    {"hardsigmoid", Act::Hardsigmoid, 0}, {"sigmoid", Act::Sigmoid, 0},
+    {"tanh", Act::Tanh, 0},         {"relu", Act::Relu, 0},
 };
 } // namespace
 
@@ -23,6 +23,20 @@ Act act_from_name(const std::string& act) {
   for (const auto& e : kNames)
     if (act == e.name) return e.act;
   TORCH_CHECK(false, "memslim: unknown activation '", act, "'");
+}
+
+void check_param_count(const char* op, const std::string& act, size_t n) {
+  for (const auto& e : kNames)
+    if (act == e.name) {
+      TORCH_CHECK(n == e.params, "memslim::", op, ": '", act, "' takes ", e.params,
+                  " parameters (", act == "softplus" ? "beta, threshold"
+                  : act == "elu"                     ? "alpha, scale, input_scale"
+                  : act == "leaky_relu"              ? "negative_slope"
+                                                     : "none",
+                  "), got ", n);
+      return;
+    }
+  act_from_name(act);  // unknown: its error
 }
 
 const char* act_name(Act a) {

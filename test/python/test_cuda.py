@@ -36,3 +36,94 @@ def test_cuda_saved_bytes_and_exact_list():
     got = memslim.saved_bytes(lambda t: torch.ops.memslim.gelu(t), x)
     n_band = int(((x.detach() - N.CASES["gelu"].x_min).abs() < 2e-3).sum())
     assert got == 4 * n + n // 8 + 8 * n_band
+
+
+@pytest.mark.parametrize("act", ["gelu", "silu", "mish", "hardswish", "elu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_cuda_activation_dropout(act, dtype):
+    """The fused activation+dropout op on CUDA: its kept elements are act(x) / (1 - p),
+    the rest 0 (whatever mask the CUDA generator drew), and its gradient is act'(x) /
+    (1 - p) on the kept elements, against aten's activation and autograd."""
+    aten = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+            "mish": torch.nn.functional.mish, "hardswish": torch.nn.functional.hardswish,
+            "elu": torch.nn.functional.elu}[act]
+    params = [1.0, 1.0, 1.0] if act == "elu" else []
+    p = 0.25
+    torch.manual_seed(0)
+    x = (torch.randn(64, 1000, dtype=torch.float64) * 3).to(dtype).cuda().requires_grad_()
+    g = torch.randn(64, 1000, dtype=torch.float64).to(dtype).cuda()
+    y = torch.ops.memslim.activation_dropout(x, act, params, p, True)
+    (gx,) = torch.autograd.grad(y, x, g)
+    x64 = x.detach().double().requires_grad_()
+    a = aten(x64)
+    (ga,) = torch.autograd.grad(a, x64, g.double())
+    kept = y != 0
+    nz = a.detach() != 0  # where act(x) is 0 (hardswish below -3) y says nothing of the mask
+    frac = float(kept[nz].double().mean())
+    assert 0.70 < frac < 0.80, frac  # about 1 - p kept
+    tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.float64: 1e-10}[dtype]
+    ref = (a.detach() / (1 - p)).to(dtype)
+    torch.testing.assert_close(y[kept], ref[kept], rtol=tol, atol=tol)
+    gref = (ga / (1 - p)).to(dtype)
+    scale = float(gref.abs().max())
+    # Gradient on the kept elements (a dropped element's gradient is 0).
+    assert float((gx[kept].double() - gref[kept].double()).abs().max()) <= 10 * tol * scale
+    assert float(gx[~kept & (a.detach() != 0)].abs().max() if (~kept & (a.detach() != 0)).any() else 0) == 0
+
+
+def test_cuda_recompute_region():
+    """memslim::recompute_region on CUDA: outputs and gradients equal aten's on the same
+    device, and it keeps only its inputs."""
+    graph = """graph(%x : Tensor, %a : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %c : float = prim::Constant[value=1.]()
+  %p : Tensor = aten::pow(%x, %a)
+  %e : Tensor = aten::exp(%p)
+  %s : Tensor = aten::add(%e, %c, %one)
+  %m : Tensor = aten::gt(%x, %c)
+  return (%s, %m)"""
+    torch.manual_seed(0)
+    x = (torch.rand(1 << 16, device="cuda") + 0.5).requires_grad_()
+    a = torch.tensor(1.3, device="cuda", requires_grad=True)
+    s, m = torch.ops.memslim.recompute_region([x, a], graph)
+    assert s.is_cuda and m.is_cuda
+    w = torch.randn(1 << 16, device="cuda")
+    gx, ga = torch.autograd.grad((s * w).sum(), [x, a])
+    ref = torch.exp(torch.pow(x, a)) + 1.0
+    rx, ra = torch.autograd.grad((ref * w).sum(), [x, a])
+    assert torch.equal(s, ref.detach()) and torch.equal(m, x > 1.0)
+    torch.testing.assert_close(gx, rx, rtol=1e-6, atol=0)
+    torch.testing.assert_close(ga, ra, rtol=1e-5, atol=0)
+    xs = (torch.rand(1 << 16, device="cuda") + 0.5).requires_grad_()
+    assert memslim.saved_bytes(lambda t: torch.ops.memslim.recompute_region([t, a], graph)[0], xs,
+                               warmup=0) == (1 << 16) * 4 + 4
+
+
+def test_cuda_optimize_hand_written_mish_trains_like_eager():
+    """memslim.optimize on a CUDA module: the rewritten module's outputs and gradients
+    match eager's on the GPU."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(256, 256)
+            self.b = torch.nn.Linear(256, 10)
+            self.drop = torch.nn.Dropout(0.0)
+
+        def forward(self, x):
+            h = self.a(x)
+            h = h * torch.tanh(torch.nn.functional.softplus(h))
+            h = torch.nn.functional.gelu(self.drop(h))
+            return self.b(h)
+
+    torch.manual_seed(0)
+    m = M().cuda()
+    x = torch.randn(32, 256, device="cuda")
+    o = memslim.optimize(m, example_inputs=(x,))
+    assert "memslim::" in str(o.graph)
+    y1 = m(x)
+    g1 = torch.autograd.grad(y1.square().sum(), list(m.parameters()))
+    y2 = o(x)
+    g2 = torch.autograd.grad(y2.square().sum(), list(m.parameters()))
+    torch.testing.assert_close(y2, y1, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g2, g1):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

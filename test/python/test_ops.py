@@ -174,3 +174,16 @@ def test_activation_dropout_eval_and_no_grad():
     torch.testing.assert_close(a, b)
     with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1"):
         M.activation_dropout(x, "gelu", [], 1.5, True)
+
+
+def test_activation_dropout_checks_its_parameter_count():
+    """A missing parameter was read as 0: elu with [1.0] (scale 0) returned zeros."""
+    x = torch.randn(16)
+    with pytest.raises(RuntimeError, match=r"'elu' takes 3 parameters \(alpha, scale, input_scale\), got 1"):
+        M.activation_dropout(x, "elu", [1.0], 0.1, True)
+    with pytest.raises(RuntimeError, match="'gelu' takes 0 parameters"):
+        M.activation_dropout(x, "gelu", [3.0], 0.1, True)
+    with pytest.raises(RuntimeError, match="unknown activation 'nope'"):
+        M.activation_dropout(x, "nope", [], 0.1, True)
+    torch.testing.assert_close(M.activation_dropout(x, "softplus", [2.0, 20.0], 0.0, True),
+                               torch.nn.functional.softplus(x, 2.0, 20.0))

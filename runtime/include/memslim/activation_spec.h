@@ -27,6 +27,9 @@ struct ActSpec {
 
 kernels::Act act_from_name(const std::string& act);
 const char* act_name(kernels::Act a);
+// Throws unless `act` takes exactly n parameters (a missing one read as 0 gave
+// zeros: elu with scale 0).
+void check_param_count(const char* op, const std::string& act, size_t n);
 
 // Kernel parameters for one call on a tensor of dtype `t`.
 kernels::ActParams make_params(kernels::Act a, const std::vector<double>& params,
