@@ -215,6 +215,8 @@ def m_name_change(rng, text, pool):
 
 def m_indent(rng, text, pool):
     lines = text.splitlines(True)
+    if not lines:  # an earlier mutation left nothing (the long run died here)
+        return "\t"
     i = rng.randrange(len(lines))
     lines[i] = (" " * rng.choice([0, 1, 3, 4, 6, 8]) + lines[i].lstrip(" ")) if rng.random() < 0.8 else \
         "\t" + lines[i]
@@ -647,12 +649,19 @@ def main():
         with ThreadPoolExecutor(max_workers=a.jobs) as pool_ex:
             futs = [pool_ex.submit(one_case, i, a.seed, cases, pool, passes, archives, work, stats, keep)
                     for i in range(a.count)]
+            gen_errors = 0
             for k, fu in enumerate(futs):
-                fu.result()
+                try:
+                    fu.result()
+                except Exception as e:  # the fuzzer's own bug (a mutator on empty input): not memslim's
+                    gen_errors += 1
+                    print(f"input {k}: the fuzzer itself failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                 if (k + 1) % 250 == 0:
                     print(f"{k + 1}/{a.count} inputs, {len(stats.findings)} findings, "
                           f"{time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     elapsed = time.time() - t0
+    if gen_errors:
+        print(f"{gen_errors} inputs not run: the fuzzer's own mutators failed on them", file=sys.stderr)
     kinds = collections.Counter(f for rec in stats.findings for f in rec["findings"])
     summary = (f"{stats.n} inputs (seed {a.seed}; {sum(v for k, v in stats.by_kind.items() if k.startswith('ir'))} IR, "
                f"{sum(v for k, v in stats.by_kind.items() if k.startswith('pt'))} archives) in {elapsed:.0f} s: "
