@@ -8,14 +8,21 @@ namespace memslim {
 using kernels::Act;
 
 namespace {
-struct NameEntry { const char* name; Act act; size_t params; };  // params: how many the op takes
+// params: how many the op takes, and their names for messages.
+struct NameEntry { const char* name; Act act; size_t params; const char* param_names; };
 constexpr NameEntry kNames[] = {
-    {"gelu", Act::Gelu, 0},         {"gelu_tanh", Act::GeluTanh, 0},
-    {"silu", Act::Silu, 0},         {"mish", Act::Mish, 0},
-    {"softplus", Act::Softplus, 2}, {"elu", Act::Elu, 3},
-    {"leaky_relu", Act::LeakyRelu, 1}, {"hardswish", Act::Hardswish, 0},
-    {"hardsigmoid", Act::Hardsigmoid, 0}, {"sigmoid", Act::Sigmoid, 0},
-    {"tanh", Act::Tanh, 0},         {"relu", Act::Relu, 0},
+    {"gelu", Act::Gelu, 0, "none"},
+    {"gelu_tanh", Act::GeluTanh, 0, "none"},
+    {"silu", Act::Silu, 0, "none"},
+    {"mish", Act::Mish, 0, "none"},
+    {"softplus", Act::Softplus, 2, "beta, threshold"},
+    {"elu", Act::Elu, 3, "alpha, scale, input_scale"},
+    {"leaky_relu", Act::LeakyRelu, 1, "negative_slope"},
+    {"hardswish", Act::Hardswish, 0, "none"},
+    {"hardsigmoid", Act::Hardsigmoid, 0, "none"},
+    {"sigmoid", Act::Sigmoid, 0, "none"},
+    {"tanh", Act::Tanh, 0, "none"},
+    {"relu", Act::Relu, 0, "none"},
 };
 } // namespace
 
@@ -29,11 +36,7 @@ void check_param_count(const char* op, const std::string& act, size_t n) {
   for (const auto& e : kNames)
     if (act == e.name) {
       TORCH_CHECK(n == e.params, "memslim::", op, ": '", act, "' takes ", e.params,
-                  " parameters (", act == "softplus" ? "beta, threshold"
-                  : act == "elu"                     ? "alpha, scale, input_scale"
-                  : act == "leaky_relu"              ? "negative_slope"
-                                                     : "none",
-                  "), got ", n);
+                  " parameters (", e.param_names, "), got ", n);
       return;
     }
   act_from_name(act);  // unknown: its error

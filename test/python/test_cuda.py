@@ -74,14 +74,8 @@ def test_cuda_activation_dropout(act, dtype):
 def test_cuda_recompute_region():
     """memslim::recompute_region on CUDA: outputs and gradients equal aten's on the same
     device, and it keeps only its inputs."""
-    graph = """graph(%x : Tensor, %a : Tensor):
-  %one : int = prim::Constant[value=1]()
-  %c : float = prim::Constant[value=1.]()
-  %p : Tensor = aten::pow(%x, %a)
-  %e : Tensor = aten::exp(%p)
-  %s : Tensor = aten::add(%e, %c, %one)
-  %m : Tensor = aten::gt(%x, %c)
-  return (%s, %m)"""
+    from test_recompute_regions import REGION_IR as graph  # the CPU test's region
+
     torch.manual_seed(0)
     x = (torch.rand(1 << 16, device="cuda") + 0.5).requires_grad_()
     a = torch.tensor(1.3, device="cuda", requires_grad=True)

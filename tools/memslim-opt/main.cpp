@@ -588,23 +588,31 @@ std::pair<double, double> compare(const at::Tensor& a, const at::Tensor& b, cons
   return {(x - y).norm().item<double>(), x.norm().item<double>()};
 }
 
-// The worst relative L2 distance of a set of (distance, norm) pairs. A norm
-// below 1e-3 of the set's largest counts as 1e-3 of it: a gradient that is
-// zero up to rounding (a bias before BatchNorm) is compared at that scale
-// instead of relative to its own noise.
-std::pair<double, size_t> worst_relative(const std::vector<std::pair<double, double>>& d) {
+// Per (distance, norm) pair, the relative L2 distance. A norm below 1e-3 of
+// the set's largest counts as 1e-3 of it: a gradient that is zero up to
+// rounding (a bias before BatchNorm) is compared at that scale instead of
+// relative to its own noise.
+std::vector<double> relative_each(const std::vector<std::pair<double, double>>& d) {
   double scale = 0;
   for (const auto& [diff, norm] : d) scale = std::max(scale, norm);
+  std::vector<double> rel;
+  for (const auto& [diff, norm] : d) {
+    const double denom = std::max(norm, 1e-3 * scale);
+    rel.push_back(diff == 0 ? 0 : diff / (denom > 0 ? denom : 1.0));
+  }
+  return rel;
+}
+
+// The worst of relative_each, and where it is.
+std::pair<double, size_t> worst_relative(const std::vector<std::pair<double, double>>& d) {
+  const std::vector<double> rel = relative_each(d);
   double worst = 0;
   size_t at = 0;
-  for (size_t i = 0; i < d.size(); ++i) {
-    const double denom = std::max(d[i].second, 1e-3 * scale);
-    const double rel = d[i].first == 0 ? 0 : d[i].first / (denom > 0 ? denom : 1.0);
-    if (!(rel <= worst)) {
-      worst = rel;
+  for (size_t i = 0; i < rel.size(); ++i)
+    if (!(rel[i] <= worst)) {
+      worst = rel[i];
       at = i;
     }
-  }
   return {worst, at};
 }
 
@@ -635,7 +643,7 @@ Example in_double(const Example& ex) {
 // graph's own rounding goes (see verify). nullopt when it does not run so.
 using Reference = std::function<std::optional<RunResult>()>;
 
-// Per tensor, the relative L2 distances (same scaling as worst_relative) of
+// Per tensor, the relative L2 distances (relative_each) of
 // `x` (outputs then gradients) from the float64 reference.
 std::vector<double> distances_from(const RunResult& x, const RunResult& ref) {
   std::vector<std::pair<double, double>> outs, grads;
@@ -654,15 +662,8 @@ std::vector<double> distances_from(const RunResult& x, const RunResult& ref) {
     grads.push_back(compare(as_double(r), as_double(g), "", problem));
   }
   if (!problem.empty()) return {};
-  std::vector<double> rel;
-  for (const auto* set : {&outs, &grads}) {
-    double scale = 0;
-    for (const auto& [diff, norm] : *set) scale = std::max(scale, norm);
-    for (const auto& [diff, norm] : *set) {
-      const double denom = std::max(norm, 1e-3 * scale);
-      rel.push_back(diff == 0 ? 0 : diff / (denom > 0 ? denom : 1.0));
-    }
-  }
+  std::vector<double> rel = relative_each(outs), g = relative_each(grads);
+  rel.insert(rel.end(), g.begin(), g.end());
   return rel;
 }
 
@@ -758,15 +759,8 @@ void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& 
     }
     if (!ref) fail(why);
     // Per tensor, in the order of outs then grads.
-    std::vector<double> direct;
-    for (const auto* set : {&outs, &grads}) {
-      double scale = 0;
-      for (const auto& [diff, norm] : *set) scale = std::max(scale, norm);
-      for (const auto& [diff, norm] : *set) {
-        const double denom = std::max(norm, 1e-3 * scale);
-        direct.push_back(diff == 0 ? 0 : diff / (denom > 0 ? denom : 1.0));
-      }
-    }
+    std::vector<double> direct = relative_each(outs), direct_grads = relative_each(grads);
+    direct.insert(direct.end(), direct_grads.begin(), direct_grads.end());
     const std::vector<double> d = distances_from(r1, *ref), e = distances_from(r2, *ref);
     if (d.size() != direct.size() || e.size() != direct.size()) fail(why);
     double own = 0, worst_e = 0;
