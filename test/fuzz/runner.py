@@ -435,6 +435,75 @@ def rng_order_only(prog, inputs, R: Reference) -> bool:
     return True
 
 
+class MemslimOpt:
+    """Runs memslim-opt like subprocess.run(..., capture_output=True, text=True,
+    timeout=T), through one `memslim-opt --fork-server` per worker: a process start
+    costs ~0.4 s of torch's static initialisers, most of a run's time; the server
+    forks a fresh memslim-opt per call (tools/memslim-opt/main.cpp: fork_server).
+    MEMSLIM_OPT_SPAWN=1 starts a new process per call instead. A server that dies
+    is restarted; the call it was serving is reported as a crash (signal)."""
+
+    def __init__(self, binary: str, workdir: str):
+        self.binary, self.workdir = binary, workdir
+        self.spawn = os.environ.get("MEMSLIM_OPT_SPAWN", "") == "1"
+        self.proc: Optional[subprocess.Popen] = None
+
+    def _server(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            # one thread, as the worker itself runs (torch.set_num_threads(1))
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            self.proc = subprocess.Popen([self.binary, "--fork-server"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+        return self.proc
+
+    def run(self, argv: List[str], timeout: int) -> subprocess.CompletedProcess:
+        if self.spawn:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        assert argv[0] == self.binary
+        outp, errp = os.path.join(self.workdir, "cli.out"), os.path.join(self.workdir, "cli.err")
+        fields = [outp, errp, str(int(timeout))] + list(argv[1:])
+        if any("\x1f" in f or "\n" in f for f in fields):
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        srv = self._server()
+        try:
+            srv.stdin.write("\x1f".join(fields) + "\n")
+            srv.stdin.flush()
+            reply = srv.stdout.readline()
+        except (BrokenPipeError, OSError):
+            reply = ""
+        if not reply.strip().lstrip("-").isdigit():
+            self.close()
+            raise RuntimeError("memslim-opt --fork-server failed (reply %r)" % reply[:80])
+        code = os.waitstatus_to_exitcode(int(reply))
+        if code == -signal.SIGALRM:
+            raise subprocess.TimeoutExpired(argv, timeout)
+
+        def text(path):
+            with open(path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+
+        return subprocess.CompletedProcess(argv, code, text(outp), text(errp))
+
+    def close(self):
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except Exception:
+                self.proc.kill()
+            self.proc = None
+
+
+_CLI: Dict[str, MemslimOpt] = {}
+
+
+def memslim_opt_runner(binary: str, workdir: str) -> MemslimOpt:
+    key = binary + "\0" + workdir
+    if key not in _CLI:
+        _CLI[key] = MemslimOpt(binary, workdir)
+    return _CLI[key]
+
+
 def run_cli(prog, inputs, R: Reference, workdir, memslim_opt):
     import torch
 
@@ -463,8 +532,9 @@ def run_cli(prog, inputs, R: Reference, workdir, memslim_opt):
     torch.jit.save(torch.jit.script(prog.make()[0]), src)
     shapes = ",".join(tokens)
     base = [memslim_opt, src, "--pipeline=memslim-default", "--input-shapes=" + shapes, "-o", out]
+    cli = memslim_opt_runner(memslim_opt, workdir)
     try:
-        p = subprocess.run(base + ["--verify"], capture_output=True, text=True, timeout=120)
+        p = cli.run(base + ["--verify"], timeout=120)
     except subprocess.TimeoutExpired:
         return ("timeout", "cli", "memslim-opt --verify ran over 120 s")
     err = p.stderr.strip()
@@ -479,7 +549,10 @@ def run_cli(prog, inputs, R: Reference, workdir, memslim_opt):
         clean = len(lines) == 1 and lines[0].startswith("memslim-opt: error:")
         return ("exception", "cli", ("" if clean else "[not one error line] ") + " | ".join(lines[:3])[:400])
     if verify_failed:  # rerun without --verify to get the archive and judge it ourselves
-        p2 = subprocess.run(base, capture_output=True, text=True, timeout=120)
+        try:
+            p2 = cli.run(base, timeout=120)
+        except subprocess.TimeoutExpired:
+            return ("timeout", "cli", "memslim-opt without --verify ran over 120 s")
         if p2.returncode != 0:
             return ("exception", "cli", "memslim-opt without --verify: " + p2.stderr.strip()[:300])
     try:

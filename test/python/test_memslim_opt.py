@@ -90,6 +90,9 @@ def _one_error_line(r, out=None):
     """memslim-opt's failure contract: exit 1, one stderr line, no output file."""
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("memslim-opt: error: "), r.stderr
+    # one line for every reader: no other line breaks (Python's splitlines splits at
+    # \x1c-\x1e, \x85, \u2028 too), no control bytes
+    assert len(r.stderr.splitlines()) == 1 and r.stderr[:-1].isprintable(), repr(r.stderr)
     assert "report a bug to PyTorch" not in r.stderr, r.stderr
     if out is not None:
         assert not out.exists() and not Path(str(out) + ".tmp").exists()
@@ -114,6 +117,64 @@ def test_corrupted_archives_found_by_the_fuzzer(tmp_path, name):
         assert "reader crashed" in r.stderr, r.stderr
     else:
         assert "inconsistent contents" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name,args,expect", [
+    ("fuzz_error_control_byte.pt", ["--pipeline=memslim-default", "--input-shapes=8x16", "--remarks"], "\\x1d"),
+    ("fuzz_error_binary_version.pt", ["--pipeline=memslim-default", "--input-shapes=8x16", "-o", "OUT"],
+     "Couldn't parse the version \\xe6"),
+    ("fuzz_error_report_throws.pt", ["--pipeline=memslim-default", "--input-shapes=2x3x8x8", "--verify", "-o", "OUT"],
+     "torch failed while describing the load error (Expected PROTO opcode"),
+    ("fuzz_error_control_byte.ir", ["--passes=cleanup,fuse-activation-dropout", "--split-input-file", "--verify",
+                                    "--input-shapes=8x16", "-o", "OUT"], "found '\\x1d' here"),
+])
+def test_error_text_from_corrupt_inputs_is_one_printable_line(tmp_path, name, args, expect):
+    """bench/results/fuzz_opt_inputs.md findings: torch quotes a corrupt input's bytes
+    in its error (a \\x1d that Python's splitlines breaks at, invalid UTF-8), and on one
+    archive torch's ErrorReport::what() (noexcept) throws while reading the debug info
+    to quote the source: std::terminate. Bytes are escaped; the load probe reports it."""
+    out = tmp_path / "out.pt"
+    argv = [OPT, str(DATA / name)] + [str(out) if a == "OUT" else a for a in args]
+    raw = subprocess.run(argv, capture_output=True)
+    r = subprocess.CompletedProcess(raw.args, raw.returncode, "", raw.stderr.decode("utf-8"))  # strict UTF-8
+    _one_error_line(r, out)
+    assert expect in r.stderr, r.stderr
+    assert "internal error" not in r.stderr, r.stderr
+
+
+def test_fork_server_matches_a_fresh_process(tmp_path):
+    """The fuzzers run memslim-opt through `--fork-server` (test/fuzz/runner.py:
+    MemslimOpt): each call must be exactly what a fresh process gives, exit code,
+    stdout and stderr, on success, on --verify, on user errors and on the load probe."""
+    sys.path.insert(0, str(ROOT / "test" / "fuzz"))
+    import runner
+
+    ir = tmp_path / "g.ir"
+    ir.write_text("graph(%x : Tensor):\n  %none : str = prim::Constant[value=\"none\"]()\n"
+                  "  %y : Tensor = aten::gelu(%x, %none)\n  %z : Tensor = aten::mul(%y, %y)\n  return (%z)\n")
+    out = tmp_path / "out.pt"
+    cases = [["--list-passes"], ["--bogus"], [str(ir), "--pipeline=memslim-default"],
+             [str(ir), "--pipeline=memslim-default", "--input-shapes=8x16", "--verify", "--remarks"],
+             [str(ir), "--input-shapes=8x16x"],
+             [str(DATA / "fuzz_error_report_throws.pt"), "--pipeline=memslim-default", "--input-shapes=2x3x8x8",
+              "--verify", "-o", str(out)],
+             [str(DATA / "fuzz_reader_segfault.pt"), "--passes=cleanup", "-o", str(out)]]
+    srv = runner.MemslimOpt(OPT, str(tmp_path))
+    assert not srv.spawn
+    got = []
+    try:
+        for args in cases:
+            a = subprocess.run([OPT] + args, capture_output=True, text=True)
+            b = srv.run([OPT] + args, timeout=120)
+            assert (b.returncode, b.stdout, b.stderr) == (a.returncode, a.stdout, a.stderr), args
+            got.append(b)
+    finally:
+        srv.close()
+    assert srv.proc is None
+    # the cases cover what they claim: a passing --verify, a one-line error, the probe
+    assert got[3].returncode == 0 and "verify: ok" in got[3].stderr and "remark:" in got[3].stderr
+    assert got[1].returncode == 1 and got[1].stderr.startswith("memslim-opt: error: unknown option")
+    assert "torch failed while describing" in got[5].stderr and "reader crashed" in got[6].stderr
 
 
 class BNNet(torch.nn.Module):

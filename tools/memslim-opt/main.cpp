@@ -18,11 +18,13 @@
 #include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/script.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -59,15 +61,75 @@ struct Options {
 // A path to remove if the process fails after creating it (the -o temporary).
 std::string g_partial_output;
 
+// `text` as one printable line: newlines and tabs become spaces; other control bytes,
+// bytes that are not UTF-8 and the code points other tools read as line breaks
+// (U+0085, U+2028, U+2029; Python's str.splitlines also splits at \x1c-\x1e) are
+// written as \xNN. torch quotes the bytes of a corrupt input in its errors.
+std::string printable(const std::string& text) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  auto escape = [&](unsigned char c) {
+    out += "\\x";
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  };
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n' || c == '\r' || c == '\t') {
+      out += ' ';
+      ++i;
+    } else if (c < 0x20 || c == 0x7f) {
+      escape(c);
+      ++i;
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+      ++i;
+    } else {
+      // A well-formed UTF-8 sequence (no overlongs, no surrogates) is kept.
+      const size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                         : c >= 0xf0 && c <= 0xf4                            ? 4
+                                                                             : 0;
+      uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+      bool ok = len != 0 && i + len <= n;
+      for (size_t k = 1; ok && k < len; ++k) {
+        const auto d = static_cast<unsigned char>(text[i + k]);
+        ok = (d & 0xc0) == 0x80;
+        cp = (cp << 6) | (d & 0x3f);
+      }
+      ok = ok && !(len == 3 && cp < 0x800) && !(len == 4 && (cp < 0x10000 || cp > 0x10ffff)) &&
+           !(cp >= 0xd800 && cp <= 0xdfff) && !(cp >= 0x80 && cp <= 0x9f) && cp != 0x2028 &&
+           cp != 0x2029;
+      if (ok) {
+        out.append(text, i, len);
+        i += len;
+      } else {
+        escape(c);
+        ++i;
+      }
+    }
+  }
+  return out;
+}
+
+// Set in a --fork-server child: exit without running static destructors (torch's
+// take ~0.1 s unregistering every operator; the streams are flushed first).
+bool g_quick_exit = false;
+
+[[noreturn]] void exit_now(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  if (g_quick_exit) _exit(code);
+  std::exit(code);
+}
+
 [[noreturn]] void fail(const std::string& msg) {
   if (!g_partial_output.empty()) std::remove(g_partial_output.c_str());
-  std::string line = msg;
-  for (char& c : line)
-    if (c == '\n' || c == '\r') c = ' ';
+  const std::string line = printable(msg);
   std::cout.flush();
   std::cerr << "memslim-opt: error: " << line << "\n";
-  std::cerr.flush();
-  std::exit(1);
+  exit_now(1);
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -858,32 +920,101 @@ std::string check_loaded(const torch::jit::Module& module, bool will_save) {
   return "";
 }
 
-// torch's reader itself dies on some corrupt archives (SIGSEGV deserializing
-// the debug info of a code file that fails to parse, found by
-// bench/fuzz_opt_inputs.py). Load and check once in a child process first: a
-// signal there is this archive's fault, reported as one line; an exception is
-// left to the real load below, which reports it the same way as before.
+// One line for an exception from torch::jit::load or check_loaded.
+std::string load_error(const std::exception& e) {
+  std::string msg = one_line(e);
+  // torch's own consistency checks ("COND INTERNAL ASSERT FAILED at "FILE":N,
+  // please report a bug to PyTorch. MSG"): the archive's fault, not a torch bug.
+  const auto assert_at = msg.find(" INTERNAL ASSERT FAILED");
+  if (assert_at != std::string::npos) {
+    const std::string tag = "please report a bug to PyTorch.";
+    const auto tag_at = msg.find(tag);
+    std::string detail = tag_at == std::string::npos ? "" : trim(msg.substr(tag_at + tag.size()));
+    if (detail.empty()) detail = "torch's check '" + msg.substr(0, assert_at) + "' failed";
+    msg = "inconsistent contents (" + detail + ")";
+  }
+  return msg;
+}
+
+// The probe child's pipe to the parent (its terminate handler writes there).
+int g_probe_fd = -1;
+
+void write_all(int fd, const std::string& s) {
+  size_t at = 0;
+  while (at < s.size()) {
+    const ssize_t k = ::write(fd, s.data() + at, s.size() - at);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return;
+    at += static_cast<size_t>(k);
+  }
+}
+
+// torch's reader itself fails badly on some corrupt archives (found by
+// bench/fuzz_opt_inputs.py): SIGSEGV deserializing the debug info of a code file
+// that fails to parse, and an ErrorReport whose noexcept what() throws while it
+// reads that debug info to quote the source (std::terminate). So the archive is
+// loaded and checked in a child process first; the child sends back the one-line
+// error, and a signal or a terminate there becomes one line here too. Returns ""
+// when the archive loads (or the probe cannot run: then the load below reports).
 std::string probe_load(const std::string& path, bool will_save) {
   std::cout.flush();
   std::cerr.flush();
+  int fds[2];
+  if (pipe(fds) != 0) return "";
   const pid_t pid = fork();
-  if (pid < 0) return "";  // cannot probe: load in this process as before
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return "";
+  }
   if (pid == 0) {
-    int rc = 0;
+    close(fds[0]);
+    g_probe_fd = fds[1];
+    std::set_terminate([] {
+      // Only c10::Error's text here: what() of anything else may throw again.
+      std::string why = "unknown exception";
+      if (auto p = std::current_exception()) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const c10::Error& e) {
+          const auto lines = lines_of(e.what_without_backtrace());
+          why = lines.empty() ? "(no message)" : trim(lines[0]);
+        } catch (...) {
+        }
+      }
+      write_all(g_probe_fd, "torch failed while describing the load error (" + why +
+                                "): the archive is corrupt");
+      _exit(1);
+    });
+    std::string msg;
     try {
       const auto m = torch::jit::load(path);
-      (void)check_loaded(m, will_save);
+      msg = check_loaded(m, will_save);
+    } catch (const std::exception& e) {
+      msg = load_error(e);
     } catch (...) {
-      rc = 1;
+      msg = "unknown exception";
     }
-    _exit(rc);
+    write_all(g_probe_fd, msg);
+    _exit(msg.empty() ? 0 : 1);
   }
+  close(fds[1]);
+  std::string msg;
+  char buf[4096];
+  for (;;) {
+    const ssize_t k = ::read(fds[0], buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    msg.append(buf, static_cast<size_t>(k));
+  }
+  close(fds[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return "";
   if (WIFSIGNALED(status))
     return "torch's reader crashed on it (" + std::string(strsignal(WTERMSIG(status))) +
            "): the archive is corrupt";
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0) return msg.empty() ? "(no message)" : msg;
   return "";
 }
 
@@ -896,19 +1027,7 @@ int run_archive(const Options& o, const std::vector<std::string>& names) {
     module = torch::jit::load(o.input);
     inconsistent = check_loaded(module, !o.output.empty());
   } catch (const std::exception& e) {
-    inconsistent = one_line(e);
-    // torch's own consistency checks ("COND INTERNAL ASSERT FAILED at "FILE":N,
-    // please report a bug to PyTorch. MSG"): the archive's fault, not a torch bug.
-    const auto assert_at = inconsistent.find(" INTERNAL ASSERT FAILED");
-    if (assert_at != std::string::npos) {
-      const std::string tag = "please report a bug to PyTorch.";
-      const auto tag_at = inconsistent.find(tag);
-      std::string detail =
-          tag_at == std::string::npos ? "" : trim(inconsistent.substr(tag_at + tag.size()));
-      if (detail.empty())
-        detail = "torch's check '" + inconsistent.substr(0, assert_at) + "' failed";
-      inconsistent = "inconsistent contents (" + detail + ")";
-    }
+    inconsistent = load_error(e);
   }
   if (!inconsistent.empty())
     fail("cannot load '" + o.input + "' as a TorchScript archive: " + inconsistent);
@@ -1131,13 +1250,12 @@ public:
     std::string msg = trim(w.msg());
     const auto nl = msg.find('\n');
     if (nl != std::string::npos) msg = trim(msg.substr(0, nl));
-    std::cerr << "memslim-opt: warning: " << msg << "\n";
+    std::cerr << "memslim-opt: warning: " << printable(msg) << "\n";
   }
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// memslim-opt as a process, from its arguments to its exit code.
+int tool_main(int argc, char** argv) {
   // A last resort: an exception escaping a noexcept frame still ends as one line.
   std::set_terminate([] {
     std::string what = "std::terminate";
@@ -1150,7 +1268,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!g_partial_output.empty()) std::remove(g_partial_output.c_str());
-    std::fprintf(stderr, "memslim-opt: error: internal error: %s\n", what.c_str());
+    std::fprintf(stderr, "memslim-opt: error: internal error: %s\n", printable(what).c_str());
     std::fflush(stderr);
     _exit(1);
   });
@@ -1167,4 +1285,83 @@ int main(int argc, char** argv) {
   } catch (...) {
     fail("unknown exception");
   }
+}
+
+// `memslim-opt --fork-server` (for the fuzzers, bench/ and test/fuzz/): a process
+// start costs ~0.4 s here (torch's static initialisers), more than most runs. The
+// server starts once and forks one child per request; the child is a fresh
+// memslim-opt (the same static state, no threads started, nothing parsed) that
+// runs tool_main on the request's arguments. A request is one line on stdin:
+// fields separated by \x1f: stdout file, stderr file, time limit in seconds (0:
+// none; SIGALRM past it), then the arguments. The reply is one line on stdout:
+// the child's raw wait status (see waitpid). EOF on stdin ends the server.
+int fork_server() {
+  std::string pending;
+  char buf[65536];
+  for (;;) {
+    size_t nl;
+    while ((nl = pending.find('\n')) == std::string::npos) {
+      const ssize_t k = ::read(0, buf, sizeof buf);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return 0;
+      pending.append(buf, static_cast<size_t>(k));
+    }
+    const std::string line = pending.substr(0, nl);
+    pending.erase(0, nl + 1);
+    std::vector<std::string> f;
+    size_t at = 0;
+    for (size_t sep; (sep = line.find('\x1f', at)) != std::string::npos; at = sep + 1)
+      f.push_back(line.substr(at, sep - at));
+    f.push_back(line.substr(at));
+    long limit = -1;
+    if (f.size() >= 3) {
+      char* end = nullptr;
+      limit = std::strtol(f[2].c_str(), &end, 10);
+      if (end == f[2].c_str() || *end != '\0') limit = -1;
+    }
+    if (limit < 0) {
+      std::printf("bad request\n");
+      std::fflush(stdout);
+      continue;
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int in = ::open("/dev/null", O_RDONLY);
+      const int out = ::open(f[0].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = ::open(f[1].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (in < 0 || out < 0 || err < 0) _exit(125);
+      dup2(in, 0);
+      dup2(out, 1);
+      dup2(err, 2);
+      close(in);
+      close(out);
+      close(err);
+      if (limit > 0) alarm(static_cast<unsigned>(limit));
+      std::vector<std::string> args = {"memslim-opt"};
+      args.insert(args.end(), f.begin() + 3, f.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      g_quick_exit = true;
+      exit_now(tool_main(static_cast<int>(args.size()), argv.data()));
+    }
+    int status = 0;
+    if (pid < 0) {
+      status = 126 << 8;  // as a child that exited 126
+    } else {
+      while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) break;
+    }
+    std::printf("%d\n", status);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--fork-server") return fork_server();
+  return tool_main(argc, argv);
 }
