@@ -100,6 +100,21 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
     // to what such a graph computes from it, would fail backward where the
     // in-place form trains.
     prop.guarded = autodiff_reach(n->output());
+    // TorchScript's executor fails backward from its second call when a
+    // DifferentiableGraph ends in aten::chunk with an unused piece (the piece's
+    // gradient comes back at the whole tensor's size; no memslim involved:
+    // `chunk(sigmoid(h), 2)[0]`). The in-place form keeps the chunk out of such
+    // a graph; the functional op would bring it in (long-fuzz seed 116512).
+    const Value* chunked = nullptr;
+    for (const Value* v : prop.guarded)
+      for (const auto& use : v->uses())
+        if (use.user->kind() == c10::aten::chunk) chunked = v;
+    if (chunked) {
+      ctx.remarks.add(kPass, "kept " + site + ": %" + chunked->debugName() +
+                                 " feeds aten::chunk, whose backward TorchScript's executor gets "
+                                 "wrong inside a DifferentiableGraph");
+      continue;
+    }
     prop.removes_writes = true;
     prop.apply = [&g, n, f]() {
       replace_output(*g, n, n->output(), f, n->inputs());

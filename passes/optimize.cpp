@@ -1,6 +1,8 @@
 //===- optimize.cpp - memslim::optimize over a module's methods ------------===//
 #include "memslim/passes/optimize.h"
 
+#include "memslim/passes/saved_tensor_analysis.h"
+
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
@@ -226,8 +228,56 @@ namespace {
 
 const c10::Symbol kPinAttr = c10::Symbol::attr("memslim_pin");
 
-// Gives every in-place write and random op whose result nobody reads a reader
-// with side effects (a tagged prim::Print), so torch's DCE keeps it: for it,
+// Whether dropout node `d` (any of the family) may return its input itself:
+// when not training or p == 0 (ATen's _dropout_impl), which its schema does not
+// say. Only a constant `train == true` with a constant p > 0 rules that out.
+bool may_return_input(const Node* d) {
+  static const c10::Symbol kinds[] = {
+      c10::Symbol::fromQualString("aten::dropout"),
+      c10::Symbol::fromQualString("aten::feature_dropout"),
+      c10::Symbol::fromQualString("aten::alpha_dropout"),
+      c10::Symbol::fromQualString("aten::feature_alpha_dropout")};
+  bool family = false;
+  for (c10::Symbol k : kinds) family = family || d->kind() == k;
+  if (!family || d->inputs().size() < 3) return false;
+  const auto p = torch::jit::toIValue(d->input(1));
+  const auto train = torch::jit::toIValue(d->input(2));
+  const bool fresh = p && train && p->isDouble() && p->toDouble() > 0 && train->isBool() &&
+                     train->toBool();
+  return !fresh;
+}
+
+// Whether the tensor `w` an in-place op writes is linked, through views and
+// dropouts that may return their input, to a dropout of that kind: the one
+// aliasing torch's DCE cannot see. Elsewhere its DCE decides soundly which
+// writes are dead, and memslim keeps what the scripted module keeps (a dead
+// write kept alive can make the executor fail: long-fuzz seed 107469, clamp_ on
+// softplus's output, which a DifferentiableGraph keeps).
+bool reaches_hidden_alias(const Value* w) {
+  std::vector<const Value*> work{w};
+  std::unordered_set<const Value*> seen{w};
+  auto visit = [&](const Value* v) {
+    if (seen.insert(v).second) work.push_back(v);
+  };
+  while (!work.empty()) {
+    const Value* v = work.back();
+    work.pop_back();
+    const Node* p = v->node();
+    if (may_return_input(p)) return true;
+    if (SavedTensorAnalysis::is_view_of_input(p, 0)) visit(p->input(0));
+    for (const auto& use : v->uses()) {
+      if (use.offset != 0) continue;
+      if (may_return_input(use.user)) return true;
+      if (SavedTensorAnalysis::is_view_of_input(use.user, 0) && use.user->outputs().size() == 1)
+        visit(use.user->output());
+    }
+  }
+  return false;
+}
+
+// Gives every random op, and every in-place write torch's DCE cannot judge (see
+// reaches_hidden_alias), a reader with side effects (a tagged prim::Print), so
+// the DCE of constant propagation keeps it: for it,
 // `d = dropout(h, p, training); tanh_(d)` writes a fresh d (a fuzzer finding:
 // the write to h vanished).
 std::vector<Node*> pin_unused_writes(torch::jit::Block* b) {
@@ -239,12 +289,19 @@ std::vector<Node*> pin_unused_writes(torch::jit::Block* b) {
     }
     if (n->outputs().empty()) continue;
     const c10::FunctionSchema* s = n->maybeSchema();
-    const bool write = s && s->is_mutable() && !n->output(0)->hasUses();
+    // Pinned even where the output has a use: inside F.relu's / F.dropout's
+    // `if inplace` the only reader is the If that constant propagation folds
+    // away, leaving the write unread (long-fuzz seed 108683: `relu_(v0[:, :8])`
+    // after an eval-mode dropout that returned v0 itself was deleted).
+    bool write = false;
+    if (s && s->is_mutable())
+      for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
+        const c10::AliasInfo* a = s->arguments()[i].alias_info();
+        if (a && a->isWrite() && reaches_hidden_alias(n->input(i))) write = true;
+      }
     // A random op nobody reads still advances the generator: deleting it
     // changes every later mask (eager draws it; a fuzzer finding, two
-    // dropouts of one input with the first unused). Pinned even where it has
-    // a use: inside F.dropout's `if inplace` its only reader is the If that
-    // constant propagation folds away.
+    // dropouts of one input with the first unused).
     const bool random = !write && n->isNondeterministic();
     if (!write && !random) continue;
     Node* pin = b->owningGraph()->create(c10::prim::Print, {n->output(0)}, 0);

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "memslim/passes/safety_gate.h"
 
+#include <torch/csrc/jit/runtime/autodiff.h>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include <algorithm>
@@ -96,6 +97,67 @@ std::optional<std::string> write_observable(const Value* w) {
     if (r.alias_info())
       return std::string("its input may alias another tensor (") + p->kind().toQualString() + ")";
   return std::nullopt;
+}
+
+// The tensor whose storage `v` is: through views (pieces of chunk / split /
+// unbind included) and through dropouts, which may return their input.
+const Value* storage_root(const Value* v) {
+  static const c10::Symbol pieces[] = {c10::aten::chunk, c10::aten::split, c10::aten::unbind,
+                                       c10::Symbol::fromQualString("aten::split_with_sizes")};
+  for (;;) {
+    const Node* p = v->node();
+    if (SavedTensorAnalysis::is_view_of_input(p, 0) || returns_input_undeclared(p)) {
+      v = p->input(0);
+      continue;
+    }
+    if (p->kind() == c10::prim::ListUnpack) {
+      const Node* l = p->input(0)->node();
+      bool piece = false;
+      for (c10::Symbol k : pieces) piece = piece || l->kind() == k;
+      if (piece) {
+        v = l->input(0);
+        continue;
+      }
+    }
+    return v;
+  }
+}
+
+// TorchScript's executor runs chains of nodes its autodiff differentiates (in
+// one block, linked producer -> consumer) as DifferentiableGraphs, which keep
+// what their backward formulas read, their outputs included. A rewrite changes
+// those chains (a memslim op ends one; a functionalized activation joins one),
+// and with them which values such a graph keeps. The chain a rewrite touches:
+// the covered nodes and every differentiable node linked to them.
+std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
+                                        const std::unordered_set<const Node*>& members,
+                                        AliasDb& alias) {
+  const Block* block = covers.front()->owningBlock();
+  // In-place ops stay out of those graphs (seen in the executor's plans; autodiff
+  // has formulas for some of them, e.g. add_).
+  auto linked = [&](const Node* n) {
+    if (n->owningBlock() != block) return false;
+    if (members.count(n)) return true;
+    const c10::FunctionSchema* s = n->maybeSchema();
+    return torch::jit::isDifferentiable(n) && !(s && s->is_mutable());
+  };
+  // Links are tensors (a shared None or int constant links nothing), and not
+  // tensors written in place: the executor does not merge nodes across a write.
+  auto link = [&](const Value* v) {
+    return v->type()->cast<c10::TensorType>() && !alias.hasWriters(const_cast<Value*>(v));
+  };
+  std::vector<const Node*> chain(covers.begin(), covers.end());
+  std::unordered_set<const Node*> seen(chain.begin(), chain.end());
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const Node* n = chain[i];
+    for (const Value* v : n->inputs())
+      if (link(v) && linked(v->node()) && seen.insert(v->node()).second) chain.push_back(v->node());
+    for (const Value* o : n->outputs())
+      if (link(o))
+        for (const auto& use : o->uses())
+          if (linked(use.user) && seen.insert(use.user).second) chain.push_back(use.user);
+  }
+  return chain;
 }
 
 } // namespace
@@ -239,6 +301,54 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
                " in place between its nodes";
     if (const Value* v = writes(m, after))
       return std::string(m->kind().toQualString()) + " later writes " + name_of(v) + " in place";
+  }
+
+  // A value the executor may keep in a DifferentiableGraph with the covered
+  // nodes must not be written in place once the chain has run: the rewrite may
+  // move it into such a graph's kept values where the original graph did not
+  // keep it (long-fuzz seed 104593: hardswish -> sigmoid -> hardswish ->
+  // dropout_; with the first hardswish rewritten, sigmoid and the second
+  // hardswish formed a graph keeping the output dropout_ then wrote).
+  // Judged by structure, not AliasDb: tensors from tuples, lists, blocks, graph
+  // inputs and module state are wildcards there, which any write to another
+  // wildcard "may" touch (nn.TransformerEncoder's mask masked_fill_ would keep
+  // every rewrite). A write counts when it writes a chain tensor itself, a view
+  // of it, or what a dropout may have returned as it (module state by path).
+  const std::vector<const Node*> chain = executor_chain(order, members, alias());
+  std::unordered_set<const Node*> in_chain(chain.begin(), chain.end());
+  std::unordered_set<const Value*> roots;
+  std::vector<std::string> root_paths;
+  auto add_root = [&](const Value* v) {
+    if (!v->type()->cast<c10::TensorType>()) return;
+    const Value* r = storage_root(v);
+    const std::string path = module_state_path(r);
+    if (path.empty()) roots.insert(r);
+    else root_paths.push_back(path);
+  };
+  for (const Node* n : chain) {
+    for (const Value* v : n->inputs()) {
+      add_root(v);
+      // aten::cat's tensors (kept by TorchScript's symbolic gradient of cat)
+      if (v->node()->kind() == c10::prim::ListConstruct)
+        for (const Value* e : v->node()->inputs()) add_root(e);
+    }
+    for (const Value* v : n->outputs()) add_root(v);
+  }
+  torch::jit::DepthFirstGraphNodeIterator chain_it(graph_);
+  bool started = false;
+  for (Node* m = chain_it.next(); m; m = chain_it.next()) {
+    started = started || in_chain.count(m);
+    if (!started || members.count(m)) continue;
+    for (const Value* w : written_inputs(m)) {
+      const Value* r = storage_root(w);
+      const std::string path = module_state_path(r);
+      bool hit = path.empty() ? roots.count(r) > 0 : false;
+      for (const auto& sp : root_paths) hit = hit || (!path.empty() && same_or_nested(path, sp));
+      if (hit)
+        return "TorchScript's executor may keep " + name_of(w) +
+               " in a DifferentiableGraph with it, and " + m->kind().toQualString() +
+               " writes it in place";
+    }
   }
   return std::nullopt;
 }

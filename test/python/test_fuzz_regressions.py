@@ -437,6 +437,213 @@ def test_eval_dropout_alias_written_after(session):
     check(session, EVAL_DROPOUT_ALIAS)
 
 
+# Long-mode seed 104593 (shrunk): hardswish -> sigmoid -> hardswish -> dropout_(inplace).
+# Rewriting the first hardswish left sigmoid + the second hardswish as a DifferentiableGraph
+# of TorchScript's executor that keeps the second hardswish's output, which dropout_ then
+# writes: backward failed from the second call ("modified by an inplace operation"); the
+# unmodified scripted module trains. The gate now keeps rewrites off executor chains whose
+# tensors are written in place.
+EXECUTOR_CHAIN_WRITTEN = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(8, 16) * 0.2500)
+        self.lin0 = torch.nn.Linear(8, 16, bias=True)
+
+    def forward(self, x):
+        v0 = torch.matmul(x, self.w0.t())
+        if self.training:
+            v1 = x
+        else:
+            v1 = x
+        v2 = F.hardswish(v0)
+        v3 = v2.unsqueeze(0)
+        v4 = v3.squeeze(0)
+        v5 = self.lin0(v3)
+        v6 = torch.sigmoid(v2)
+        v7 = F.hardswish(v6)
+        v8 = F.dropout(v7, p=0.1, training=True, inplace=True)
+        return v8 + v4.sum() * 0.0 + v5.sum() * 0.0 + v2.mean()
+
+
+def make():
+    torch.manual_seed(104593)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(4, 16, dtype=torch.float32),)
+"""
+
+
+def test_rewrite_next_to_an_executor_chain_written_in_place(session):
+    check(session, EXECUTOR_CHAIN_WRITTEN)
+
+
+# Long-mode seed 108683 (shrunk): F.relu(v0[:, :8], inplace=True) after an eval-mode
+# dropout that returns v0 itself. Inside F.relu's `if inplace` the write's only reader
+# was the If; constant propagation folded it and its DCE (trusting AliasDb, which cannot
+# see dropout's alias) deleted the write: memslim-opt --verify saw the output change.
+# optimize now pins every in-place write through that step, read or not.
+WRITE_INSIDE_FOLDED_IF = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        v0 = F.selu(x)
+        v1 = F.dropout(v0, 0.1, self.training)
+        F.relu(v0[:, :8], inplace=True)
+        return v1,
+
+
+def make():
+    torch.manual_seed(108683)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(4, 16, dtype=torch.float32),)
+"""
+
+
+def test_write_inside_folded_if_kept(session):
+    check(session, WRITE_INSIDE_FOLDED_IF)
+
+
+# Long-mode seed 105723 (shrunk): v0 = x * x; cat([v0, x]); celu_(v0) later. Under
+# TorchScript's executor cat keeps its inputs when it lands in a DifferentiableGraph; the
+# region rewrite of hardsigmoid + addcmul after the celu_ changed the executor's chains so
+# that one kept v0, which celu_ writes: backward failed from the second call.
+CAT_INPUT_WRITTEN = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.g0 = torch.nn.Parameter(1.0 + torch.randn(32) * 0.1)
+        self.w1 = torch.nn.Parameter(torch.randn(24, 16) * 0.2500)
+        self.b0 = torch.nn.Parameter(torch.randn(24) * 0.1)
+
+    def forward(self, x):
+        v0 = x * x
+        v1 = torch.cat([v0, x], dim=1)
+        v2 = torch.addcmul(self.g0, self.g0, v1)
+        v3 = F.celu(v0, alpha=0.5, inplace=True)
+        v4 = F.hardsigmoid(v3)
+        v5 = torch.addcmul(v4, x, x, value=0.5)
+        v6 = F.linear(v5, self.w1, self.b0)
+        return v6 + v2.mean(),
+
+
+def make():
+    torch.manual_seed(105723)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(8, 16, dtype=torch.float32),)
+"""
+
+
+def test_rewrite_reshaping_a_chain_whose_input_is_written(session):
+    check(session, CAT_INPUT_WRITTEN)
+
+
+# Long-mode seed 107971 (shrunk): a recompute region whose output `zeros_like(x) ** 2`
+# requires grad after the rewrite (every region output does) and not before. memslim-opt
+# --verify drew a loss weight only for outputs requiring grad, so every later output's
+# weight shifted and the gradients "differed" by 0.83. Weights are now drawn per output.
+REGION_OUTPUT_REQUIRES_GRAD = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0 = torch.nn.Parameter(torch.tensor(0.22))
+        self.register_buffer("consts0", torch.tensor([0.0, 1.0, 2.0]), persistent=False)
+
+    def forward(self, x):
+        v0 = torch.zeros_like(x)
+        for i in range(2):
+            pass
+        v1 = v0 * v0
+        t8_a = torch.sigmoid(self.s0) * 1.8 + 0.1
+        t8_p = torch.where(v1 > 0, v1, 1.0)
+        t8_p = 1.0507 * torch.pow(t8_p, 1 - t8_a) / torch.exp(torch.lgamma(2 - t8_a))
+        t8_q = torch.where(v1 <= 0, v1, 1.0)
+        t8_g = torch.exp(torch.lgamma(1 + t8_a))
+        t8_n = self.consts0[1]
+        t8_acc = (1 - torch.exp(t8_q)) * t8_g / torch.exp(torch.lgamma(1 + t8_a))
+        t8_acc = t8_acc + (1 - torch.exp(t8_q - t8_n)) * t8_g / torch.exp(torch.lgamma(t8_a)) * torch.pow(-1, t8_n)
+        v2 = torch.where(v1 > 0, t8_p, 1.7581 / torch.pow(1.0, t8_a) * t8_acc)
+        return v1, v2
+
+
+def make():
+    torch.manual_seed(107971)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(8, 8, dtype=torch.float32),)
+"""
+
+
+def test_verify_weights_do_not_depend_on_requires_grad(session):
+    check(session, REGION_OUTPUT_REQUIRES_GRAD)
+
+
+# Long-mode seed 107469 (shrunk): softplus -> dropout -> copy_ -> clamp_ on softplus's
+# output, then a hand-written hardswish on a slice of the dropout. Canonicalized and
+# rewritten, the hardswish changed the executor's chain around softplus, whose
+# DifferentiableGraph then kept v0, which clamp_ writes: backward failed.
+SOFTPLUS_CHAIN_WRITTEN = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        v0 = F.softplus(x, beta=2.0, threshold=5.0)
+        v1 = F.dropout(v0, 0.1, True)
+        v1.copy_(v0)
+        v0.clamp_(-3.0, 3.0)
+        v2 = v1[:, 10:]
+        v3 = v2 * torch.clamp(v2 + 3.0, 0.0, 6.0) / 6.0
+        return v3
+
+
+def make():
+    torch.manual_seed(107469)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(8, 16, dtype=torch.float32),)
+"""
+
+
+def test_rewrite_reshaping_a_chain_written_later(session):
+    check(session, SOFTPLUS_CHAIN_WRITTEN)
+
+
+# Long-mode seed 116512 (shrunk): linear -> hardswish_(inplace) -> chunk, one piece
+# unused. Functionalized, hardswish and chunk formed a DifferentiableGraph, and
+# TorchScript's executor gets that graph's backward wrong from the second call (the
+# unused piece's gradient at the whole tensor's size; `chunk(sigmoid(h), 2)[0]` fails
+# scripted without memslim). functionalize keeps the in-place form there.
+FUNCTIONAL_INTO_CHUNK = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(24, 8) * 0.3536)
+        self.b0 = torch.nn.Parameter(torch.randn(24) * 0.1)
+
+    def forward(self, x):
+        v0 = F.linear(x, self.w0, self.b0)
+        v1 = F.hardswish(v0, inplace=True)
+        v2, v3 = v1.chunk(2, dim=1)
+        return v2
+
+
+def make():
+    torch.manual_seed(116512)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(8, 8, dtype=torch.float32),)
+"""
+
+
+def test_functionalize_keeps_chunk_out_of_the_executor_chain(session):
+    check(session, FUNCTIONAL_INTO_CHUNK)
+
+
 def test_dropout_mask_order_is_rng_order_only(session):
     """TorchScript's optimizing executor moves independent dropouts around nodes autodiff
     cannot differentiate (README, facts learned); memslim's ops are such nodes. Allowed:

@@ -599,10 +599,15 @@ RunResult run_with_grads(const std::shared_ptr<Graph>& graph,
     }
     const at::Tensor& t = v.toTensor();
     r.outputs.emplace_back(t.detach());
-    if (!t.requires_grad() || !at::isFloatingType(t.scalar_type())) continue;
+    if (!at::isFloatingType(t.scalar_type())) continue;
     // Weights drawn in float whatever the output's dtype: the fp64 reference
-    // run (see verify) weighs its outputs exactly as the run it checks.
+    // run (see verify) weighs its outputs exactly as the run it checks. Drawn
+    // for every floating output, so that each output's weight is the same in
+    // both runs when one marks an output as requiring grad and the other does
+    // not (a recompute region's outputs all require grad; long-fuzz seed
+    // 107971: `zeros_like(x) ** 2` in a region shifted the next weights).
     at::Tensor w = at::randn(t.sizes(), t.options().dtype(at::kFloat)).to(t.scalar_type());
+    if (!t.requires_grad()) continue;
     at::Tensor term = (t * w).sum();
     loss = loss.defined() ? loss + term : term;
   }

@@ -23,7 +23,12 @@
 //    writes a value the covered nodes read or produce (the rewrite reads its
 //    inputs once, at one place);
 //  - after the first covered node, nothing writes a guarded value (what the
-//    new op, or the original ops, keep for backward) or an alias of one.
+//    new op, or the original ops, keep for backward) or an alias of one;
+//  - once the executor chain around the covered nodes has run (the nodes its
+//    autodiff differentiates linked to them, which TorchScript's executor
+//    runs as DifferentiableGraphs keeping what backward reads, outputs too),
+//    nothing writes a tensor of that chain in place: the rewrite reshapes the
+//    chain, and may make such a graph keep what the original did not.
 // Aliases AliasDb cannot see count too: dropout and its variants return their
 // input itself when not training or p == 0, with no alias in their schema.
 // The driver (run_pass) runs each pass as a transaction: the graph is linted
