@@ -110,6 +110,14 @@ const Value* storage_root(const Value* v) {
       v = p->input(0);
       continue;
     }
+    // An in-place op returns the tensor it wrote (`Tensor(a!) self -> Tensor(a!)`).
+    const c10::FunctionSchema* s = p->maybeSchema();
+    if (s && !s->returns().empty() && !s->arguments().empty() && !p->inputs().empty() &&
+        s->returns()[0].alias_info() && s->returns()[0].alias_info()->isWrite() &&
+        s->arguments()[0].alias_info() && s->arguments()[0].alias_info()->isWrite()) {
+      v = p->input(0);
+      continue;
+    }
     if (p->kind() == c10::prim::ListUnpack) {
       const Node* l = p->input(0)->node();
       bool piece = false;
@@ -131,7 +139,7 @@ const Value* storage_root(const Value* v) {
 // the covered nodes and every differentiable node linked to them.
 std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
                                         const std::unordered_set<const Node*>& members,
-                                        AliasDb& alias) {
+                                        const std::shared_ptr<Graph>& graph) {
   const Block* block = covers.front()->owningBlock();
   // In-place ops stay out of those graphs (seen in the executor's plans; autodiff
   // has formulas for some of them, e.g. add_).
@@ -142,9 +150,19 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
     return torch::jit::isDifferentiable(n) && !(s && s->is_mutable());
   };
   // Links are tensors (a shared None or int constant links nothing), and not
-  // tensors written in place: the executor does not merge nodes across a write.
+  // tensors written in place by a node the rewrite keeps: the executor does not
+  // merge nodes across a write. (A covered write goes with the rewrite: long-fuzz
+  // seed 123965, cat -> sigmoid_ functionalized let cat's graph keep its input.)
+  std::unordered_set<const Value*> written;
+  {
+    std::shared_ptr<Graph> g = graph;
+    torch::jit::DepthFirstGraphNodeIterator it(g);
+    for (Node* m = it.next(); m; m = it.next())
+      if (!members.count(m))
+        for (const Value* w : written_inputs(m)) written.insert(storage_root(w));
+  }
   auto link = [&](const Value* v) {
-    return v->type()->cast<c10::TensorType>() && !alias.hasWriters(const_cast<Value*>(v));
+    return v->type()->cast<c10::TensorType>() && !written.count(storage_root(v));
   };
   std::vector<const Node*> chain(covers.begin(), covers.end());
   std::unordered_set<const Node*> seen(chain.begin(), chain.end());
@@ -314,7 +332,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   // wildcard "may" touch (nn.TransformerEncoder's mask masked_fill_ would keep
   // every rewrite). A write counts when it writes a chain tensor itself, a view
   // of it, or what a dropout may have returned as it (module state by path).
-  const std::vector<const Node*> chain = executor_chain(order, members, alias());
+  const std::vector<const Node*> chain = executor_chain(order, members, graph_);
   std::unordered_set<const Node*> in_chain(chain.begin(), chain.end());
   std::unordered_set<const Value*> roots;
   std::vector<std::string> root_paths;

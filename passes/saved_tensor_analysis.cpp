@@ -9,6 +9,8 @@
 #include "memslim/passes/saved_tensor_analysis.h"
 
 #include <c10/core/ScalarType.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/runtime/autodiff.h>
 
 #include <set>
 
@@ -43,13 +45,10 @@ const std::set<std::string> kKeepsAll = {
     "aten::conv_transpose2d", "aten::einsum", "aten::baddbmm",
 };
 // Ops keeping their first input (and possibly small statistics). Average
-// pooling: aten's backward reads the input (avg_pool2d_backward(grad, self));
-// eager's adaptive pool to 1x1 is a mean that keeps nothing, but TorchScript's
-// symbolic gradient of adaptive_avg_pool2d keeps self whenever the executor puts
-// the pool in a DifferentiableGraph (timm resnetv2_50x1_bit's head: relu's bits
-// added 2,048 B). Which one runs is the executor's choice: priced as kept.
+// pooling: aten's backward reads the input (avg_pool2d_backward(grad, self)).
+// adaptive_avg_pool2d: see adaptive_pool_keeps_input.
 const std::set<std::string> kKeepsFirst = {
-    "aten::adaptive_avg_pool2d", "aten::avg_pool2d", "aten::avg_pool1d", "aten::adaptive_avg_pool1d",
+    "aten::avg_pool2d", "aten::avg_pool1d", "aten::adaptive_avg_pool1d",
     "aten::batch_norm", "aten::layer_norm", "aten::group_norm", "aten::instance_norm",
     "aten::max_pool2d", "aten::max_pool1d", "aten::log",
     "aten::sqrt", "aten::rsqrt", "aten::abs", "aten::sin", "aten::cos", "aten::erf",
@@ -61,6 +60,33 @@ const std::set<std::string> kKeepsOutput = {
 };
 
 bool is_tensor(const Value* v) { return v->type()->cast<c10::TensorType>() != nullptr; }
+
+// adaptive_avg_pool2d: eager's pool to 1x1 is a mean that keeps nothing (any
+// other size keeps the input); TorchScript's symbolic gradient keeps the input
+// whenever the executor puts the pool in a DifferentiableGraph, which needs a
+// neighbour its autodiff differentiates. Its producer is the activation being
+// priced (rewritten to a memslim op, which autodiff does not differentiate), so
+// a differentiable consumer decides: timm's head pool -> dropout(p=0) kept the
+// input (resnetv2_50x1_bit: the relu's bits added 2,048 B); torchvision's pool ->
+// flatten did not (measured: the relu rewrite frees its full output).
+bool adaptive_pool_keeps_input(const Node* pool) {
+  const auto size = torch::jit::toIValue(pool->input(1));
+  bool to_one = false;
+  if (size && size->isIntList()) {
+    const auto v = size->toIntVector();
+    to_one = !v.empty();
+    for (int64_t d : v) to_one = to_one && d == 1;
+  }
+  if (!to_one) return true;
+  for (const auto& use : pool->output()->uses()) {
+    const Node* u = use.user;
+    const c10::FunctionSchema* s = u->maybeSchema();
+    if (u->owningBlock() == pool->owningBlock() && torch::jit::isDifferentiable(u) &&
+        !(s && s->is_mutable()))
+      return true;
+  }
+  return false;
+}
 
 } // namespace
 
@@ -87,6 +113,7 @@ bool SavedTensorAnalysis::keeps_input(const Node* user, size_t index) {
   }
   if (kind.is_prim()) return false;  // Constant, GetAttr, Return...
   if (kKeepsNothing.count(name)) return false;
+  if (kind == c10::aten::adaptive_avg_pool2d) return index == 0 && adaptive_pool_keeps_input(user);
   // mul keeps an operand for the other's gradient, div its dividend for the
   // divisor's: a Python-scalar other operand needs neither (`h * 0.5`).
   if (kind == c10::aten::mul && index < 2 && user->inputs().size() >= 2)

@@ -7,7 +7,8 @@
 // Layout: any non-overlapping dense tensor (contiguous, channels_last, other
 // permutations) is processed in memory order without a copy; bits and exact
 // indices refer to that order, and backward receives grad in the same layout
-// (the Autograd kernel conforms it). Other inputs are made contiguous first.
+// (the Autograd kernel conforms it). Other inputs are first copied to the dense
+// layout with their stride order (as aten's TensorIterator lays out its output).
 //
 //===----------------------------------------------------------------------===//
 #include "memslim/activation_ops.h"
@@ -71,7 +72,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activation_forward_im
   const std::string act(act_sv);
   const Act a = act_from_name(act);
   check_dtype(self, act);
-  const at::Tensor x = self.is_non_overlapping_and_dense() ? self : self.contiguous();
+  // Other inputs are copied to the dense layout aten's TensorIterator gives its
+  // output (empty_like: the input's stride order), so y has aten's strides and a
+  // dropout drawn over y's layout draws aten's mask (long-fuzz seed 124836: a
+  // transposed slice made contiguous drew each element's keep bit elsewhere).
+  at::Tensor x = self;
+  if (!self.is_non_overlapping_and_dense()) {
+    x = at::empty_like(self);
+    x.copy_(self);
+  }
   at::Tensor y = at::empty_like(x);
   const kernels::ActParams p = make_params(a, params.vec(), x.scalar_type());
   const int64_t n = x.numel();

@@ -644,6 +644,66 @@ def test_functionalize_keeps_chunk_out_of_the_executor_chain(session):
     check(session, FUNCTIONAL_INTO_CHUNK)
 
 
+# Long-mode seed 123965 (shrunk, second 20,000-program run): v0 = linear; cat([v0, v0]);
+# sigmoid_ on the cat; mish_(v0). Functionalized, sigmoid joined cat in a DifferentiableGraph,
+# whose symbolic gradient of cat keeps v0, which mish_ then writes. The gate's executor
+# chain did not link through the cat output because the covered sigmoid_ wrote it.
+CAT_FUNCTIONALIZED_INPUT_WRITTEN = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(16, 24) * 0.2041)
+        self.b0 = torch.nn.Parameter(torch.randn(16) * 0.1)
+
+    def forward(self, x):
+        v0 = F.linear(x, self.w0, self.b0)
+        v1 = torch.cat([v0, v0], dim=1)
+        v2 = torch.sigmoid_(v1)
+        v3 = F.mish(v0, inplace=True)
+        return v3 + v2.sum() * 0.0
+
+
+def make():
+    torch.manual_seed(123965)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(8, 24, dtype=torch.float32),)
+"""
+
+
+def test_functionalize_next_to_cat_whose_input_is_written(session):
+    check(session, CAT_FUNCTIONALIZED_INPUT_WRITTEN)
+
+
+# Long-mode seed 124836 (shrunk, second run): chunk -> t() -> hardsigmoid -> dropout, fused.
+# The activation made its non-dense input contiguous where aten keeps the stride order, and
+# the dropout mask drawn over that layout put each keep bit on another element: a seeded
+# run no longer gave aten's values (0.44 off). The ops now lay out as aten does.
+NONDENSE_ACTIVATION_DROPOUT = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        v0, v1 = x.chunk(2, dim=1)
+        v2 = v1.t()
+        v3 = F.hardsigmoid(v2)
+        v4 = F.dropout(v3, 0.2, self.training)
+        return v4 + v0.mean(),
+
+
+def make():
+    torch.manual_seed(124836)
+    m = P().to(torch.float32)
+    m.train()
+    return m, (torch.randn(8, 16, dtype=torch.float32),)
+"""
+
+
+def test_fused_dropout_on_a_transposed_slice_draws_atens_mask(session):
+    check(session, NONDENSE_ACTIVATION_DROPOUT)
+
+
 def test_dropout_mask_order_is_rng_order_only(session):
     """TorchScript's optimizing executor moves independent dropouts around nodes autodiff
     cannot differentiate (README, facts learned); memslim's ops are such nodes. Allowed:
