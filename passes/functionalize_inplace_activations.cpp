@@ -99,14 +99,18 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
     // a later in-place write to it (MobileNetV3's hardswish_ -> dropout_), or
     // to what such a graph computes from it, would fail backward where the
     // in-place form trains.
-    prop.guarded = autodiff_reach(n->output());
+    // What TorchScript's executor may keep once the functional op joins a
+    // DifferentiableGraph (its output, what such a graph computes from it) is the
+    // gate's executor-chain rule; guarded here: the output itself.
+    prop.guarded = {n->output()};
+    const std::vector<Value*> reach = autodiff_reach(n->output());
     // TorchScript's executor fails backward from its second call when a
     // DifferentiableGraph ends in aten::chunk with an unused piece (the piece's
     // gradient comes back at the whole tensor's size; no memslim involved:
     // `chunk(sigmoid(h), 2)[0]`). The in-place form keeps the chunk out of such
     // a graph; the functional op would bring it in (long-fuzz seed 116512).
     const Value* chunked = nullptr;
-    for (const Value* v : prop.guarded)
+    for (const Value* v : reach)
       for (const auto& use : v->uses())
         if (use.user->kind() == c10::aten::chunk) chunked = v;
     if (chunked) {

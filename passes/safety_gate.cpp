@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "memslim/passes/activation_table.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
@@ -343,14 +344,27 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
     if (path.empty()) roots.insert(r);
     else root_paths.push_back(path);
   };
+  // Only what such a graph's backward may read counts: the covered nodes'
+  // tensors (the rewrite's own), the inputs a node's gradient reads
+  // (SavedTensorAnalysis), aten::cat's tensors (its symbolic gradient keeps
+  // them), and activations' inputs and outputs (symbolic gradients keep the
+  // output of hardswish, leaky_relu, softplus where aten keeps the input). A
+  // linear's output written later (Falcon's `mlp_output += attention_output`) is
+  // read by no backward: not a reason to keep the gelu before it.
   for (const Node* n : chain) {
-    for (const Value* v : n->inputs()) {
-      add_root(v);
-      // aten::cat's tensors (kept by TorchScript's symbolic gradient of cat)
-      if (v->node()->kind() == c10::prim::ListConstruct)
-        for (const Value* e : v->node()->inputs()) add_root(e);
+    const bool all = members.count(n) || activation_info(n->kind());
+    for (size_t i = 0; i < n->inputs().size(); ++i) {
+      const Value* v = n->inputs()[i];
+      if (v->node()->kind() == c10::prim::ListConstruct) {
+        if (all || n->kind() == c10::aten::cat ||
+            SavedTensorAnalysis::keeps_input(n, i) /* a region's inputs */)
+          for (const Value* e : v->node()->inputs()) add_root(e);
+        continue;
+      }
+      if (all || SavedTensorAnalysis::keeps_input(n, i)) add_root(v);
     }
-    for (const Value* v : n->outputs()) add_root(v);
+    if (all || SavedTensorAnalysis::keeps_output(n))
+      for (const Value* v : n->outputs()) add_root(v);
   }
   torch::jit::DepthFirstGraphNodeIterator chain_it(graph_);
   bool started = false;
