@@ -144,9 +144,15 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
   const Block* block = covers.front()->owningBlock();
   // In-place ops stay out of those graphs (seen in the executor's plans; autodiff
   // has formulas for some of them, e.g. add_).
+  // aten::chunk and its unpacking are linked too: the executor turns them into
+  // prim::ConstantChunk, which its autodiff differentiates (long-fuzz seed
+  // 143617: linear -> chunk -> softplus rewritten reshaped linear's chain).
+  auto is_chunk_unpack = [](const Node* n) {
+    return n->kind() == c10::prim::ListUnpack && n->input(0)->node()->kind() == c10::aten::chunk;
+  };
   auto linked = [&](const Node* n) {
     if (n->owningBlock() != block) return false;
-    if (members.count(n)) return true;
+    if (members.count(n) || n->kind() == c10::aten::chunk || is_chunk_unpack(n)) return true;
     const c10::FunctionSchema* s = n->maybeSchema();
     return torch::jit::isDifferentiable(n) && !(s && s->is_mutable());
   };
@@ -163,6 +169,7 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
         for (const Value* w : written_inputs(m)) written.insert(storage_root(w));
   }
   auto link = [&](const Value* v) {
+    if (v->node()->kind() == c10::aten::chunk) return true;  // its pieces' list
     return v->type()->cast<c10::TensorType>() && !written.count(storage_root(v));
   };
   std::vector<const Node*> chain(covers.begin(), covers.end());
