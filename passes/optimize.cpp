@@ -232,14 +232,7 @@ const c10::Symbol kPinAttr = c10::Symbol::attr("memslim_pin");
 // when not training or p == 0 (ATen's _dropout_impl), which its schema does not
 // say. Only a constant `train == true` with a constant p > 0 rules that out.
 bool may_return_input(const Node* d) {
-  static const c10::Symbol kinds[] = {
-      c10::Symbol::fromQualString("aten::dropout"),
-      c10::Symbol::fromQualString("aten::feature_dropout"),
-      c10::Symbol::fromQualString("aten::alpha_dropout"),
-      c10::Symbol::fromQualString("aten::feature_alpha_dropout")};
-  bool family = false;
-  for (c10::Symbol k : kinds) family = family || d->kind() == k;
-  if (!family || d->inputs().size() < 3) return false;
+  if (!SavedTensorAnalysis::returns_input_undeclared(d) || d->inputs().size() < 3) return false;
   const auto p = torch::jit::toIValue(d->input(1));
   const auto train = torch::jit::toIValue(d->input(2));
   const bool fresh = p && train && p->isDouble() && p->toDouble() > 0 && train->isBool() &&
@@ -288,17 +281,13 @@ std::vector<Node*> pin_unused_writes(torch::jit::Block* b) {
       pins.insert(pins.end(), more.begin(), more.end());
     }
     if (n->outputs().empty()) continue;
-    const c10::FunctionSchema* s = n->maybeSchema();
     // Pinned even where the output has a use: inside F.relu's / F.dropout's
     // `if inplace` the only reader is the If that constant propagation folds
     // away, leaving the write unread (long-fuzz seed 108683: `relu_(v0[:, :8])`
     // after an eval-mode dropout that returned v0 itself was deleted).
     bool write = false;
-    if (s && s->is_mutable())
-      for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
-        const c10::AliasInfo* a = s->arguments()[i].alias_info();
-        if (a && a->isWrite() && reaches_hidden_alias(n->input(i))) write = true;
-      }
+    for (const Value* w : SavedTensorAnalysis::written_inputs(n))
+      write = write || reaches_hidden_alias(w);
     // A random op nobody reads still advances the generator: deleting it
     // changes every later mask (eager draws it; a fuzzer finding, two
     // dropouts of one input with the first unused).

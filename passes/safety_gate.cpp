@@ -27,18 +27,6 @@ using torch::jit::Value;
 
 namespace {
 
-// The values `n` writes in place (schema arguments marked `(a!)`).
-std::vector<const Value*> written_inputs(const Node* n) {
-  std::vector<const Value*> out;
-  const c10::FunctionSchema* s = n->maybeSchema();
-  if (!s) return out;
-  for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
-    const c10::AliasInfo* a = s->arguments()[i].alias_info();
-    if (a && a->isWrite()) out.push_back(n->input(i));
-  }
-  return out;
-}
-
 bool same_or_nested(const std::string& a, const std::string& b) {
   auto prefix = [](const std::string& p, const std::string& s) {
     return s.size() > p.size() && s.compare(0, p.size(), p) == 0 && s[p.size()] == '.';
@@ -47,20 +35,6 @@ bool same_or_nested(const std::string& a, const std::string& b) {
 }
 
 std::string name_of(const Value* v) { return "%" + v->debugName(); }
-
-// Ops that may return their input itself although their schema declares no
-// alias: dropout and its variants return `input` when not training or p == 0
-// (ATen's _dropout_impl), in eager and in TorchScript's interpreter alike.
-bool returns_input_undeclared(const Node* n) {
-  static const c10::Symbol kinds[] = {
-      c10::Symbol::fromQualString("aten::dropout"),
-      c10::Symbol::fromQualString("aten::feature_dropout"),
-      c10::Symbol::fromQualString("aten::alpha_dropout"),
-      c10::Symbol::fromQualString("aten::feature_alpha_dropout")};
-  for (c10::Symbol k : kinds)
-    if (n->kind() == k) return true;
-  return false;
-}
 
 // `v` and every value that may be the very same tensor through such ops, in
 // either direction (AliasDb cannot know: the schemas say nothing).
@@ -72,10 +46,12 @@ std::vector<Value*> same_tensor_closure(Value* v) {
     auto visit = [&](Value* next) {
       if (seen.insert(next).second) out.push_back(next);
     };
-    if (returns_input_undeclared(cur->node()) && !cur->node()->inputs().empty())
+    if (SavedTensorAnalysis::returns_input_undeclared(cur->node()) &&
+        !cur->node()->inputs().empty())
       visit(cur->node()->input(0));
     for (const auto& use : cur->uses())
-      if (use.offset == 0 && returns_input_undeclared(use.user)) visit(use.user->output());
+      if (use.offset == 0 && SavedTensorAnalysis::returns_input_undeclared(use.user))
+        visit(use.user->output());
   }
   return out;
 }
@@ -86,7 +62,7 @@ std::optional<std::string> write_observable(const Value* w) {
   if (w->uses().size() != 1) return std::string("its input has another use");
   const Node* p = w->node();
   if (p->kind() == c10::prim::Param) return std::string("its input is a graph input");
-  if (returns_input_undeclared(p))
+  if (SavedTensorAnalysis::returns_input_undeclared(p))
     return std::string("its input may be another tensor (") + p->kind().toQualString() +
            " returns its input when not training)";
   if (p->kind().is_prim())
@@ -107,7 +83,8 @@ const Value* storage_root(const Value* v) {
                                        c10::Symbol::fromQualString("aten::split_with_sizes")};
   for (;;) {
     const Node* p = v->node();
-    if (SavedTensorAnalysis::is_view_of_input(p, 0) || returns_input_undeclared(p)) {
+    if (SavedTensorAnalysis::is_view_of_input(p, 0) ||
+        SavedTensorAnalysis::returns_input_undeclared(p)) {
       v = p->input(0);
       continue;
     }
@@ -166,7 +143,8 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
     torch::jit::DepthFirstGraphNodeIterator it(g);
     for (Node* m = it.next(); m; m = it.next())
       if (!members.count(m))
-        for (const Value* w : written_inputs(m)) written.insert(storage_root(w));
+        for (const Value* w : SavedTensorAnalysis::written_inputs(m))
+          written.insert(storage_root(w));
   }
   auto link = [&](const Value* v) {
     if (v->node()->kind() == c10::aten::chunk) return true;  // its pieces' list
@@ -258,7 +236,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
     if (n->hasSideEffects() || (s && s->is_mutable() && !p.removes_writes))
       return std::string(n->kind().toQualString()) + " in it writes in place or has side effects";
     if (p.removes_writes)
-      for (const Value* w : written_inputs(n))
+      for (const Value* w : SavedTensorAnalysis::written_inputs(n))
         if (auto why = write_observable(w)) return *why;
   }
   std::vector<Node*> order = p.covers;
@@ -292,7 +270,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   // by attribute path; everything else by AliasDb (where attributes and graph
   // inputs are wildcards: conservative, and only those).
   auto writes = [&](Node* m, const Watched& w) -> const Value* {
-    const std::vector<const Value*> written = written_inputs(m);
+    const std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
     if (written.empty()) {  // no schema-declared write; prim ops that write (SetAttr...)
       if (w.plain.empty() || !alias().writesToAlias(m, w.plain)) return nullptr;
       for (const Value* v : w.plain)
@@ -378,7 +356,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   for (Node* m = chain_it.next(); m; m = chain_it.next()) {
     started = started || in_chain.count(m);
     if (!started || members.count(m)) continue;
-    for (const Value* w : written_inputs(m)) {
+    for (const Value* w : SavedTensorAnalysis::written_inputs(m)) {
       const Value* r = storage_root(w);
       const std::string path = module_state_path(r);
       bool hit = path.empty() ? roots.count(r) > 0 : false;

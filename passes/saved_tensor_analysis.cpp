@@ -194,6 +194,28 @@ bool SavedTensorAnalysis::is_view_of_input(const Node* n, size_t index) {
   return out && in && !out->isWrite() && !in->isWrite() && out->beforeSets() == in->beforeSets();
 }
 
+bool SavedTensorAnalysis::returns_input_undeclared(const Node* n) {
+  static const c10::Symbol kinds[] = {
+      c10::Symbol::fromQualString("aten::dropout"),
+      c10::Symbol::fromQualString("aten::feature_dropout"),
+      c10::Symbol::fromQualString("aten::alpha_dropout"),
+      c10::Symbol::fromQualString("aten::feature_alpha_dropout")};
+  for (c10::Symbol k : kinds)
+    if (n->kind() == k) return true;
+  return false;
+}
+
+std::vector<const Value*> SavedTensorAnalysis::written_inputs(const Node* n) {
+  std::vector<const Value*> out;
+  const c10::FunctionSchema* s = n->maybeSchema();
+  if (!s) return out;
+  for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
+    const c10::AliasInfo* a = s->arguments()[i].alias_info();
+    if (a && a->isWrite()) out.push_back(n->input(i));
+  }
+  return out;
+}
+
 std::optional<int64_t> SavedTensorAnalysis::numel(const Value* v) {
   auto t = v->type()->cast<c10::TensorType>();
   if (!t) return std::nullopt;

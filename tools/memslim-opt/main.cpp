@@ -748,45 +748,41 @@ void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& 
             const std::vector<c10::IValue>& prefix, const Example& ex,
             const std::vector<at::Tensor>& params, const std::function<void()>& reset = {},
             const Reference& reference = {}) {
-  RunResult r1, r2;
-  std::shared_ptr<Graph> run_after = after;
-  try {
-    r1 = run_with_grads(before, prefix, ex, params);
-  } catch (const std::exception& e) {
-    // torch's interpreter fails on some graphs the executor runs (it unrolls
-    // loops first): `x - v` after a loop that reads x, then a dropout ("Expected
-    // Tensor but got None"; torch.jit.optimized_execution(False) fails the
-    // same way). Unrolling is exact: compare both graphs unrolled.
+  // torch's interpreter fails on some graphs the executor runs (it unrolls
+  // loops first): `x - v` after a loop that reads x, then a dropout, or a loop's
+  // output into a recompute region (long-fuzz seed 144414): "Expected Tensor but
+  // got None"; torch.jit.optimized_execution(False) fails the same way.
+  // Unrolling is exact: where either graph fails as written, both are compared
+  // unrolled.
+  auto run = [&](const std::shared_ptr<Graph>& g, bool unroll) {
     if (reset) reset();
-    std::shared_ptr<Graph> b = before->copy(), a = after->copy();
-    bool ok = false;
-    try {
-      torch::jit::UnrollLoops(b);
-      torch::jit::UnrollLoops(a);
-      r1 = run_with_grads(b, prefix, ex, params);
-      ok = true;
-    } catch (const std::exception&) {
+    std::shared_ptr<Graph> h = g;
+    if (unroll) {
+      h = g->copy();
+      torch::jit::UnrollLoops(h);
     }
-    if (!ok) fail("--verify: the input graph fails on the example inputs: " + one_line(e));
-    run_after = a;
-  }
-  if (reset) reset();
+    return run_with_grads(h, prefix, ex, params);
+  };
+  RunResult r1, r2;
+  bool unrolled = false;
   try {
-    r2 = run_with_grads(run_after, prefix, ex, params);
+    r1 = run(before, false);
   } catch (const std::exception& e) {
-    // The same interpreter limit may hit only the rewritten graph (long-fuzz
-    // seed 144414: a loop's output into a recompute region, "Expected Tensor but
-    // got None"): compare both unrolled before calling it a failure.
+    try {
+      r1 = run(before, true);
+      unrolled = true;
+    } catch (const std::exception&) {
+      fail("--verify: the input graph fails on the example inputs: " + one_line(e));
+    }
+  }
+  try {
+    r2 = run(after, unrolled);
+  } catch (const std::exception& e) {
     bool ok = false;
-    if (run_after == after) {
-      if (reset) reset();
-      std::shared_ptr<Graph> b = before->copy(), a = after->copy();
+    if (!unrolled) {
       try {
-        torch::jit::UnrollLoops(b);
-        torch::jit::UnrollLoops(a);
-        RunResult u1 = run_with_grads(b, prefix, ex, params);
-        if (reset) reset();
-        r2 = run_with_grads(a, prefix, ex, params);
+        RunResult u1 = run(before, true);
+        r2 = run(after, true);
         r1 = std::move(u1);
         ok = true;
       } catch (const std::exception&) {
@@ -943,6 +939,25 @@ std::string check_loaded(const torch::jit::Module& module, bool will_save) {
   return "";
 }
 
+// One line for the exception std::terminate was called for (inside a
+// terminate handler). c10_only: read only a c10::Error's message; what() of
+// others (torch's ErrorReport) may throw again.
+std::string terminating_exception(bool c10_only) {
+  auto p = std::current_exception();
+  if (!p) return "std::terminate";
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::exception& e) {
+    if (!c10_only) return one_line(e);
+    if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) {
+      const auto lines = lines_of(ce->what_without_backtrace());
+      return lines.empty() ? "(no message)" : trim(lines[0]);
+    }
+  } catch (...) {
+  }
+  return c10_only ? "unknown exception" : "std::terminate";
+}
+
 // One line for an exception from torch::jit::load or check_loaded.
 std::string load_error(const std::exception& e) {
   std::string msg = one_line(e);
@@ -995,17 +1010,8 @@ std::string probe_load(const std::string& path, bool will_save) {
     g_probe_fd = fds[1];
     std::set_terminate([] {
       // Only c10::Error's text here: what() of anything else may throw again.
-      std::string why = "unknown exception";
-      if (auto p = std::current_exception()) {
-        try {
-          std::rethrow_exception(p);
-        } catch (const c10::Error& e) {
-          const auto lines = lines_of(e.what_without_backtrace());
-          why = lines.empty() ? "(no message)" : trim(lines[0]);
-        } catch (...) {
-        }
-      }
-      write_all(g_probe_fd, "torch failed while describing the load error (" + why +
+      write_all(g_probe_fd, "torch failed while describing the load error (" +
+                                terminating_exception(/*c10_only=*/true) +
                                 "): the archive is corrupt");
       _exit(1);
     });
@@ -1281,15 +1287,7 @@ public:
 int tool_main(int argc, char** argv) {
   // A last resort: an exception escaping a noexcept frame still ends as one line.
   std::set_terminate([] {
-    std::string what = "std::terminate";
-    if (auto p = std::current_exception()) {
-      try {
-        std::rethrow_exception(p);
-      } catch (const std::exception& e) {
-        what = one_line(e);
-      } catch (...) {
-      }
-    }
+    const std::string what = terminating_exception(/*c10_only=*/false);
     if (!g_partial_output.empty()) std::remove(g_partial_output.c_str());
     std::fprintf(stderr, "memslim-opt: error: internal error: %s\n", printable(what).c_str());
     std::fflush(stderr);

@@ -12,6 +12,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <optional>
+#include <vector>
 #include <unordered_set>
 #include <string>
 
@@ -37,6 +38,12 @@ class SavedTensorAnalysis {
   // Whether `n`'s output is a view of (shares storage with) its input `index`,
   // by its schema's alias annotations (view, reshape, transpose, select...).
   static bool is_view_of_input(const torch::jit::Node* n, size_t index);
+  // Whether `n` may return its input itself although its schema declares no
+  // alias: dropout and its variants return `input` when not training or p == 0
+  // (ATen's _dropout_impl), in eager and in TorchScript's interpreter alike.
+  static bool returns_input_undeclared(const torch::jit::Node* n);
+  // The values `n` writes in place (schema arguments marked `(a!)`).
+  static std::vector<const torch::jit::Value*> written_inputs(const torch::jit::Node* n);
 
   // Bytes of `v` if its type has concrete sizes and a dtype.
   static std::optional<int64_t> bytes(const torch::jit::Value* v);
