@@ -210,8 +210,19 @@ std::string check_prim(const Node* n) {
         return "pair " + std::to_string(i / 2) + " does not fit " + t->repr_str();
     return "";
   }
-  if (k == prim::Uninitialized)
-    return ni == 0 && no == 1 ? "" : "takes no inputs and has one output";
+  if (k == prim::Uninitialized) {
+    if (ni != 0 || no != 1) return "takes no inputs and has one output";
+    // TorchScript's exit transforms yield it out of a block whose path never
+    // reads it (a branch that raises, a loop that breaks); an op that reads it
+    // gets no value at run time, and the interpreter dies in an INTERNAL ASSERT.
+    for (const torch::jit::Use& u : n->output()->uses()) {
+      const auto uk = u.user->kind();
+      if (uk == prim::Return || (uk == prim::Loop && u.offset >= 2)) continue;
+      return std::string("its value is read by ") + uk.toQualString() + "; an uninitialized value may only leave a block (a prim::If or "
+             "prim::Loop output, or a loop-carried value)";
+    }
+    return "";
+  }
   if (k == prim::unchecked_cast)
     return ni == 1 && no == 1 ? "" : "takes one input and has one output";
   if (k == prim::GetAttr || k == prim::SetAttr) {

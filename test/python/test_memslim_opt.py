@@ -127,6 +127,14 @@ def test_corrupted_archives_found_by_the_fuzzer(tmp_path, name):
      "torch failed while describing the load error (Expected PROTO opcode"),
     ("fuzz_error_control_byte.ir", ["--passes=cleanup,fuse-activation-dropout", "--split-input-file", "--verify",
                                     "--input-shapes=8x16", "-o", "OUT"], "found '\\x1d' here"),
+    # a prim::Uninitialized bool fed straight to dropout: the recording run hit
+    # torch's INTERNAL ASSERT "expected bool" (fuzz_opt_inputs --quick, input 295)
+    ("fuzz_error_uninitialized.ir", ["--pipeline=memslim-default", "--split-input-file", "--input-shapes=8x16",
+                                     "--verify", "--remarks", "-o", "OUT"], "prim::Uninitialized at line 3, column 19: its value is read by aten::dropout"),
+    # `%flag : b(ool)` reads as a type with alias info, which torch's IR parser
+    # refuses with an INTERNAL ASSERT (fuzz_opt_inputs --quick, input 217)
+    ("fuzz_error_alias_type.ir", ["--passes=cleanup", "--input-shapes=1e400,scalar", "--verify", "-o", "OUT"],
+     "as TorchScript IR: Parsing IR with Alias Info not handled"),
 ])
 def test_error_text_from_corrupt_inputs_is_one_printable_line(tmp_path, name, args, expect):
     """bench/results/fuzz_opt_inputs.md findings: torch quotes a corrupt input's bytes

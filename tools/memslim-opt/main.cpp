@@ -958,20 +958,25 @@ std::string terminating_exception(bool c10_only) {
   return c10_only ? "unknown exception" : "std::terminate";
 }
 
+// torch's own consistency checks ("COND INTERNAL ASSERT FAILED at "FILE":N,
+// please report a bug to PyTorch. MSG") that its readers (archive loader, IR
+// parser) hit on bad input: the input's fault, not a torch bug. MSG, or the
+// failed condition; "" when `msg` is not such a check.
+std::string torch_check_detail(const std::string& msg) {
+  const auto assert_at = msg.find(" INTERNAL ASSERT FAILED");
+  if (assert_at == std::string::npos) return "";
+  const std::string tag = "please report a bug to PyTorch.";
+  const auto tag_at = msg.find(tag);
+  std::string detail = tag_at == std::string::npos ? "" : trim(msg.substr(tag_at + tag.size()));
+  if (detail.empty()) detail = "torch's check '" + msg.substr(0, assert_at) + "' failed";
+  return detail;
+}
+
 // One line for an exception from torch::jit::load or check_loaded.
 std::string load_error(const std::exception& e) {
-  std::string msg = one_line(e);
-  // torch's own consistency checks ("COND INTERNAL ASSERT FAILED at "FILE":N,
-  // please report a bug to PyTorch. MSG"): the archive's fault, not a torch bug.
-  const auto assert_at = msg.find(" INTERNAL ASSERT FAILED");
-  if (assert_at != std::string::npos) {
-    const std::string tag = "please report a bug to PyTorch.";
-    const auto tag_at = msg.find(tag);
-    std::string detail = tag_at == std::string::npos ? "" : trim(msg.substr(tag_at + tag.size()));
-    if (detail.empty()) detail = "torch's check '" + msg.substr(0, assert_at) + "' failed";
-    msg = "inconsistent contents (" + detail + ")";
-  }
-  return msg;
+  const std::string msg = one_line(e);
+  const std::string detail = torch_check_detail(msg);
+  return detail.empty() ? msg : "inconsistent contents (" + detail + ")";
 }
 
 // The probe child's pipe to the parent (its terminate handler writes there).
@@ -1186,7 +1191,9 @@ int run(const Options& o) {
     try {
       torch::jit::parseIR(chunks[c], graph.get());
     } catch (const std::exception& e) {
-      fail("cannot parse " + where + " as TorchScript IR: " + one_line(e, chunks[c]));
+      const std::string msg = one_line(e, chunks[c]);
+      const std::string detail = torch_check_detail(msg);
+      fail("cannot parse " + where + " as TorchScript IR: " + (detail.empty() ? msg : detail));
     }
     if (auto bad = memslim::validate_graph(graph)) fail(where + ": " + *bad);
 
