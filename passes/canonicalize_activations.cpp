@@ -253,6 +253,7 @@ void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, P
       // executor a DifferentiableGraph may keep its output (hardswish: measured by
       // the fuzzer), which the formula never kept: a later write to either keeps it.
       prop.guarded = {x, root->output()};
+      prop.makes = {{c10::Symbol::fromQualString(m->op), x}};
       const Match match = *m;
       prop.apply = [&g, root, x, match]() {
         std::vector<Value*> args{x};

@@ -120,6 +120,7 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
       continue;
     }
     prop.removes_writes = true;
+    prop.makes = {{f, n->input(0)}};
     prop.apply = [&g, n, f]() {
       replace_output(*g, n, n->output(), f, n->inputs());
       return std::string();

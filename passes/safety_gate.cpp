@@ -78,13 +78,17 @@ std::optional<std::string> write_observable(const Value* w) {
 
 // The tensor whose storage `v` is: through views (pieces of chunk / split /
 // unbind included) and through dropouts, which may return their input.
-const Value* storage_root(const Value* v) {
+// `through_dropout` (if given) says whether the way passed such a dropout: an
+// alias AliasDb cannot see.
+const Value* storage_root(const Value* v, bool* through_dropout = nullptr) {
   static const c10::Symbol pieces[] = {c10::aten::chunk, c10::aten::split, c10::aten::unbind,
                                        c10::Symbol::fromQualString("aten::split_with_sizes")};
+  if (through_dropout) *through_dropout = false;
   for (;;) {
     const Node* p = v->node();
-    if (SavedTensorAnalysis::is_view_of_input(p, 0) ||
-        SavedTensorAnalysis::returns_input_undeclared(p)) {
+    const bool dropout = SavedTensorAnalysis::returns_input_undeclared(p);
+    if (SavedTensorAnalysis::is_view_of_input(p, 0) || dropout) {
+      if (dropout && through_dropout) *through_dropout = true;
       v = p->input(0);
       continue;
     }
@@ -221,6 +225,18 @@ AliasDb& SafetyGate::alias() {
   return *alias_;
 }
 
+// A node writing in place a tensor whose storage is `v`'s, reached through a
+// dropout that may return its input (AliasDb sees no such write), or null.
+const Node* SafetyGate::hidden_writer(const Value* v) {
+  torch::jit::DepthFirstGraphNodeIterator it(graph_);
+  for (Node* m = it.next(); m; m = it.next())
+    for (const Value* w : SavedTensorAnalysis::written_inputs(m)) {
+      bool hidden = false;
+      if (storage_root(w, &hidden) == v && hidden) return m;
+    }
+  return nullptr;
+}
+
 std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   if (p.covers.empty()) return "the proposal covers no node (internal)";
   for (const Node* n : p.covers)
@@ -272,6 +288,10 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   auto writes = [&](Node* m, const Watched& w) -> const Value* {
     const std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
     if (written.empty()) {  // no schema-declared write; prim ops that write (SetAttr...)
+      // memslim's own ops write nothing their schema does not say; AliasDb
+      // assumes conservative ones (the fused dropout, see runtime/schema.cpp)
+      // write every input.
+      if (m->kind().ns() == c10::Symbol::fromQualString("namespaces::memslim")) return nullptr;
       if (w.plain.empty() || !alias().writesToAlias(m, w.plain)) return nullptr;
       for (const Value* v : w.plain)
         if (alias().writesToAlias(m, torch::jit::ValueSet{const_cast<Value*>(v)})) return v;
@@ -306,6 +326,23 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
     if (const Value* v = writes(m, after))
       return std::string(m->kind().toQualString()) + " later writes " + name_of(v) + " in place";
   }
+
+  // An op the rewrite makes next to an existing op of the same kind on the
+  // same input is one torch's CSE may merge with it. It will, when AliasDb sees
+  // no write to either, and a write through a dropout that returned its input
+  // is one it cannot see: the merged value would carry the write to the new
+  // op's readers (long-fuzz seed 161800: x * sigmoid(x) -> silu(x) beside the
+  // user's silu(x), whose eval-mode dropout's output mul_ wrote).
+  for (const auto& [kind, x] : p.makes)
+    for (const auto& use : x->uses()) {
+      const Node* twin = use.user;
+      if (twin->kind() != kind || use.offset != 0 || members.count(twin)) continue;
+      for (const Value* o : twin->outputs())
+        if (const Node* w = hidden_writer(o))
+          return "torch's CSE may merge the new " + std::string(kind.toQualString()) +
+                 " with the one at " + name_of(o) + ", which " + w->kind().toQualString() +
+                 " writes in place through a dropout's undeclared alias";
+    }
 
   // A value the executor may keep in a DifferentiableGraph with the covered
   // nodes must not be written in place once the chain has run: the rewrite may

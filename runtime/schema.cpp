@@ -44,7 +44,14 @@ TORCH_LIBRARY(memslim, m) {
   // exact list, instead of aten's activation input and float dropout noise. The
   // mask comes from the same RNG calls aten's dropout makes, so a seeded run
   // reproduces aten's values exactly.
-  m.def("activation_dropout(Tensor self, str act, float[] params, float p, bool train) -> Tensor");
+  // It draws random numbers, which TorchScript cannot be told for an op outside
+  // aten (Node::isNondeterministic reads aten's list only): its CSE merged two
+  // such ops on one input into one mask. Registered with conservative alias
+  // analysis, an op torch treats as having side effects: never merged, never
+  // deleted unread (eager draws an unread dropout's mask too).
+  m.def(torch::schema(
+      "activation_dropout(Tensor self, str act, float[] params, float p, bool train) -> Tensor",
+      c10::AliasAnalysisKind::CONSERVATIVE));
 
   // A region of elementwise ops (what recompute-pointwise-regions cuts out), as
   // TorchScript IR text taking `inputs` in order and returning the outputs.

@@ -850,6 +850,66 @@ def make():
 """
 
 
+# Fourth long run (seeds 160000-167945, commit a6c58f4), 161800 shrunk: x * sigmoid(x)
+# canonicalized to silu(x) beside the user's own silu(x), whose output an eval-mode
+# dropout returns and mul_ then writes. torch's CSE cannot see that alias (dropout's
+# schema declares none) and merged the two silu nodes: v2 got the write too (output 1/3
+# off eager on the first call).
+CANONICAL_TWIN_OF_A_HIDDEN_WRITE = """class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop0 = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        v2 = x * torch.sigmoid(x)
+        v3 = F.silu(x)
+        v4 = self.drop0(v3)
+        v4.mul_(0.5)
+        return v2 + v4
+
+
+def make():
+    torch.manual_seed(161800)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(8, 24, dtype=torch.float32),)
+"""
+
+
+def test_canonical_op_is_no_cse_twin_of_a_hidden_write(session):
+    check(session, CANONICAL_TWIN_OF_A_HIDDEN_WRITE)
+
+
+# 161240 shrunk: softplus -> dropout fused, its result unread; cleanup deleted the fused op
+# (torch knows only aten's random ops), so the next dropout drew another mask than the
+# input graph's (memslim-opt --verify: outputs 0.88 off). The fused op is registered with
+# effects now: kept unread, as an unread aten::dropout is.
+UNREAD_FUSED_DROPOUT = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(24, 24) * 0.2041)
+
+    def forward(self, x):
+        v1 = x @ self.w0.t()
+        v3 = F.dropout(F.softplus(v1, beta=2.0, threshold=5.0), 0.2, True)
+        v4 = torch.addcmul(v3, v1, v1, value=0.5)
+        v5 = F.dropout(x, 0.2, True)
+        return v5, torch.tanh(v1)
+
+
+def make():
+    torch.manual_seed(161240)
+    m = P().to(torch.float32)
+    m.train()
+    return m, (torch.randn(4, 24, dtype=torch.float32),)
+"""
+
+
+def test_unread_fused_dropout_still_draws(session):
+    check(session, UNREAD_FUSED_DROPOUT)
+
+
 @pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 144972")
 def test_region_loop_after_written_rsqrt(session):
     check(session, RSQRT_WRITTEN_REGION_LOOP)

@@ -175,6 +175,42 @@ def test_hand_written_activations_are_canonicalized_and_rewritten():
     assert_same_training(torch.jit.script(ref), o, xs)
 
 
+class TwinDropouts(torch.nn.Module):
+    """Two dropout(gelu(linear(x))) with the same weight: TorchScript's CSE merges the
+    two linears, which makes the two fused ops identical nodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 64) * 0.1)
+
+    def forward(self, x):
+        a = F.dropout(F.gelu(F.linear(x, self.w)), 0.5, True)
+        b = F.dropout(F.gelu(F.linear(x, self.w)), 0.5, True)
+        return a - b
+
+
+def test_twin_fused_dropouts_draw_two_masks():
+    # TorchScript's CSE reads only aten's list of random ops; it merged the two
+    # memslim::activation_dropout nodes into one, so a - b was 0 everywhere (found
+    # while fixing long-fuzz seed 161240). Registered as an op with effects now.
+    torch.manual_seed(0)
+    m = TwinDropouts()
+    x = torch.randn(64, 64)
+    o = memslim.optimize(torch.jit.script(m), (x,))
+    rep = memslim.report(o)
+    assert sum("fuse-activation-dropout: rewrote" in r for r in rep) == 2, rep
+    ref = torch.jit.script(m)
+    for call in range(3):
+        torch.manual_seed(7 + call)
+        want = ref(x)
+        torch.manual_seed(7 + call)
+        got = o(x)
+        zeros = float((got == 0).float().mean())
+        assert 0.3 < zeros < 0.7, (call, zeros)
+        # the same masks as the unmodified module's two dropouts
+        assert float((got - want).norm()) <= 1e-5 * float(want.norm()), call
+
+
 def test_transformer_encoder_fuses_gelu_dropout():
     # nn.TransformerEncoder (4 layers, d=256, ff=1024, GELU, dropout 0.1), batch 8 x 128:
     # the issue's configuration. dropout sits between GELU and linear2, so only the

@@ -24,6 +24,9 @@
 //    inputs once, at one place);
 //  - after the first covered node, nothing writes a guarded value (what the
 //    new op, or the original ops, keep for backward) or an alias of one;
+//  - an aten op the rewrite makes has no twin (same kind, same input) that
+//    torch's CSE would merge it with while a write AliasDb cannot see (through
+//    a dropout returning its input) hits the twin;
 //  - once the executor chain around the covered nodes has run (the nodes its
 //    autodiff differentiates linked to them, which TorchScript's executor
 //    runs as DifferentiableGraphs keeping what backward reads, outputs too),
@@ -74,6 +77,10 @@ struct Proposal {
   // where nobody can observe the write (the written tensor is fresh, has no
   // alias and no other reader).
   bool removes_writes = false;
+  // The ops the rewrite inserts that torch's CSE could merge with the user's
+  // own (kind, first input): aten ops (a canonical form, the functional form of
+  // an in-place op), not memslim's. The gate checks their twins.
+  std::vector<std::pair<c10::Symbol, torch::jit::Value*>> makes;
 };
 
 class SafetyGate {
@@ -99,6 +106,7 @@ class SafetyGate {
  private:
   void refresh();
   torch::jit::AliasDb& alias();
+  const torch::jit::Node* hidden_writer(const torch::jit::Value* v);
 
   std::shared_ptr<torch::jit::Graph> graph_;
   std::string pass_;
