@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "memslim/passes/pass.h"
+#include "memslim/passes/saved_tensor_analysis.h"
 
 namespace memslim {
 
@@ -32,7 +33,7 @@ bool removable(const Node* n) {
     return true;
   const c10::FunctionSchema* s = n->maybeSchema();
   if (!s || s->is_mutable()) return false;
-  return !n->hasSideEffects() && !n->isNondeterministic();
+  return !n->hasSideEffects() && !SavedTensorAnalysis::draws_random(n);
 }
 
 // Removes dead nodes of `b` (last first, so chains go in one sweep).

@@ -3,7 +3,7 @@
 // What: aten::dropout(act(x), p, train) with act in gelu, silu, mish,
 // hardswish, softplus, elu, celu, selu, sigmoid, tanh (and act's output used
 // by nothing else) becomes memslim::activation_dropout(x, act, params, p,
-// train), which keeps its output plus 2 bits per element (dropout mask and the
+// train, instance), which keeps its output plus 2 bits per element (dropout mask and the
 // activation's branch) instead of the activation's input and dropout's float
 // noise.
 // Why: nn.TransformerEncoderLayer puts dropout between GELU and linear2, so
@@ -72,6 +72,21 @@ std::string at(const Node* n) {
   return n->kind().toQualString() + std::string(" at %") + n->output()->debugName();
 }
 
+const c10::Symbol kFused = c10::Symbol::fromQualString("memslim::activation_dropout");
+
+// One more than the largest `instance` of the graph's fused ops: every fused op
+// of a graph gets its own, so TorchScript's CSE (which does not know the op
+// draws random numbers) never sees two equal nodes (see runtime/schema.cpp).
+int64_t next_instance(torch::jit::Graph& g) {
+  int64_t next = 1;
+  std::shared_ptr<torch::jit::Graph> shared = g.shared_from_this();
+  torch::jit::DepthFirstGraphNodeIterator it(shared);
+  for (Node* n = it.next(); n; n = it.next())
+    if (n->kind() == kFused && n->inputs().size() > 5)
+      if (auto v = torch::jit::constant_as<int64_t>(n->input(5))) next = std::max(next, *v + 1);
+  return next;
+}
+
 } // namespace
 
 void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
@@ -133,14 +148,14 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
     prop.guarded = {x, a->output(), out};  // aten kept x; the fused op keeps out
     const ActSpec spec = *kact;
     prop.apply = [&g, d, x, out, spec]() {
-      Value *act_name, *params;
+      Value *act_name, *params, *instance;
       {
         torch::jit::WithInsertPoint guard(d);
         act_name = g->insertConstant(spec.act);
         params = g->insertConstant(c10::IValue(spec.params));
+        instance = g->insertConstant(next_instance(*g));
       }
-      replace_output(*g, d, out, c10::Symbol::fromQualString("memslim::activation_dropout"),
-                     {x, act_name, params, d->input(1), d->input(2)});
+      replace_output(*g, d, out, kFused, {x, act_name, params, d->input(1), d->input(2), instance});
       return std::string();
     };
     prop.rewrote = why.str();

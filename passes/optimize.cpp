@@ -291,7 +291,7 @@ std::vector<Node*> pin_unused_writes(torch::jit::Block* b) {
     // A random op nobody reads still advances the generator: deleting it
     // changes every later mask (eager draws it; a fuzzer finding, two
     // dropouts of one input with the first unused).
-    const bool random = !write && n->isNondeterministic();
+    const bool random = !write && SavedTensorAnalysis::draws_random(n);
     if (!write && !random) continue;
     Node* pin = b->owningGraph()->create(c10::prim::Print, {n->output(0)}, 0);
     pin->s_(kPinAttr, write ? "unused write" : "unused random op");

@@ -12,6 +12,8 @@
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include <algorithm>
+#include <limits>
+#include <unordered_map>
 
 #include "memslim/passes/activation_table.h"
 #include "memslim/passes/pass.h"
@@ -137,33 +139,50 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
     const c10::FunctionSchema* s = n->maybeSchema();
     return torch::jit::isDifferentiable(n) && !(s && s->is_mutable());
   };
-  // Links are tensors (a shared None or int constant links nothing), and not
-  // tensors written in place by a node the rewrite keeps: the executor does not
-  // merge nodes across a write. (A covered write goes with the rewrite: long-fuzz
-  // seed 123965, cat -> sigmoid_ functionalized let cat's graph keep its input.)
-  std::unordered_set<const Value*> written;
+  // Links are tensors (a shared None or int constant links nothing), and not a
+  // tensor that a node the rewrite keeps writes in place between its producer
+  // and the consumer: the executor does not merge nodes across a write. (A
+  // covered write goes with the rewrite: long-fuzz seed 123965, cat -> sigmoid_
+  // functionalized let cat's graph keep its input.) A write before the producer
+  // or after the consumer cuts nothing (long-fuzz seed 164746: relu_ before
+  // unsqueeze -> sigmoid -> softplus, which the executor merged into a graph
+  // keeping softplus's output, then written by dropout_).
+  std::unordered_map<const Node*, size_t> pos;
+  std::unordered_map<const Value*, std::vector<size_t>> writes_at;  // storage root -> writers
   {
     std::shared_ptr<Graph> g = graph;
     torch::jit::DepthFirstGraphNodeIterator it(g);
-    for (Node* m = it.next(); m; m = it.next())
+    for (Node* m = it.next(); m; m = it.next()) {
+      pos[m] = pos.size() + 1;
       if (!members.count(m))
         for (const Value* w : SavedTensorAnalysis::written_inputs(m))
-          written.insert(storage_root(w));
+          writes_at[storage_root(w)].push_back(pos[m]);
+    }
   }
-  auto link = [&](const Value* v) {
+  auto link = [&](const Value* v, const Node* consumer) {
     if (v->node()->kind() == c10::aten::chunk) return true;  // its pieces' list
-    return v->type()->cast<c10::TensorType>() && !written.count(storage_root(v));
+    if (!v->type()->cast<c10::TensorType>()) return false;
+    const auto w = writes_at.find(storage_root(v));
+    if (w == writes_at.end()) return true;
+    const auto p = pos.find(v->node());
+    const size_t lo = p == pos.end() ? 0 : p->second;  // graph inputs: from the start
+    const auto c = pos.find(consumer);
+    const size_t hi = c == pos.end() ? std::numeric_limits<size_t>::max() : c->second;
+    for (size_t at : w->second)
+      if (at > lo && at < hi) return false;
+    return true;
   };
   std::vector<const Node*> chain(covers.begin(), covers.end());
   std::unordered_set<const Node*> seen(chain.begin(), chain.end());
   for (size_t i = 0; i < chain.size(); ++i) {
     const Node* n = chain[i];
     for (const Value* v : n->inputs())
-      if (link(v) && linked(v->node()) && seen.insert(v->node()).second) chain.push_back(v->node());
+      if (link(v, n) && linked(v->node()) && seen.insert(v->node()).second)
+        chain.push_back(v->node());
     for (const Value* o : n->outputs())
-      if (link(o))
-        for (const auto& use : o->uses())
-          if (linked(use.user) && seen.insert(use.user).second) chain.push_back(use.user);
+      for (const auto& use : o->uses())
+        if (link(o, use.user) && linked(use.user) && seen.insert(use.user).second)
+          chain.push_back(use.user);
   }
   return chain;
 }
@@ -288,10 +307,6 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   auto writes = [&](Node* m, const Watched& w) -> const Value* {
     const std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
     if (written.empty()) {  // no schema-declared write; prim ops that write (SetAttr...)
-      // memslim's own ops write nothing their schema does not say; AliasDb
-      // assumes conservative ones (the fused dropout, see runtime/schema.cpp)
-      // write every input.
-      if (m->kind().ns() == c10::Symbol::fromQualString("namespaces::memslim")) return nullptr;
       if (w.plain.empty() || !alias().writesToAlias(m, w.plain)) return nullptr;
       for (const Value* v : w.plain)
         if (alias().writesToAlias(m, torch::jit::ValueSet{const_cast<Value*>(v)})) return v;

@@ -205,6 +205,16 @@ bool SavedTensorAnalysis::returns_input_undeclared(const Node* n) {
   return false;
 }
 
+bool SavedTensorAnalysis::draws_random(const Node* n) {
+  static const c10::Symbol fused = c10::Symbol::fromQualString("memslim::activation_dropout");
+  if (n->kind() == fused) {
+    const auto train = n->inputs().size() > 4 ? torch::jit::constant_as<bool>(n->input(4))
+                                              : std::optional<bool>();
+    return !train || *train;
+  }
+  return n->isNondeterministic();
+}
+
 std::vector<const Value*> SavedTensorAnalysis::written_inputs(const Node* n) {
   std::vector<const Value*> out;
   const c10::FunctionSchema* s = n->maybeSchema();

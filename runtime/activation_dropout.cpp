@@ -108,7 +108,8 @@ ActSpec spec_from(c10::string_view act, at::ArrayRef<double> params) {
 }
 
 at::Tensor activation_dropout_autograd(const at::Tensor& x, c10::string_view act,
-                                       at::ArrayRef<double> params, double p, bool train) {
+                                       at::ArrayRef<double> params, double p, bool train,
+                                       int64_t /*instance*/) {
   TORCH_CHECK(p >= 0 && p <= 1, "memslim::activation_dropout: dropout probability has to be "
               "between 0 and 1, but got ", p);
   const ActSpec spec = spec_from(act, params);
@@ -124,7 +125,7 @@ at::Tensor activation_dropout_autograd(const at::Tensor& x, c10::string_view act
 }
 
 at::Tensor activation_dropout_meta(const at::Tensor& x, c10::string_view act,
-                                   at::ArrayRef<double>, double, bool) {
+                                   at::ArrayRef<double>, double, bool, int64_t) {
   check_dtype(x, std::string(act));
   return at::empty_like(x);
 }
@@ -137,7 +138,8 @@ TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
 // Below autograd (inference_mode) the same composition runs per device.
 TORCH_LIBRARY_IMPL(memslim, CompositeExplicitAutograd, m) {
   m.impl("activation_dropout", [](const at::Tensor& x, c10::string_view act,
-                                  at::ArrayRef<double> params, double p, bool train) {
+                                  at::ArrayRef<double> params, double p, bool train,
+                                  int64_t /*instance*/) {
     return at::dropout(activation_with_autograd(x, spec_from(act, params)), p, train);
   });
 }

@@ -46,12 +46,13 @@ TORCH_LIBRARY(memslim, m) {
   // reproduces aten's values exactly.
   // It draws random numbers, which TorchScript cannot be told for an op outside
   // aten (Node::isNondeterministic reads aten's list only): its CSE merged two
-  // such ops on one input into one mask. Registered with conservative alias
-  // analysis, an op torch treats as having side effects: never merged, never
-  // deleted unread (eager draws an unread dropout's mask too).
-  m.def(torch::schema(
-      "activation_dropout(Tensor self, str act, float[] params, float p, bool train) -> Tensor",
-      c10::AliasAnalysisKind::CONSERVATIVE));
+  // such ops on one input into one mask. `instance` (ignored by the kernels)
+  // differs between the fused ops of a graph, so no two are ever equal nodes.
+  // (Registering the op as one with effects also stops CSE, but makes AliasDb
+  // assume it writes every input: the executor then grouped differentiable
+  // nodes differently and backward failed on a fuzzer program.)
+  m.def("activation_dropout(Tensor self, str act, float[] params, float p, bool train, "
+        "int instance=0) -> Tensor");
 
   // A region of elementwise ops (what recompute-pointwise-regions cuts out), as
   // TorchScript IR text taking `inputs` in order and returning the outputs.

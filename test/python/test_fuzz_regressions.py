@@ -882,8 +882,8 @@ def test_canonical_op_is_no_cse_twin_of_a_hidden_write(session):
 
 # 161240 shrunk: softplus -> dropout fused, its result unread; cleanup deleted the fused op
 # (torch knows only aten's random ops), so the next dropout drew another mask than the
-# input graph's (memslim-opt --verify: outputs 0.88 off). The fused op is registered with
-# effects now: kept unread, as an unread aten::dropout is.
+# input graph's (memslim-opt --verify: outputs 0.88 off). cleanup keeps it now
+# (SavedTensorAnalysis::draws_random), as it keeps an unread aten::dropout.
 UNREAD_FUSED_DROPOUT = """
 class P(torch.nn.Module):
     def __init__(self):
@@ -908,6 +908,42 @@ def make():
 
 def test_unread_fused_dropout_still_draws(session):
     check(session, UNREAD_FUSED_DROPOUT)
+
+
+# 164746 shrunk: relu_ writes v0 before unsqueeze -> softplus; the gate's executor chain
+# stopped at every tensor written anywhere, so it missed that the executor merges
+# unsqueeze, squeeze and softplus into one DifferentiableGraph keeping softplus's output
+# once the region took the final add, and dropout_ (eval: returns its input) then add_
+# wrote it: backward failed. Only a write between producer and consumer cuts a link now.
+WRITE_BEFORE_THE_CHAIN = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(8, 8) * 0.3536)
+        self.act0 = torch.nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        v0 = F.linear(x, self.w0)
+        v1 = self.act0(v0)
+        v2 = v1.unsqueeze(0)
+        v3 = v2.squeeze(0)
+        v4 = F.softplus(v2)
+        v5 = F.dropout(v4, p=0.1, training=self.training, inplace=True)
+        v5.add_(1.0)
+        v6 = torch.sigmoid(v5)
+        return v6 + v3.mean(),
+
+
+def make():
+    torch.manual_seed(164746)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(8, 8, dtype=torch.float32),)
+"""
+
+
+def test_write_before_the_producer_does_not_cut_the_chain(session):
+    check(session, WRITE_BEFORE_THE_CHAIN)
 
 
 @pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 144972")

@@ -192,7 +192,8 @@ class TwinDropouts(torch.nn.Module):
 def test_twin_fused_dropouts_draw_two_masks():
     # TorchScript's CSE reads only aten's list of random ops; it merged the two
     # memslim::activation_dropout nodes into one, so a - b was 0 everywhere (found
-    # while fixing long-fuzz seed 161240). Registered as an op with effects now.
+    # while fixing long-fuzz seed 161240). Each fused op of a graph now gets its own
+    # `instance` argument, so no two are equal nodes.
     torch.manual_seed(0)
     m = TwinDropouts()
     x = torch.randn(64, 64)

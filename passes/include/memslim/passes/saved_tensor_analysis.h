@@ -42,6 +42,9 @@ class SavedTensorAnalysis {
   // alias: dropout and its variants return `input` when not training or p == 0
   // (ATen's _dropout_impl), in eager and in TorchScript's interpreter alike.
   static bool returns_input_undeclared(const torch::jit::Node* n);
+  // Whether `n` draws random numbers: torch's list (aten ops only, which is all
+  // Node::isNondeterministic reads) and memslim's fused dropout.
+  static bool draws_random(const torch::jit::Node* n);
   // The values `n` writes in place (schema arguments marked `(a!)`).
   static std::vector<const torch::jit::Value*> written_inputs(const torch::jit::Node* n);
 
