@@ -97,12 +97,12 @@ def report(results: list, args, wall: float, path: str):
     w("")
     w("| class | programs |")
     w("|---|---:|")
-    for cls in ("ok", "wrong", "crash", "exception", "timeout", "rng-order", "bf16-rounding", "invalid",
+    for cls in ("ok", "wrong", "crash", "exception", "timeout", "rng-order", "bf16-rounding", "fp32-rounding", "invalid",
                 "runner-error"):
         w("| %s | %d |" % (cls, counts.get(cls, 0)))
     w("")
     w("`invalid`: eager, torch.jit.script or the scripted module failed (the generator's or "
-      "TorchScript's fault; discarded). `rng-order`, `bf16-rounding`: reported, not failures "
+      "TorchScript's fault; discarded). `rng-order`, `bf16-rounding`, `fp32-rounding`: reported, not failures "
       "(test/fuzz/runner.py). Not ok, by class and stage:")
     w("")
     for (c, s), n in sorted(stages.items()):
@@ -140,7 +140,7 @@ def report(results: list, args, wall: float, path: str):
     w("")
     w("## Findings")
     w("")
-    bad = [r for r in results if r["class"] in FAILING + ("rng-order", "bf16-rounding")]
+    bad = [r for r in results if r["class"] in FAILING + ("rng-order", "bf16-rounding", "fp32-rounding")]
     if not bad:
         w("None.")
     by_sig = collections.defaultdict(list)

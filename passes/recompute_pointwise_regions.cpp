@@ -26,6 +26,7 @@
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
+#include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include <algorithm>
 #include <memory>
@@ -275,6 +276,51 @@ void price(Region& r, const CostPolicy& policy, const MayRequireGrad& grad) {
     if (any && !SavedTensorAnalysis::kept_by_other(v, members)) r.after += bytes_of(v);
 }
 
+// Why backward may not run through `v`'s history, or "": a node the region
+// does not cover wrote `v`'s storage in place after a node kept it for
+// backward (a sigmoid keeping its output, addcmul_ keeping its operands), so
+// differentiating into that history fails. The original program trains only
+// because its loss never reaches there; one region op joins its outputs'
+// histories, and a live output then sends backward into every input's
+// history (long-fuzz seed 144972: rsqrt's output written by addcmul_, read by
+// a where() nobody differentiates, in one region with a live tanh).
+std::string poisoned_history(const Value* v, const Region& r,
+                             const std::shared_ptr<torch::jit::Graph>& graph) {
+  const std::unordered_set<const Node*> members(r.nodes.begin(), r.nodes.end());
+  const Value* root = SavedTensorAnalysis::storage_root(v);
+  auto aliases_root = [&](const Value* x) {
+    return x->type()->cast<c10::TensorType>() && SavedTensorAnalysis::storage_root(x) == root;
+  };
+  std::shared_ptr<torch::jit::Graph> g = graph;
+  torch::jit::DepthFirstGraphNodeIterator it(g);
+  const Node* keeper = nullptr;
+  if (root->node()->kind() != c10::prim::Param && SavedTensorAnalysis::keeps_output(root->node()))
+    keeper = root->node();
+  for (Node* n = it.next(); n; n = it.next()) {
+    if (members.count(n)) continue;
+    const auto written = SavedTensorAnalysis::written_inputs(n);
+    bool writes_root = false;
+    for (const Value* w : written) writes_root = writes_root || aliases_root(w);
+    if (writes_root && keeper)
+      return "backward through %" + v->debugName() + "'s history would fail (" +
+             keeper->kind().toQualString() + " keeps it, " + n->kind().toQualString() +
+             " writes it in place), and one region op would reach it";
+    const c10::FunctionSchema* schema = n->maybeSchema();
+    for (size_t i = 0; i < n->inputs().size() && !keeper; ++i) {
+      const bool written_arg = schema && i < schema->arguments().size() &&
+                               schema->arguments()[i].alias_info() &&
+                               schema->arguments()[i].alias_info()->isWrite();
+      if (!written_arg && aliases_root(n->input(i)) && SavedTensorAnalysis::keeps_input(n, i))
+        keeper = n;
+    }
+    if (writes_root && keeper)
+      return "backward through %" + v->debugName() + "'s history would fail (" +
+             keeper->kind().toQualString() + " keeps it, " + n->kind().toQualString() +
+             " writes it in place), and one region op would reach it";
+  }
+  return "";
+}
+
 std::string where(const Region& r) {
   const Value* v = r.outputs.empty() ? r.nodes.back()->output() : r.outputs.back();
   std::ostringstream s;
@@ -440,6 +486,13 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
            << ctx.policy.max_added_work;
     } else if (!(point = insertion_point(r.nodes))) {
       kept << "an input is defined after a consumer of its outputs (no valid place)";
+    } else {
+      for (const Value* in : r.inputs)
+        if (const std::string why = poisoned_history(in, r, g); !why.empty()) {
+          kept << why;
+          point = nullptr;
+          break;
+        }
     }
     if (!point) {
       ctx.remarks.add(kPass, kept.str());

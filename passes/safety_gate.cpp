@@ -78,43 +78,6 @@ std::optional<std::string> write_observable(const Value* w) {
   return std::nullopt;
 }
 
-// The tensor whose storage `v` is: through views (pieces of chunk / split /
-// unbind included) and through dropouts, which may return their input.
-// `through_dropout` (if given) says whether the way passed such a dropout: an
-// alias AliasDb cannot see.
-const Value* storage_root(const Value* v, bool* through_dropout = nullptr) {
-  static const c10::Symbol pieces[] = {c10::aten::chunk, c10::aten::split, c10::aten::unbind,
-                                       c10::Symbol::fromQualString("aten::split_with_sizes")};
-  if (through_dropout) *through_dropout = false;
-  for (;;) {
-    const Node* p = v->node();
-    const bool dropout = SavedTensorAnalysis::returns_input_undeclared(p);
-    if (SavedTensorAnalysis::is_view_of_input(p, 0) || dropout) {
-      if (dropout && through_dropout) *through_dropout = true;
-      v = p->input(0);
-      continue;
-    }
-    // An in-place op returns the tensor it wrote (`Tensor(a!) self -> Tensor(a!)`).
-    const c10::FunctionSchema* s = p->maybeSchema();
-    if (s && !s->returns().empty() && !s->arguments().empty() && !p->inputs().empty() &&
-        s->returns()[0].alias_info() && s->returns()[0].alias_info()->isWrite() &&
-        s->arguments()[0].alias_info() && s->arguments()[0].alias_info()->isWrite()) {
-      v = p->input(0);
-      continue;
-    }
-    if (p->kind() == c10::prim::ListUnpack) {
-      const Node* l = p->input(0)->node();
-      bool piece = false;
-      for (c10::Symbol k : pieces) piece = piece || l->kind() == k;
-      if (piece) {
-        v = l->input(0);
-        continue;
-      }
-    }
-    return v;
-  }
-}
-
 // TorchScript's executor runs chains of nodes its autodiff differentiates (in
 // one block, linked producer -> consumer) as DifferentiableGraphs, which keep
 // what their backward formulas read, their outputs included. A rewrite changes
@@ -156,13 +119,13 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
       pos[m] = pos.size() + 1;
       if (!members.count(m))
         for (const Value* w : SavedTensorAnalysis::written_inputs(m))
-          writes_at[storage_root(w)].push_back(pos[m]);
+          writes_at[SavedTensorAnalysis::storage_root(w)].push_back(pos[m]);
     }
   }
   auto link = [&](const Value* v, const Node* consumer) {
     if (v->node()->kind() == c10::aten::chunk) return true;  // its pieces' list
     if (!v->type()->cast<c10::TensorType>()) return false;
-    const auto w = writes_at.find(storage_root(v));
+    const auto w = writes_at.find(SavedTensorAnalysis::storage_root(v));
     if (w == writes_at.end()) return true;
     const auto p = pos.find(v->node());
     const size_t lo = p == pos.end() ? 0 : p->second;  // graph inputs: from the start
@@ -251,7 +214,7 @@ const Node* SafetyGate::hidden_writer(const Value* v) {
   for (Node* m = it.next(); m; m = it.next())
     for (const Value* w : SavedTensorAnalysis::written_inputs(m)) {
       bool hidden = false;
-      if (storage_root(w, &hidden) == v && hidden) return m;
+      if (SavedTensorAnalysis::storage_root(w, &hidden) == v && hidden) return m;
     }
   return nullptr;
 }
@@ -376,7 +339,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   std::vector<std::string> root_paths;
   auto add_root = [&](const Value* v) {
     if (!v->type()->cast<c10::TensorType>()) return;
-    const Value* r = storage_root(v);
+    const Value* r = SavedTensorAnalysis::storage_root(v);
     const std::string path = module_state_path(r);
     if (path.empty()) roots.insert(r);
     else root_paths.push_back(path);
@@ -409,7 +372,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
     started = started || in_chain.count(m);
     if (!started || members.count(m)) continue;
     for (const Value* w : SavedTensorAnalysis::written_inputs(m)) {
-      const Value* r = storage_root(w);
+      const Value* r = SavedTensorAnalysis::storage_root(w);
       const std::string path = module_state_path(r);
       bool hit = path.empty() ? roots.count(r) > 0 : false;
       for (const auto& sp : root_paths) hit = hit || (!path.empty() && same_or_nested(path, sp));

@@ -51,12 +51,14 @@ const std::set<std::string> kKeepsFirst = {
     "aten::avg_pool2d", "aten::avg_pool1d", "aten::adaptive_avg_pool1d",
     "aten::batch_norm", "aten::layer_norm", "aten::group_norm", "aten::instance_norm",
     "aten::max_pool2d", "aten::max_pool1d", "aten::log",
-    "aten::sqrt", "aten::rsqrt", "aten::abs", "aten::sin", "aten::cos", "aten::erf",
-    "aten::clamp", "aten::hardtanh", "aten::relu6", "aten::lgamma", "aten::reciprocal",
+    "aten::abs", "aten::sin", "aten::cos", "aten::erf",
+    "aten::clamp", "aten::hardtanh", "aten::relu6", "aten::lgamma",
 };
-// Ops keeping their output.
+// Ops keeping their output (sqrt, rsqrt, reciprocal: measured with
+// saved_tensors_hooks; they were listed as keeping their input).
 const std::set<std::string> kKeepsOutput = {
-    "aten::softmax", "aten::log_softmax", "aten::exp",
+    "aten::softmax", "aten::log_softmax", "aten::exp", "aten::sqrt", "aten::rsqrt",
+    "aten::reciprocal",
 };
 
 bool is_tensor(const Value* v) { return v->type()->cast<c10::TensorType>() != nullptr; }
@@ -203,6 +205,43 @@ bool SavedTensorAnalysis::returns_input_undeclared(const Node* n) {
   for (c10::Symbol k : kinds)
     if (n->kind() == k) return true;
   return false;
+}
+
+// The tensor whose storage `v` is: through views (pieces of chunk / split /
+// unbind included) and through dropouts, which may return their input.
+// `through_dropout` (if given) says whether the way passed such a dropout: an
+// alias AliasDb cannot see.
+const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dropout) {
+  static const c10::Symbol pieces[] = {c10::aten::chunk, c10::aten::split, c10::aten::unbind,
+                                       c10::Symbol::fromQualString("aten::split_with_sizes")};
+  if (through_dropout) *through_dropout = false;
+  for (;;) {
+    const Node* p = v->node();
+    const bool dropout = returns_input_undeclared(p);
+    if (is_view_of_input(p, 0) || dropout) {
+      if (dropout && through_dropout) *through_dropout = true;
+      v = p->input(0);
+      continue;
+    }
+    // An in-place op returns the tensor it wrote (`Tensor(a!) self -> Tensor(a!)`).
+    const c10::FunctionSchema* s = p->maybeSchema();
+    if (s && !s->returns().empty() && !s->arguments().empty() && !p->inputs().empty() &&
+        s->returns()[0].alias_info() && s->returns()[0].alias_info()->isWrite() &&
+        s->arguments()[0].alias_info() && s->arguments()[0].alias_info()->isWrite()) {
+      v = p->input(0);
+      continue;
+    }
+    if (p->kind() == c10::prim::ListUnpack) {
+      const Node* l = p->input(0)->node();
+      bool piece = false;
+      for (c10::Symbol k : pieces) piece = piece || l->kind() == k;
+      if (piece) {
+        v = l->input(0);
+        continue;
+      }
+    }
+    return v;
+  }
 }
 
 bool SavedTensorAnalysis::draws_random(const Node* n) {

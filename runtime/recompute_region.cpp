@@ -83,6 +83,12 @@ struct RecomputeRegionFunction : public torch::autograd::Function<RecomputeRegio
     }
     ctx->save_for_backward(inputs.vec());  // the only tensors kept: the region's inputs
     ctx->saved_data["graph"] = ir;
+    // An output nobody differentiates keeps an undefined gradient (not zeros):
+    // differentiating it anyway gave its inputs a zero gradient, which sent
+    // backward into their history where eager's never goes (long-fuzz seed
+    // 144972: a dead where() of rsqrt's output, which addcmul_ had written, in
+    // one region with a live tanh: "modified by an inplace operation").
+    ctx->set_materialize_grads(false);
     std::vector<at::Tensor> non_diff;
     for (const auto& o : outs)
       if (!at::isFloatingType(o.scalar_type()) && !at::isComplexType(o.scalar_type()))

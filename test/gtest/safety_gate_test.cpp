@@ -14,6 +14,7 @@
 
 #include "memslim/passes/pass.h"
 #include "memslim/passes/safety_gate.h"
+#include "memslim/passes/saved_tensor_analysis.h"
 
 namespace {
 
@@ -262,6 +263,92 @@ graph(%x : Tensor):
   g->lint();
   ASSERT_EQ(ctx.remarks.lines().size(), 1u);
   EXPECT_NE(ctx.remarks.lines()[0].find("rolled back"), std::string::npos);
+}
+
+// The analysis facts the gate and the passes share (saved_tensor_analysis.h).
+TEST(SavedTensorAnalysis, StorageRootThroughViewsInPlaceAndDropout) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %zero : int = prim::Constant[value=0]()
+  %p : float = prim::Constant[value=0.5]()
+  %f : bool = prim::Constant[value=0]()
+  %h : Tensor = aten::exp(%x)
+  %r : Tensor = aten::relu_(%h)
+  %u : Tensor = aten::unsqueeze(%r, %zero)
+  %d : Tensor = aten::dropout(%u, %p, %f)
+  return (%d))IR");
+  using memslim::SavedTensorAnalysis;
+  const torch::jit::Value* h = find(g, "aten::exp")->output();
+  bool hidden = true;
+  EXPECT_EQ(SavedTensorAnalysis::storage_root(find(g, "aten::unsqueeze")->output(), &hidden), h);
+  EXPECT_FALSE(hidden);
+  EXPECT_EQ(SavedTensorAnalysis::storage_root(find(g, "aten::dropout")->output(), &hidden), h);
+  EXPECT_TRUE(hidden);  // an alias AliasDb does not see
+}
+
+TEST(SavedTensorAnalysis, FusedDropoutDrawsRandomNumbersUnlessNotTraining) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %p : float = prim::Constant[value=0.5]()
+  %t : bool = prim::Constant[value=1]()
+  %f : bool = prim::Constant[value=0]()
+  %act : str = prim::Constant[value="gelu"]()
+  %l : float[] = prim::ListConstruct()
+  %i : int = prim::Constant[value=1]()
+  %a : Tensor = memslim::activation_dropout(%x, %act, %l, %p, %t, %i)
+  %b : Tensor = memslim::activation_dropout(%x, %act, %l, %p, %f, %i)
+  %c : Tensor = aten::dropout(%x, %p, %t)
+  return (%a, %b, %c))IR");
+  using memslim::SavedTensorAnalysis;
+  EXPECT_TRUE(SavedTensorAnalysis::draws_random(find(g, "memslim::activation_dropout", 0)));
+  EXPECT_FALSE(SavedTensorAnalysis::draws_random(find(g, "memslim::activation_dropout", 1)));
+  EXPECT_TRUE(SavedTensorAnalysis::draws_random(find(g, "aten::dropout")));
+}
+
+TEST(SavedTensorAnalysis, SqrtRsqrtReciprocalKeepTheirOutput) {
+  // Measured with saved_tensors_hooks: aten saves the result for these three.
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %a : Tensor = aten::sqrt(%x)
+  %b : Tensor = aten::rsqrt(%a)
+  %c : Tensor = aten::reciprocal(%b)
+  %d : Tensor = aten::log(%c)
+  return (%d))IR");
+  using memslim::SavedTensorAnalysis;
+  for (const char* k : {"aten::sqrt", "aten::rsqrt", "aten::reciprocal"}) {
+    EXPECT_TRUE(SavedTensorAnalysis::keeps_output(find(g, k))) << k;
+    EXPECT_FALSE(SavedTensorAnalysis::keeps_input(find(g, k), 0)) << k;
+  }
+  EXPECT_TRUE(SavedTensorAnalysis::keeps_input(find(g, "aten::log"), 0));
+}
+
+TEST(SafetyGate, MadeOpIsNoCseTwinOfAHiddenWrite) {
+  // x * sigmoid(x) -> silu(x) beside the user's silu(x), whose output an eval-mode
+  // dropout returns and mul_ writes: torch's CSE would merge the two (long-fuzz 161800).
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %p : float = prim::Constant[value=0.5]()
+  %f : bool = prim::Constant[value=0]()
+  %s : Tensor = aten::sigmoid(%x)
+  %r : Tensor = aten::mul(%x, %s)
+  %u : Tensor = aten::silu(%x)
+  %d : Tensor = aten::dropout(%u, %p, %f)
+  %w : Tensor = aten::mul_(%d, %p)
+  return (%r, %d))IR");
+  Remarks remarks;
+  SafetyGate gate(g, "test", remarks);
+  Proposal p;
+  p.site = "x * sigmoid(x)";
+  p.covers = {find(g, "aten::mul"), find(g, "aten::sigmoid")};
+  p.makes = {{c10::Symbol::fromQualString("aten::silu"), g->inputs()[0]}};
+  p.apply = [] { return std::string(); };
+  auto why = gate.refusal(p);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("torch's CSE may merge the new aten::silu"), std::string::npos) << *why;
+  // Without the write the same proposal passes.
+  find(g, "aten::mul_")->destroy();
+  SafetyGate clean(g, "test", remarks);
+  EXPECT_FALSE(clean.refusal(p).has_value());
 }
 
 } // namespace

@@ -946,14 +946,84 @@ def test_write_before_the_producer_does_not_cut_the_chain(session):
     check(session, WRITE_BEFORE_THE_CHAIN)
 
 
-@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 144972")
+# Fifth long run (seeds 180000-, commit 6e560c7), 181052: memslim-opt --verify failed a
+# gradient 1.7e-4 off (bar 1e-4) because another tensor's float64 reference was off (its
+# where() branches differ in float64), although the tensor over the bar had a good one.
+VERIFY_REFERENCE_PER_TENSOR = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0 = torch.nn.Parameter(torch.tensor(0.29))
+
+    def forward(self, x):
+        v1 = x * 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))
+        v2 = v1.view(16, 4)
+        t3_a = torch.sigmoid(self.s0) * 1.8 + 0.1
+        t3_p = torch.where(v1 > 0, v1, 1.0)
+        t3_p = 1.0507 * torch.pow(t3_p, 1 - t3_a) / torch.exp(torch.lgamma(2 - t3_a))
+        t3_q = torch.where(v1 <= 0, v1, 1.0)
+        t3_g = torch.exp(torch.lgamma(1 + t3_a))
+        t3_acc = (1 - torch.exp(t3_q)) * t3_g / torch.exp(torch.lgamma(1 + t3_a))
+        t3_acc = t3_acc - (1 - torch.exp(t3_q - 1.0)) * t3_g / torch.exp(torch.lgamma(t3_a))
+        v3 = torch.where(v1 > 0, t3_p, 1.7581 / torch.pow(1.0, t3_a) * t3_acc)
+        v4 = v3 * 2.0 - 1.0
+        v5 = v4 * v4
+        v6 = F.softplus(v4)
+        torch.sigmoid_(v5)
+        v7 = 1.0 + torch.erf(v4 * 0.7071067811865476)
+        v8 = 0.5 * v4 * v7
+        v9 = F.mish(v7)
+        v10 = v3 / (1.0 + torch.exp(-v3))
+        v11, v12 = v7.chunk(2, dim=1)
+        return v11 + v2.mean() + v8.mean() + v9.mean() + v10.mean(), v12 + v6.mean()
+
+
+def make():
+    torch.manual_seed(181052)
+    m = P().to(torch.float32)
+    m.train()
+    return m, (torch.randn(4, 16, dtype=torch.float32),)
+"""
+
+
+def test_verify_judges_each_tensor_by_its_own_reference(session):
+    check(session, VERIFY_REFERENCE_PER_TENSOR)
+
+
+# Fixed: a region input whose history cannot be differentiated (rsqrt keeps its output,
+# addcmul_ wrote it) is kept out of regions; one region op would send backward there.
 def test_region_loop_after_written_rsqrt(session):
     check(session, RSQRT_WRITTEN_REGION_LOOP)
 
 
-@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 144211")
-def test_frac_region_gradient_within_bar(session):
-    check(session, FRAC_REGION_GRADIENT)
+def test_frac_region_gradient_is_fp32_rounding(session):
+    """144211: the rewrite is the same function (its fp64 twin matches fp64 eager within
+    1e-16); the fp32 gradients are 1.58e-4 apart where eager's own fp32 error is 4e-4.
+    Classified fp32-rounding (reported, not a failure), not ok and not wrong."""
+    res = session.run({"id": "regression", "source": HEADER + FRAC_REGION_GRADIENT})
+    assert res["class"] == "fp32-rounding", (res["class"], res.get("detail"))
+
+
+def test_fp32_rounding_needs_the_same_function_in_fp64():
+    """The judge's fp64 rule accepts no rewrite that changes the function: a program whose
+    'rewritten' result is off by 2e-4 everywhere has an fp64 twin (through memslim.optimize,
+    which leaves this program alone) equal to fp64 eager, but its fp32 error against fp64
+    is far over 4 x eager's own."""
+    import torch
+
+    class Prog:
+        @staticmethod
+        def make():
+            torch.manual_seed(0)
+            m = torch.nn.Linear(8, 8)
+            return m, (torch.randn(4, 8),)
+
+    m, inputs = Prog.make()
+    ref = runner.call(m, inputs, runner.trainable(m))
+    R = runner.Reference("float32", ref, {k: 0.0 for k in ref}, [], False)
+    bad = {k: v * (1 + 2e-4) for k, v in ref.items()}
+    assert runner.compare(R, bad, 0) is not None
+    assert not runner.fp64_twin_same(Prog, inputs, bad, R)
 
 
 # Fixed: --verify compares both graphs unrolled when only the rewritten one hits the

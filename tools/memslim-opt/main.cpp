@@ -706,9 +706,11 @@ Example in_double(const Example& ex) {
   return d;
 }
 
-// The input graph run in float64: the reference that tells how far the input
-// graph's own rounding goes (see verify). nullopt when it does not run so.
-using Reference = std::function<std::optional<RunResult>()>;
+// The input graph (rewritten = false) or the rewritten one run in float64: the
+// reference that tells how far the input graph's own rounding goes, and whether
+// the two graphs are the same function (see verify). nullopt when it does not
+// run so.
+using Reference = std::function<std::optional<RunResult>(bool rewritten)>;
 
 // Per tensor, the relative L2 distances (relative_each) of
 // `x` (outputs then gradients) from the float64 reference.
@@ -832,7 +834,7 @@ void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& 
     if (reference) {
       if (reset) reset();
       try {
-        ref = reference();
+        ref = reference(false);
       } catch (const std::exception&) {
         ref.reset();
       }
@@ -844,10 +846,34 @@ void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& 
     direct.insert(direct.end(), direct_grads.begin(), direct_grads.end());
     const std::vector<double> d = distances_from(r1, *ref), e = distances_from(r2, *ref);
     if (d.size() != direct.size() || e.size() != direct.size()) fail(why);
-    double own = 0, worst_e = 0;
+    double own = 0, worst_e = 0, same_function = 0;
+    std::optional<RunResult> twin64;
+    std::vector<double> twin_d;
     for (size_t i = 0; i < direct.size(); ++i) {
-      if (!(d[i] <= 1e-3)) fail(why + " (the float64 reference is no reference here)");
       if (direct[i] <= 1e-4) continue;
+      if (!(d[i] <= 1e-3)) {
+        // The input graph's float32 result is more than 1e-3 from its float64
+        // one (a where() or comparison takes other branches, or rounding
+        // cancels): no reference. The tensor passes when both graphs run in
+        // float64 agree within 1e-9 (the same function; long-fuzz seed 181052:
+        // a fractional activation's parameter gradient, 1.7e-4 apart in
+        // float32, 1e-14 in float64) and float32 stays within 1e-3.
+        if (!twin64) {
+          if (reset) reset();
+          try {
+            twin64 = reference(true);
+          } catch (const std::exception&) {
+            twin64.reset();
+          }
+          if (reset) reset();
+          if (twin64) twin_d = distances_from(*twin64, *ref);
+        }
+        if (!twin64 || twin_d.size() != direct.size() || !(twin_d[i] <= 1e-9) ||
+            !(direct[i] <= 1e-3))
+          fail(why + " (the float64 reference is no reference here)");
+        same_function = std::max(same_function, twin_d[i]);
+        continue;
+      }
       const double bar = std::max(1e-4, std::min(1e-3, 4 * d[i]));
       if (!(e[i] <= bar)) {
         std::ostringstream more;
@@ -859,8 +885,13 @@ void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& 
     }
     msg.str("");
     msg << "outputs within " << worst_out << ", gradients within " << worst_grad
-        << " (relative L2; bar 1e-4, or 4x the input graph's own rounding: from float64 "
-        << worst_e << " vs its " << own << ")";
+        << " (relative L2; bar 1e-4";
+    if (own > 0 || worst_e > 0)
+      msg << ", or 4x the input graph's own rounding: from float64 " << worst_e << " vs its "
+          << own;
+    if (twin64)
+      msg << "; where float64 is no reference, both graphs in float64 within " << same_function;
+    msg << ")";
   }
   std::cerr << "memslim-opt: verify: ok: " << msg.str() << "\n";
 }
@@ -1106,14 +1137,15 @@ int run_archive(const Options& o, const std::vector<std::string>& names) {
           keep_a.restore();
           keep_b.restore();
         },
-        [&]() -> std::optional<RunResult> {
-          torch::jit::Module m64 = module.clone();
+        [&](bool rewritten) -> std::optional<RunResult> {
+          torch::jit::Module m64 = (rewritten ? r.module : module).clone();
           m64.to(at::kDouble);
           std::vector<at::Tensor> p64;
           for (const auto& p : m64.parameters())
             if (p.requires_grad()) p64.push_back(p);
           if (p64.size() != params.size()) return std::nullopt;
-          return run_with_grads(before, {m64._ivalue()}, in_double(ex), p64);
+          return run_with_grads(rewritten ? r.module.get_method("forward").graph() : before,
+                                {m64._ivalue()}, in_double(ex), p64);
         });
   }
   if (o.output.empty()) {
@@ -1257,8 +1289,9 @@ int run(const Options& o) {
     if (o.verify) {
       const auto before = without_warnings(original);
       verify(before, without_warnings(graph), {}, *ex, {}, {},
-             [&]() -> std::optional<RunResult> {
-               return run_with_grads(before, {}, in_double(*ex), {});
+             [&](bool rewritten) -> std::optional<RunResult> {
+               return run_with_grads(rewritten ? without_warnings(graph) : before, {},
+                                     in_double(*ex), {});
              });
     }
     if (c > 0) result += "// -----\n";
