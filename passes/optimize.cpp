@@ -228,18 +228,6 @@ namespace {
 
 const c10::Symbol kPinAttr = c10::Symbol::attr("memslim_pin");
 
-// Whether dropout node `d` (any of the family) may return its input itself:
-// when not training or p == 0 (ATen's _dropout_impl), which its schema does not
-// say. Only a constant `train == true` with a constant p > 0 rules that out.
-bool may_return_input(const Node* d) {
-  if (!SavedTensorAnalysis::returns_input_undeclared(d) || d->inputs().size() < 3) return false;
-  const auto p = torch::jit::toIValue(d->input(1));
-  const auto train = torch::jit::toIValue(d->input(2));
-  const bool fresh = p && train && p->isDouble() && p->toDouble() > 0 && train->isBool() &&
-                     train->toBool();
-  return !fresh;
-}
-
 // Whether the tensor `w` an in-place op writes is linked, through views and
 // dropouts that may return their input, to a dropout of that kind: the one
 // aliasing torch's DCE cannot see. Elsewhere its DCE decides soundly which
@@ -256,11 +244,11 @@ bool reaches_hidden_alias(const Value* w) {
     const Value* v = work.back();
     work.pop_back();
     const Node* p = v->node();
-    if (may_return_input(p)) return true;
+    if (SavedTensorAnalysis::may_return_input(p)) return true;
     if (SavedTensorAnalysis::is_view_of_input(p, 0)) visit(p->input(0));
     for (const auto& use : v->uses()) {
       if (use.offset != 0) continue;
-      if (may_return_input(use.user)) return true;
+      if (SavedTensorAnalysis::may_return_input(use.user)) return true;
       if (SavedTensorAnalysis::is_view_of_input(use.user, 0) && use.user->outputs().size() == 1)
         visit(use.user->output());
     }

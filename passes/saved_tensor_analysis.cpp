@@ -211,15 +211,17 @@ bool SavedTensorAnalysis::returns_input_undeclared(const Node* n) {
 // unbind included) and through dropouts, which may return their input.
 // `through_dropout` (if given) says whether the way passed such a dropout: an
 // alias AliasDb cannot see.
-const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dropout) {
+const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dropout,
+                                               std::vector<const Node*>* dropouts) {
   static const c10::Symbol pieces[] = {c10::aten::chunk, c10::aten::split, c10::aten::unbind,
                                        c10::Symbol::fromQualString("aten::split_with_sizes")};
   if (through_dropout) *through_dropout = false;
   for (;;) {
     const Node* p = v->node();
-    const bool dropout = returns_input_undeclared(p);
+    const bool dropout = may_return_input(p);  // a fresh mask's output is its own
     if (is_view_of_input(p, 0) || dropout) {
       if (dropout && through_dropout) *through_dropout = true;
+      if (dropout && dropouts) dropouts->push_back(p);
       v = p->input(0);
       continue;
     }
@@ -230,6 +232,20 @@ const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dro
         s->arguments()[0].alias_info() && s->arguments()[0].alias_info()->isWrite()) {
       v = p->input(0);
       continue;
+    }
+    // An If whose branch yields an outer tensor may return that tensor itself
+    // (F.dropout's `if inplace` in an unfolded graph; a user's `y = x if c else f(x)`).
+    if (p->kind() == c10::prim::If) {
+      const size_t i = v->offset();
+      const Value* outer = nullptr;
+      for (const torch::jit::Block* b : p->blocks())
+        if (!outer && i < b->outputs().size() && b->outputs()[i]->node()->owningBlock() != b &&
+            b->outputs()[i]->type()->cast<c10::TensorType>())
+          outer = b->outputs()[i];
+      if (outer) {
+        v = outer;
+        continue;
+      }
     }
     if (p->kind() == c10::prim::ListUnpack) {
       const Node* l = p->input(0)->node();
@@ -242,6 +258,15 @@ const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dro
     }
     return v;
   }
+}
+
+bool SavedTensorAnalysis::may_return_input(const Node* d) {
+  if (!returns_input_undeclared(d) || d->inputs().size() < 3) return false;
+  const auto p = torch::jit::toIValue(d->input(1));
+  const auto train = torch::jit::toIValue(d->input(2));
+  const bool fresh = p && train && p->isDouble() && p->toDouble() > 0 && train->isBool() &&
+                     train->toBool();
+  return !fresh;
 }
 
 bool SavedTensorAnalysis::draws_random(const Node* n) {

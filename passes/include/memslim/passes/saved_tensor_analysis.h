@@ -42,12 +42,17 @@ class SavedTensorAnalysis {
   // alias: dropout and its variants return `input` when not training or p == 0
   // (ATen's _dropout_impl), in eager and in TorchScript's interpreter alike.
   static bool returns_input_undeclared(const torch::jit::Node* n);
+  // Whether such a dropout node may return its input here: only a constant
+  // `train == true` with a constant p > 0 rules it out.
+  static bool may_return_input(const torch::jit::Node* d);
   // The tensor whose storage `v` is: through views (pieces of chunk / split /
-  // unbind included), in-place ops (which return what they wrote) and dropouts
-  // (which may return their input). `through_dropout` (if given) says whether
-  // the way passed such a dropout: an alias AliasDb cannot see.
-  static const torch::jit::Value* storage_root(const torch::jit::Value* v,
-                                               bool* through_dropout = nullptr);
+  // unbind included), in-place ops (which return what they wrote), dropouts
+  // (which may return their input) and If outputs a branch yields from outside. `through_dropout` (if given) says whether
+  // the way passed such a dropout: an alias AliasDb cannot see; `dropouts` (if
+  // given) receives those dropout nodes.
+  static const torch::jit::Value* storage_root(
+      const torch::jit::Value* v, bool* through_dropout = nullptr,
+      std::vector<const torch::jit::Node*>* dropouts = nullptr);
   // Whether `n` draws random numbers: torch's list (aten ops only, which is all
   // Node::isNondeterministic reads) and memslim's fused dropout.
   static bool draws_random(const torch::jit::Node* n);
