@@ -74,8 +74,8 @@ std::string at(const Node* n) {
 
 const c10::Symbol kFused = c10::Symbol::fromQualString("memslim::activation_dropout");
 
-// One more than the largest `instance` of the graph's fused ops: every fused op
-// of a graph gets its own, so TorchScript's CSE (which does not know the op
+// One more than the largest `instance` of the graph's fused ops (a graph this
+// pass already ran on keeps its numbers): every fused op of a graph gets its own, so TorchScript's CSE (which does not know the op
 // draws random numbers) never sees two equal nodes (see runtime/schema.cpp).
 int64_t next_instance(torch::jit::Graph& g) {
   int64_t next = 1;
@@ -91,6 +91,7 @@ int64_t next_instance(torch::jit::Graph& g) {
 
 void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
   const c10::Symbol dropout = c10::Symbol::fromQualString("aten::dropout");
+  int64_t instance = next_instance(*g);  // one scan; each applied fusion takes the next
   std::vector<Node*> sites;
   {
     std::shared_ptr<torch::jit::Graph> gm = g;
@@ -147,15 +148,15 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
     prop.covers = {a, d};
     prop.guarded = {x, a->output(), out};  // aten kept x; the fused op keeps out
     const ActSpec spec = *kact;
-    prop.apply = [&g, d, x, out, spec]() {
-      Value *act_name, *params, *instance;
+    prop.apply = [&g, &instance, d, x, out, spec]() {
+      Value *act_name, *params, *id;
       {
         torch::jit::WithInsertPoint guard(d);
         act_name = g->insertConstant(spec.act);
         params = g->insertConstant(c10::IValue(spec.params));
-        instance = g->insertConstant(next_instance(*g));
+        id = g->insertConstant(instance++);
       }
-      replace_output(*g, d, out, kFused, {x, act_name, params, d->input(1), d->input(2), instance});
+      replace_output(*g, d, out, kFused, {x, act_name, params, d->input(1), d->input(2), id});
       return std::string();
     };
     prop.rewrote = why.str();

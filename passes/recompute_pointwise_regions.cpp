@@ -301,10 +301,7 @@ std::string poisoned_history(const Value* v, const Region& r,
     const auto written = SavedTensorAnalysis::written_inputs(n);
     bool writes_root = false;
     for (const Value* w : written) writes_root = writes_root || aliases_root(w);
-    if (writes_root && keeper)
-      return "backward through %" + v->debugName() + "'s history would fail (" +
-             keeper->kind().toQualString() + " keeps it, " + n->kind().toQualString() +
-             " writes it in place), and one region op would reach it";
+    // A node may keep what it then writes (addcmul_(v, v, v) keeps its operands).
     const c10::FunctionSchema* schema = n->maybeSchema();
     for (size_t i = 0; i < n->inputs().size() && !keeper; ++i) {
       const bool written_arg = schema && i < schema->arguments().size() &&

@@ -391,6 +391,15 @@ def is_random(prog, inputs) -> bool:
     return any(not torch.equal(a, b) for a, b in zip(*outs) if a.shape == b.shape)
 
 
+def dtype_twin(prog, inputs, dtype):
+    """A fresh module of the program and its inputs, floating tensors cast to `dtype`
+    (the same values, widened)."""
+    import torch
+
+    m = prog.make()[0].to(dtype)
+    return m, [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in inputs]
+
+
 def fp32_twin_ok(prog, inputs) -> bool:
     """A bf16 program's fp32 twin (its bf16 parameters and inputs, widened) through eager,
     the scripted module and memslim.optimize, judged with the fp32 bars. bf16 results sit
@@ -402,19 +411,14 @@ def fp32_twin_ok(prog, inputs) -> bool:
     import torch
     import memslim
 
-    def twin():
-        m = prog.make()[0].to(torch.float32)
-        return m, [a.to(torch.float32) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                   for a in inputs]
-
     try:
-        m, ins = twin()
+        m, ins = dtype_twin(prog, inputs, torch.float32)
         ref = call(m, ins, trainable(m))
-        sm = torch.jit.script(twin()[0])
+        sm = torch.jit.script(dtype_twin(prog, inputs, torch.float32)[0])
         sruns = [call(sm, ins, trainable(sm)) for _ in range(SCRIPTED_RUNS)]
         drift = {k: max(rel_err(ref[k], r[k])[0] for r in sruns) for k in ref}
         R = Reference("float32", ref, drift, sruns, is_random(prog, inputs))
-        m2, ins2 = twin()
+        m2, ins2 = dtype_twin(prog, inputs, torch.float32)
         opt = memslim.optimize(m2, example_inputs=ins2)
         return all(compare(R, call(opt, ins, trainable(opt)), run) is None for run in range(OPT_RUNS))
     except Exception:  # noqa: BLE001
@@ -433,15 +437,10 @@ def fp64_twin_same(prog, inputs, got: dict, R: Reference) -> bool:
     import torch
     import memslim
 
-    def twin():
-        m = prog.make()[0].to(torch.float64)
-        return m, [a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                   for a in inputs]
-
     try:
-        m, ins = twin()
+        m, ins = dtype_twin(prog, inputs, torch.float64)
         truth = call(m, ins, trainable(m))
-        m2, ins2 = twin()
+        m2, ins2 = dtype_twin(prog, inputs, torch.float64)
         opt = memslim.optimize(m2, example_inputs=ins2)
         got64 = call(opt, ins, trainable(opt))
         base = BARS[R.dtype]

@@ -830,16 +830,21 @@ void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& 
     std::string why = "verify failed: " + msg.str() + "; worst: " +
                       (!(worst_out <= 1e-4) ? "output " + std::to_string(out_at)
                                             : "gradient " + std::to_string(grad_at));
-    std::optional<RunResult> ref;
-    if (reference) {
+    // A float64 run (of the input graph, or of the rewritten one), module state
+    // put back around it; nullopt when it cannot run so.
+    auto run64 = [&](bool rewritten) -> std::optional<RunResult> {
+      if (!reference) return std::nullopt;
       if (reset) reset();
+      std::optional<RunResult> r;
       try {
-        ref = reference(false);
+        r = reference(rewritten);
       } catch (const std::exception&) {
-        ref.reset();
+        r.reset();
       }
       if (reset) reset();
-    }
+      return r;
+    };
+    const std::optional<RunResult> ref = run64(false);
     if (!ref) fail(why);
     // Per tensor, in the order of outs then grads.
     std::vector<double> direct = relative_each(outs), direct_grads = relative_each(grads);
@@ -859,13 +864,7 @@ void verify(const std::shared_ptr<Graph>& before, const std::shared_ptr<Graph>& 
         // a fractional activation's parameter gradient, 1.7e-4 apart in
         // float32, 1e-14 in float64) and float32 stays within 1e-3.
         if (!twin64) {
-          if (reset) reset();
-          try {
-            twin64 = reference(true);
-          } catch (const std::exception&) {
-            twin64.reset();
-          }
-          if (reset) reset();
+          twin64 = run64(true);
           if (twin64) twin_d = distances_from(*twin64, *ref);
         }
         if (!twin64 || twin_d.size() != direct.size() || !(twin_d[i] <= 1e-9) ||
