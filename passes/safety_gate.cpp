@@ -200,6 +200,7 @@ void SafetyGate::refresh() {
   torch::jit::DepthFirstGraphNodeIterator it(graph_);
   for (Node* n = it.next(); n; n = it.next()) live_.insert(n);
   alias_.reset();
+  hidden_read_.reset();
 }
 
 AliasDb& SafetyGate::alias() {
@@ -217,6 +218,70 @@ const Node* SafetyGate::hidden_writer(const Value* v) {
       if (SavedTensorAnalysis::storage_root(w, &hidden) == v && hidden) return m;
     }
   return nullptr;
+}
+
+// Whether the program's result depends on an alias AliasDb cannot see: a
+// dropout that may return its input (eval mode, p == 0) makes its output and
+// input one tensor, and something writes it in place on one side while
+// something else reads or writes it on the other. TorchScript's executor
+// orders nodes by AliasDb when it forms its DifferentiableGraphs, so it may
+// move the one across the other; the scripted graph as written only happens to
+// keep them in order, and any rewrite anywhere in the graph changes the
+// grouping (long-fuzz seed 205868: elu -> eval dropout -> hardsigmoid_, and
+// `elu * 1.0` read after it; a region rewrite elsewhere let the executor run
+// the read before the write on the second call). The reason, or nullopt. A
+// dropout whose input nothing else touches (`h = dropout(h); h += residual`)
+// hides nothing.
+const std::optional<std::string>& SafetyGate::hidden_alias_read() {
+  if (hidden_read_) return *hidden_read_;
+  hidden_read_.emplace();
+  std::vector<Node*> nodes;
+  std::unordered_set<const Value*> hidden_roots;  // reached through such a dropout
+  torch::jit::DepthFirstGraphNodeIterator it(graph_);
+  for (Node* m = it.next(); m; m = it.next()) {
+    nodes.push_back(m);
+    if (SavedTensorAnalysis::may_return_input(m))
+      hidden_roots.insert(SavedTensorAnalysis::storage_root(m->input(0)));
+  }
+  if (hidden_roots.empty()) return *hidden_read_;
+  struct Access {
+    const Node* node;
+    bool write;
+  };
+  // Per root, per side (0: the input's, 1: through the dropout): who touches it.
+  std::unordered_map<const Value*, std::vector<Access>> side[2];
+  for (const Node* m : nodes) {
+    // Dropouts and views pass the tensor on: their outputs' users count instead.
+    if (SavedTensorAnalysis::may_return_input(m)) continue;
+    const std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
+    for (size_t i = 0; i < m->inputs().size(); ++i) {
+      const Value* v = m->input(i);
+      if (!v->type()->cast<c10::TensorType>() || SavedTensorAnalysis::is_view_of_input(m, i))
+        continue;
+      bool hidden = false;
+      const Value* r = SavedTensorAnalysis::storage_root(v, &hidden);
+      if (!hidden_roots.count(r)) continue;
+      const bool write = std::find(written.begin(), written.end(), v) != written.end();
+      side[hidden ? 1 : 0][r].push_back({m, write});
+    }
+  }
+  for (int s = 0; s < 2; ++s)
+    for (const auto& [r, accesses] : side[s]) {
+      const auto other = side[1 - s].find(r);
+      if (other == side[1 - s].end()) continue;
+      for (const Access& a : accesses) {
+        if (!a.write) continue;
+        const Node* o = other->second.front().node;
+        hidden_read_->emplace(std::string(a.node->kind().toQualString()) + " writes " +
+                              name_of(r) + " in place " +
+                              (s ? "through a dropout that may return it" : "under a dropout that may return it") +
+                              ", an alias AliasDb cannot see, and " + o->kind().toQualString() +
+                              " uses it on the other side: TorchScript's executor may reorder "
+                              "the two once any rewrite changes its graphs");
+        return *hidden_read_;
+      }
+    }
+  return *hidden_read_;
 }
 
 std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
@@ -382,6 +447,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
                " writes it in place";
     }
   }
+  if (const auto& why = hidden_alias_read()) return *why;
   return std::nullopt;
 }
 

@@ -994,9 +994,10 @@ def test_verify_judges_each_tensor_by_its_own_reference(session):
 # 205868: an eval-mode dropout returned elu's output and hardsigmoid_ wrote it; the
 # executor (whose AliasDb cannot see that alias) moved a read of the elu output across the
 # write on the optimized module's second call, after the region rewrite regrouped its
-# graphs (open: making the alias visible as `if train: dropout(x) else: x` made
-# TorchScript's executor fail quick-fuzz seed 277 with "a view of a leaf Variable ... in
-# an in-place operation"; not landed).
+# graphs. (Making the alias visible as `if train: dropout(x) else: x` made TorchScript's
+# executor fail quick-fuzz seed 277 with "a view of a leaf Variable ... in an in-place
+# operation"; not landed.) Fixed: the gate keeps every rewrite in a graph where a write
+# on one side of such a dropout meets a use on the other (SafetyGate::hidden_alias_read).
 EVAL_DROPOUT_WRITE_REORDERED = """
 class P(torch.nn.Module):
     def __init__(self):
@@ -1028,10 +1029,10 @@ def make():
     m.eval()
     return m, (torch.randn(4, 24, dtype=torch.float32), torch.randn(4, 24, dtype=torch.float32))
 """
-# 210874 (open): x * hardsigmoid(x) -> hardswish is 1 ulp off at saturation (aten's
-# hardswish computes x * 6 / 6; the formula x * 1 exactly), and `where(v2 > v1, ...)` with
-# v2 == v1 mathematically flips on that ulp: outputs 0.38 off. The same flip happens in
-# fp64, so the fp64-twin rule does not apply.
+# 210874: x * hardsigmoid(x) -> hardswish was 1 ulp off at saturation (aten's hardswish
+# computes x * 6 / 6; the formula x * 1 exactly), and `where(v2 > v1, ...)` with v2 == v1
+# flipped on that ulp: outputs 0.38 off, in fp64 too. canonicalize-activations now takes
+# hardswish only in aten's grouping.
 HARDSWISH_TIE_FLIP = """
 class P(torch.nn.Module):
     def __init__(self):
@@ -1083,12 +1084,10 @@ def make():
 """
 
 
-@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 205868")
 def test_eval_dropout_write_is_not_reordered(session):
     check(session, EVAL_DROPOUT_WRITE_REORDERED)
 
 
-@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 210874")
 def test_hardswish_tie_flip(session):
     check(session, HARDSWISH_TIE_FLIP)
 

@@ -107,12 +107,15 @@ class SafetyGate {
   void refresh();
   torch::jit::AliasDb& alias();
   const torch::jit::Node* hidden_writer(const torch::jit::Value* v);
+  const std::optional<std::string>& hidden_alias_read();
 
   std::shared_ptr<torch::jit::Graph> graph_;
   std::string pass_;
   Remarks& remarks_;
   std::unique_ptr<torch::jit::AliasDb> alias_;
   std::unordered_set<const torch::jit::Node*> live_;
+  // hidden_alias_read()'s answer for the graph as it is (reset by refresh()).
+  std::optional<std::optional<std::string>> hidden_read_;
   int applied_ = 0, refused_ = 0;
 };
 
