@@ -96,8 +96,20 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
   auto is_chunk_unpack = [](const Node* n) {
     return n->kind() == c10::prim::ListUnpack && n->input(0)->node()->kind() == c10::aten::chunk;
   };
+  // A loop with a constant trip count is unrolled by the executor: its body's
+  // nodes join the chains around it (long-fuzz seed 208175: a region after
+  // `for i in range(2): v2 = v0 * (i + 1); mish(v2)` regrouped the unrolled body
+  // into a graph keeping v0 * 1, which the executor folds to v0).
+  auto unrolled = [&](const Node* n) {
+    if (n->kind() != c10::prim::Loop || n->owningBlock() != block) return false;
+    const auto trips = torch::jit::constant_as<int64_t>(n->input(0));
+    const auto cond = torch::jit::constant_as<bool>(n->input(1));
+    return trips && cond && *cond;
+  };
   auto linked = [&](const Node* n) {
-    if (n->owningBlock() != block) return false;
+    if (unrolled(n)) return true;
+    const Node* owner = n->owningBlock()->owningNode();
+    if (n->owningBlock() != block && !(owner && unrolled(owner))) return false;
     if (members.count(n) || n->kind() == c10::aten::chunk || is_chunk_unpack(n)) return true;
     const c10::FunctionSchema* s = n->maybeSchema();
     return torch::jit::isDifferentiable(n) && !(s && s->is_mutable());
@@ -139,6 +151,9 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
   std::unordered_set<const Node*> seen(chain.begin(), chain.end());
   for (size_t i = 0; i < chain.size(); ++i) {
     const Node* n = chain[i];
+    if (unrolled(n))
+      for (const Node* b : n->blocks()[0]->nodes())
+        if (linked(b) && seen.insert(b).second) chain.push_back(b);
     for (const Value* v : n->inputs())
       if (link(v, n) && linked(v->node()) && seen.insert(v->node()).second)
         chain.push_back(v->node());

@@ -207,6 +207,47 @@ bool SavedTensorAnalysis::returns_input_undeclared(const Node* n) {
   return false;
 }
 
+namespace {
+
+// Whether scalar `s` may become a constant once TorchScript's executor unrolls
+// a loop with a constant trip count: it is computed from a loop's counter with
+// scalar arithmetic only (`x * (i + 1)`).
+bool from_loop_counter(const Value* s, int depth = 0) {
+  if (depth > 8) return false;
+  const Node* p = s->node();
+  if (p->kind() == c10::prim::Param) {
+    const Node* owner = p->owningBlock()->owningNode();
+    return owner && owner->kind() == c10::prim::Loop && s->offset() == 0;
+  }
+  if (p->kind() == c10::prim::Constant || p->inputs().empty()) return false;
+  bool any = false;
+  for (const Value* in : p->inputs()) {
+    if (in->type()->cast<c10::TensorType>()) return false;
+    if (in->node()->kind() == c10::prim::Constant) continue;
+    if (!from_loop_counter(in, depth + 1)) return false;
+    any = true;
+  }
+  return any;
+}
+
+} // namespace
+
+bool SavedTensorAnalysis::may_fold_to_input(const Node* n) {
+  const bool scale = n->kind() == c10::aten::mul || n->kind() == c10::aten::div;
+  const bool shift = n->kind() == c10::aten::add || n->kind() == c10::aten::sub;
+  if ((!scale && !shift) || n->inputs().size() < 2) return false;
+  const Value* s = n->input(1);
+  if (!n->input(0)->type()->cast<c10::TensorType>() || s->type()->cast<c10::TensorType>())
+    return false;
+  if (shift && n->inputs().size() > 2 && !torch::jit::toIValue(n->input(2))) return false;
+  if (const auto c = torch::jit::toIValue(s)) {
+    if (!c->isInt() && !c->isDouble()) return false;
+    const double v = c->isInt() ? double(c->toInt()) : c->toDouble();
+    return v == (scale ? 1.0 : 0.0);
+  }
+  return from_loop_counter(s);
+}
+
 // The tensor whose storage `v` is: through views (pieces of chunk / split /
 // unbind included) and through dropouts, which may return their input.
 // `through_dropout` (if given) says whether the way passed such a dropout: an
@@ -219,7 +260,7 @@ const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dro
   for (;;) {
     const Node* p = v->node();
     const bool dropout = may_return_input(p);  // a fresh mask's output is its own
-    if (is_view_of_input(p, 0) || dropout) {
+    if (is_view_of_input(p, 0) || dropout || may_fold_to_input(p)) {
       if (dropout && through_dropout) *through_dropout = true;
       if (dropout && dropouts) dropouts->push_back(p);
       v = p->input(0);

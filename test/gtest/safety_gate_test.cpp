@@ -351,4 +351,116 @@ graph(%x : Tensor):
   EXPECT_FALSE(clean.refusal(p).has_value());
 }
 
+TEST(SavedTensorAnalysis, PeepholeMayFoldScalarIdentities) {
+  // TorchScript's peephole pass replaces x * 1, x / 1, x + 0, x - 0 by x; inside a loop
+  // the executor unrolls, `x * (i + 1)` is x * 1 on the first trip (long-fuzz 208175).
+  auto g = parse(R"IR(
+graph(%x : Tensor, %s : float):
+  %one : int = prim::Constant[value=1]()
+  %two : int = prim::Constant[value=2]()
+  %zero : float = prim::Constant[value=0.]()
+  %t : bool = prim::Constant[value=1]()
+  %a : Tensor = aten::mul(%x, %one)
+  %b : Tensor = aten::mul(%x, %two)
+  %c : Tensor = aten::add(%x, %zero, %one)
+  %d : Tensor = aten::mul(%x, %s)
+  %e : Tensor = aten::div(%x, %one)
+  %l : Tensor = prim::Loop(%two, %t, %x)
+    block0(%i : int, %acc : Tensor):
+      %k : int = aten::add(%i, %one)
+      %f : Tensor = aten::mul(%x, %k)
+      %g : Tensor = aten::add(%acc, %f, %one)
+      -> (%t, %g)
+  return (%a, %b, %c, %d, %e, %l))IR");
+  using memslim::SavedTensorAnalysis;
+  const auto* x = g->inputs()[0];
+  EXPECT_TRUE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::mul", 0)));
+  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::mul", 1)));
+  EXPECT_TRUE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::add", 0)));
+  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::mul", 2)));  // a free scalar
+  EXPECT_TRUE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::div")));
+  EXPECT_TRUE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::mul", 3)));  // x * (i + 1)
+  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::add", 1)));  // int add
+  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::add", 2)));  // tensor + tensor
+  EXPECT_EQ(SavedTensorAnalysis::storage_root(find(g, "aten::mul", 0)->output()), x);
+  EXPECT_EQ(SavedTensorAnalysis::storage_root(find(g, "aten::mul", 3)->output()), x);
+  EXPECT_NE(SavedTensorAnalysis::storage_root(find(g, "aten::mul", 1)->output()), x);
+}
+
+TEST(SafetyGate, ExecutorChainFollowsUnrolledLoops) {
+  // A rewrite after a constant-trip loop joins the unrolled body's graph, which keeps
+  // v0 * (i + 1), folded to v0 itself; silu_ writes v0 after the loop (long-fuzz 208175).
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %one : int = prim::Constant[value=1]()
+  %two : int = prim::Constant[value=2]()
+  %twenty : int = prim::Constant[value=20]()
+  %t : bool = prim::Constant[value=1]()
+  %v0 : Tensor = aten::relu(%x)
+  %l : Tensor = prim::Loop(%two, %t, %x)
+    block0(%i : int, %acc : Tensor):
+      %k : int = aten::add(%i, %one)
+      %v2 : Tensor = aten::mul(%v0, %k)
+      %sp : Tensor = aten::softplus(%v2, %one, %twenty)
+      %a : Tensor = aten::add(%acc, %sp, %one)
+      -> (%t, %a)
+  %w : Tensor = aten::silu_(%v0)
+  %s : Tensor = aten::sigmoid(%l)
+  return (%s, %w))IR");
+  Remarks remarks;
+  SafetyGate gate(g, "test", remarks);
+  const Proposal p = swap(g, find(g, "aten::sigmoid"), "aten::tanh");
+  auto why = gate.refusal(p);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("TorchScript's executor may keep"), std::string::npos) << *why;
+  EXPECT_NE(why->find("aten::silu_ writes it in place"), std::string::npos) << *why;
+  // A loop whose trip count is not known stays a loop: the chain stops at it.
+  auto g2 = parse(R"IR(
+graph(%x : Tensor, %n : int):
+  %one : int = prim::Constant[value=1]()
+  %twenty : int = prim::Constant[value=20]()
+  %t : bool = prim::Constant[value=1]()
+  %v0 : Tensor = aten::relu(%x)
+  %l : Tensor = prim::Loop(%n, %t, %x)
+    block0(%i : int, %acc : Tensor):
+      %k : int = aten::add(%i, %one)
+      %v2 : Tensor = aten::mul(%v0, %k)
+      %sp : Tensor = aten::softplus(%v2, %one, %twenty)
+      %a : Tensor = aten::add(%acc, %sp, %one)
+      -> (%t, %a)
+  %w : Tensor = aten::silu_(%v0)
+  %s : Tensor = aten::sigmoid(%l)
+  return (%s, %w))IR");
+  SafetyGate gate2(g2, "test", remarks);
+  EXPECT_FALSE(gate2.refusal(swap(g2, find(g2, "aten::sigmoid"), "aten::tanh")).has_value());
+}
+
+TEST(SafetyGate, HiddenDropoutAliasKeepsEveryRewrite) {
+  // hardsigmoid_ writes %h through an eval-mode dropout and %y reads %h: AliasDb sees two
+  // tensors, so any regrouping may reorder them (long-fuzz 205868). A rewrite elsewhere
+  // is kept; without the other reader it is not.
+  const char* ir = R"IR(
+graph(%x : Tensor):
+  %p : float = prim::Constant[value=0.5]()
+  %f : bool = prim::Constant[value=0]()
+  %h : Tensor = aten::relu(%x)
+  %d : Tensor = aten::dropout(%h, %p, %f)
+  %w : Tensor = aten::hardsigmoid_(%d)
+  %y : Tensor = aten::mul(READ, %p)
+  %s : Tensor = aten::sigmoid(%x)
+  return (%y, %s, %d))IR";
+  std::string with_read = ir, without = ir;
+  with_read.replace(with_read.find("READ"), 4, "%h");
+  without.replace(without.find("READ"), 4, "%x");
+  Remarks remarks;
+  auto g = parse(with_read);
+  SafetyGate gate(g, "test", remarks);
+  auto why = gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("through a dropout that may return it"), std::string::npos) << *why;
+  auto g2 = parse(without);
+  SafetyGate gate2(g2, "test", remarks);
+  EXPECT_FALSE(gate2.refusal(swap(g2, find(g2, "aten::sigmoid"), "aten::tanh")).has_value());
+}
+
 } // namespace

@@ -738,8 +738,8 @@ def test_rewrite_after_chunk_reshaping_a_chain_written_later(session):
     check(session, CHUNK_LINKS_THE_CHAIN)
 
 
-# Open findings of the third long run (seeds 140000-145872, commit e77f762), shrunk; not
-# fixed yet (strict xfail: a fix turns them red and the mark goes).
+# Findings of the third long run (seeds 140000-145872, commit e77f762), shrunk (fixed since;
+# the test is at the end of this file).
 # 144972: rsqrt's output written by addcmul_, regions over where() in loops downstream; the
 # optimized module's backward reads the written tensor (eager's backward never reaches it).
 RSQRT_WRITTEN_REGION_LOOP = """
@@ -1054,10 +1054,11 @@ def make():
     m.eval()
     return m, (torch.randn(4, 16, dtype=torch.float32),)
 """
-# 208175 (open): silu_ writes v0 after an unrolled loop reads v0 * (i + 1); once the
-# region takes the tail, the executor's DifferentiableGraph over the unrolled body keeps
-# v0 * 1, which its peephole turns into v0 itself, and silu_ then writes it. The gate's
-# executor chain does not follow loops the executor unrolls, nor x * 1 -> x.
+# 208175: silu_ writes v0 after an unrolled loop reads v0 * (i + 1); once the region took
+# the tail, the executor's DifferentiableGraph over the unrolled body kept v0 * 1, which
+# its peephole turns into v0 itself, and silu_ then wrote it. Fixed: storage_root follows
+# ops the peephole may fold to their input (SavedTensorAnalysis::may_fold_to_input), and
+# the gate's executor chain follows loops with a constant trip count into their bodies.
 UNROLLED_LOOP_KEEPS_WRITTEN_INPUT = """
 class P(torch.nn.Module):
     def __init__(self):
@@ -1092,7 +1093,6 @@ def test_hardswish_tie_flip(session):
     check(session, HARDSWISH_TIE_FLIP)
 
 
-@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 208175")
 def test_unrolled_loop_keeps_written_input(session):
     check(session, UNROLLED_LOOP_KEEPS_WRITTEN_INPUT)
 

@@ -45,9 +45,16 @@ class SavedTensorAnalysis {
   // Whether such a dropout node may return its input here: only a constant
   // `train == true` with a constant p > 0 rules it out.
   static bool may_return_input(const torch::jit::Node* d);
+  // Whether TorchScript's peephole pass may replace `n`'s output by its input
+  // (`x * 1`, `x / 1`, `x + 0`, `x - 0` with a scalar): with a constant, or with
+  // a scalar computed from a loop's counter, which becomes one when the
+  // executor unrolls the loop (long-fuzz seed 208175: `v0 * (i + 1)` kept by a
+  // DifferentiableGraph as v0 itself, which silu_ then wrote).
+  static bool may_fold_to_input(const torch::jit::Node* n);
   // The tensor whose storage `v` is: through views (pieces of chunk / split /
   // unbind included), in-place ops (which return what they wrote), dropouts
-  // (which may return their input) and If outputs a branch yields from outside. `through_dropout` (if given) says whether
+  // (which may return their input), ops the peephole pass may fold to their
+  // input (may_fold_to_input) and If outputs a branch yields from outside. `through_dropout` (if given) says whether
   // the way passed such a dropout: an alias AliasDb cannot see; `dropouts` (if
   // given) receives those dropout nodes.
   static const torch::jit::Value* storage_root(
