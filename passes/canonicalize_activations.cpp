@@ -181,7 +181,8 @@ bool in_aten_hardswish_order(Node* root, Value* x, Value* g) {
 std::optional<Match> recognise(Node* root, Value* x, Value* g, double scale) {
   Node* n = g->node();
   if (near(scale, 1.0)) {
-    if (is(n, "aten::sigmoid") && n->input(0) == x) return Match{"aten::silu", nullptr, "x * sigmoid(x)"};
+    if (is(n, "aten::sigmoid") && n->input(0) == x)
+      return Match{"aten::silu", nullptr, "x * sigmoid(x)"};
     if (is(n, "aten::tanh")) {
       Node* sp = n->input(0)->node();
       if (is(sp, "aten::softplus") && sp->input(0) == x) {

@@ -251,7 +251,7 @@ const std::optional<std::string>& SafetyGate::hidden_alias_read() {
   if (hidden_read_) return *hidden_read_;
   hidden_read_.emplace();
   std::vector<Node*> nodes;
-  std::unordered_set<const Value*> hidden_roots;  // reached through such a dropout
+  std::unordered_set<const Value*> hidden_roots; // reached through such a dropout
   torch::jit::DepthFirstGraphNodeIterator it(graph_);
   for (Node* m = it.next(); m; m = it.next()) {
     nodes.push_back(m);
@@ -261,10 +261,13 @@ const std::optional<std::string>& SafetyGate::hidden_alias_read() {
   if (hidden_roots.empty()) return *hidden_read_;
   struct Access {
     const Node* node;
+    const Node* side; // the nearest dropout on the way to the root, or null
     bool write;
   };
-  // Per root, per side (0: the input's, 1: through the dropout): who touches it.
-  std::unordered_map<const Value*, std::vector<Access>> side[2];
+  // Per root: who touches it, and from which side. Two accesses through the same
+  // nearest dropout reach one value AliasDb knows; through different ones (or
+  // none), one tensor AliasDb sees as two.
+  std::unordered_map<const Value*, std::vector<Access>> accesses;
   for (const Node* m : nodes) {
     // Dropouts and views pass the tensor on: their outputs' users count instead.
     if (SavedTensorAnalysis::may_return_input(m)) continue;
@@ -273,26 +276,25 @@ const std::optional<std::string>& SafetyGate::hidden_alias_read() {
       const Value* v = m->input(i);
       if (!v->type()->cast<c10::TensorType>() || SavedTensorAnalysis::is_view_of_input(m, i))
         continue;
-      bool hidden = false;
-      const Value* r = SavedTensorAnalysis::storage_root(v, &hidden);
+      std::vector<const Node*> dropouts;
+      const Value* r = SavedTensorAnalysis::storage_root(v, nullptr, &dropouts);
       if (!hidden_roots.count(r)) continue;
       const bool write = std::find(written.begin(), written.end(), v) != written.end();
-      side[hidden ? 1 : 0][r].push_back({m, write});
+      accesses[r].push_back({m, dropouts.empty() ? nullptr : dropouts.front(), write});
     }
   }
-  for (int s = 0; s < 2; ++s)
-    for (const auto& [r, accesses] : side[s]) {
-      const auto other = side[1 - s].find(r);
-      if (other == side[1 - s].end()) continue;
-      for (const Access& a : accesses) {
-        if (!a.write) continue;
-        const Node* o = other->second.front().node;
-        hidden_read_->emplace(std::string(a.node->kind().toQualString()) + " writes " +
-                              name_of(r) + " in place " +
-                              (s ? "through a dropout that may return it" : "under a dropout that may return it") +
-                              ", an alias AliasDb cannot see, and " + o->kind().toQualString() +
-                              " uses it on the other side: TorchScript's executor may reorder "
-                              "the two once any rewrite changes its graphs");
+  for (const auto& [r, list] : accesses)
+    for (const Access& w : list) {
+      if (!w.write) continue;
+      for (const Access& o : list) {
+        if (o.side == w.side) continue;
+        hidden_read_->emplace(
+            std::string(w.node->kind().toQualString()) + " writes " + name_of(r) + " in place " +
+            (w.side ? "through a dropout that may return it"
+                    : "under a dropout that may return it") +
+            ", an alias AliasDb cannot see, and " + o.node->kind().toQualString() +
+            " uses it on the other side: TorchScript's executor may reorder "
+            "the two once any rewrite changes its graphs");
         return *hidden_read_;
       }
     }
@@ -349,6 +351,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   // inputs are wildcards: conservative, and only those).
   auto writes = [&](Node* m, const Watched& w) -> const Value* {
     const std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
+    if (SavedTensorAnalysis::writes_nothing(m)) return nullptr;
     if (written.empty()) {  // no schema-declared write; prim ops that write (SetAttr...)
       if (w.plain.empty() || !alias().writesToAlias(m, w.plain)) return nullptr;
       for (const Value* v : w.plain)
@@ -417,12 +420,25 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   std::unordered_set<const Node*> in_chain(chain.begin(), chain.end());
   std::unordered_set<const Value*> roots;
   std::vector<std::string> root_paths;
-  auto add_root = [&](const Value* v) {
+  // A tensor a branch yields is its If's output too: a write to that output
+  // after the If writes it (long-fuzz seed 226034: relu_ functionalized in
+  // `if self.flag:`, whose relu -> softplus graph kept softplus's output, which
+  // the branch yields and selu_ writes after the If).
+  std::function<void(const Value*)> add_root = [&](const Value* v) {
     if (!v->type()->cast<c10::TensorType>()) return;
     const Value* r = SavedTensorAnalysis::storage_root(v);
     const std::string path = module_state_path(r);
-    if (path.empty()) roots.insert(r);
-    else root_paths.push_back(path);
+    if (!path.empty()) {
+      root_paths.push_back(path);
+      return;
+    }
+    if (!roots.insert(r).second) return;
+    for (const Value* x : {v, r})
+      for (const auto& use : x->uses()) {
+        const Node* owner = use.user->owningBlock()->owningNode();
+        if (use.user->kind() == c10::prim::Return && owner && owner->kind() == c10::prim::If)
+          add_root(owner->output(use.offset));
+      }
   };
   // Only what such a graph's backward may read counts: the covered nodes'
   // tensors (the rewrite's own), the inputs a node's gradient reads

@@ -320,10 +320,24 @@ bool SavedTensorAnalysis::draws_random(const Node* n) {
   return n->isNondeterministic();
 }
 
+bool SavedTensorAnalysis::writes_nothing(const Node* n) {
+  static const c10::Symbol kinds[] = {c10::Symbol::fromQualString("aten::dropout_"),
+                                      c10::Symbol::fromQualString("aten::feature_dropout_"),
+                                      c10::Symbol::fromQualString("aten::alpha_dropout_"),
+                                      c10::Symbol::fromQualString("aten::feature_alpha_dropout_")};
+  bool dropout = false;
+  for (c10::Symbol k : kinds) dropout = dropout || n->kind() == k;
+  if (!dropout || n->inputs().size() < 3) return false;
+  const auto p = torch::jit::toIValue(n->input(1));
+  const auto train = torch::jit::toIValue(n->input(2));
+  return (p && p->isDouble() && p->toDouble() == 0) ||
+         (train && train->isBool() && !train->toBool());
+}
+
 std::vector<const Value*> SavedTensorAnalysis::written_inputs(const Node* n) {
   std::vector<const Value*> out;
   const c10::FunctionSchema* s = n->maybeSchema();
-  if (!s) return out;
+  if (!s || writes_nothing(n)) return out;
   for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
     const c10::AliasInfo* a = s->arguments()[i].alias_info();
     if (a && a->isWrite()) out.push_back(n->input(i));

@@ -377,11 +377,11 @@ graph(%x : Tensor, %s : float):
   EXPECT_TRUE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::mul", 0)));
   EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::mul", 1)));
   EXPECT_TRUE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::add", 0)));
-  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::mul", 2)));  // a free scalar
+  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::mul", 2))); // a free scalar
   EXPECT_TRUE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::div")));
   EXPECT_TRUE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::mul", 3)));  // x * (i + 1)
-  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::add", 1)));  // int add
-  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::add", 2)));  // tensor + tensor
+  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::add", 1))); // int add
+  EXPECT_FALSE(SavedTensorAnalysis::may_fold_to_input(find(g, "aten::add", 2))); // tensor + tensor
   EXPECT_EQ(SavedTensorAnalysis::storage_root(find(g, "aten::mul", 0)->output()), x);
   EXPECT_EQ(SavedTensorAnalysis::storage_root(find(g, "aten::mul", 3)->output()), x);
   EXPECT_NE(SavedTensorAnalysis::storage_root(find(g, "aten::mul", 1)->output()), x);
@@ -461,6 +461,43 @@ graph(%x : Tensor):
   auto g2 = parse(without);
   SafetyGate gate2(g2, "test", remarks);
   EXPECT_FALSE(gate2.refusal(swap(g2, find(g2, "aten::sigmoid"), "aten::tanh")).has_value());
+  // Two dropouts in a row: a write through the second and a read of the first's output
+  // meet on one tensor that AliasDb sees as two.
+  auto g3 = parse(R"IR(
+graph(%x : Tensor):
+  %p : float = prim::Constant[value=0.5]()
+  %f : bool = prim::Constant[value=0]()
+  %h : Tensor = aten::relu(%x)
+  %d1 : Tensor = aten::dropout(%h, %p, %f)
+  %d2 : Tensor = aten::dropout(%d1, %p, %f)
+  %w : Tensor = aten::hardsigmoid_(%d2)
+  %y : Tensor = aten::mul(%d1, %p)
+  %s : Tensor = aten::sigmoid(%x)
+  return (%y, %s, %d2))IR");
+  SafetyGate gate3(g3, "test", remarks);
+  EXPECT_TRUE(gate3.refusal(swap(g3, find(g3, "aten::sigmoid"), "aten::tanh")).has_value());
+}
+
+TEST(SavedTensorAnalysis, InPlaceDropoutWritesNothingAtPZeroOrEval) {
+  // ATen's _dropout_impl returns its input untouched when p == 0 or not training.
+  auto g = parse(R"IR(
+graph(%x : Tensor, %p : float, %train : bool):
+  %zero : float = prim::Constant[value=0.]()
+  %half : float = prim::Constant[value=0.5]()
+  %t : bool = prim::Constant[value=1]()
+  %f : bool = prim::Constant[value=0]()
+  %a : Tensor = aten::dropout_(%x, %zero, %train)
+  %b : Tensor = aten::dropout_(%x, %half, %f)
+  %c : Tensor = aten::dropout_(%x, %half, %t)
+  %d : Tensor = aten::dropout_(%x, %p, %t)
+  %e : Tensor = aten::feature_alpha_dropout_(%x, %zero, %t)
+  return (%a, %b, %c, %d, %e))IR");
+  using memslim::SavedTensorAnalysis;
+  EXPECT_TRUE(SavedTensorAnalysis::written_inputs(find(g, "aten::dropout_", 0)).empty());
+  EXPECT_TRUE(SavedTensorAnalysis::written_inputs(find(g, "aten::dropout_", 1)).empty());
+  EXPECT_EQ(SavedTensorAnalysis::written_inputs(find(g, "aten::dropout_", 2)).size(), 1u);
+  EXPECT_EQ(SavedTensorAnalysis::written_inputs(find(g, "aten::dropout_", 3)).size(), 1u);
+  EXPECT_TRUE(SavedTensorAnalysis::writes_nothing(find(g, "aten::feature_alpha_dropout_")));
 }
 
 } // namespace

@@ -1168,3 +1168,40 @@ def test_runner_isolates_a_crash(session):
     res = session.run({"id": "crash", "source": crash})
     assert res["class"] == "crash" and "SIGSEGV" in res["detail"] and res["stage"] == "load"
     check(session, FLOAT_ARG.replace("x, s: float", "x").replace(" * s", "").replace(", 1.5)", ",)"))
+
+
+# Seventh long run (seeds 220000-, commit f298fa1), shrunk.
+# 226034: relu_ functionalized inside `if self.flag0:`; relu -> softplus then formed a
+# DifferentiableGraph in the branch that keeps softplus's output (TorchScript's symbolic
+# gradient keeps it), which the branch yields and selu_ writes after the If. The gate's
+# executor chain ended at the block, and the If's output was another tensor to it.
+IF_YIELDED_THEN_WRITTEN = """
+class P(torch.nn.Module):
+    def __init__(self, flag0: bool):
+        super().__init__()
+        self.flag0 = flag0
+        self.w0 = torch.nn.Parameter(torch.randn(16, 16) * 0.2500)
+        self.act0 = torch.nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        v0 = torch.matmul(x, self.w0.t())
+        if self.flag0:
+            v1 = self.act0(v0)
+            v2 = F.softplus(v1)
+            v3 = v2
+        else:
+            v3 = x
+        v4 = F.selu(v3, inplace=True)
+        return v3.mean(),
+
+
+def make():
+    torch.manual_seed(226034)
+    m = P(True).to(torch.float32)
+    m.eval()
+    return m, (torch.randn(4, 16, dtype=torch.float32),)
+"""
+
+
+def test_if_yielded_value_written_after(session):
+    check(session, IF_YIELDED_THEN_WRITTEN)

@@ -54,8 +54,8 @@ class SavedTensorAnalysis {
   // The tensor whose storage `v` is: through views (pieces of chunk / split /
   // unbind included), in-place ops (which return what they wrote), dropouts
   // (which may return their input), ops the peephole pass may fold to their
-  // input (may_fold_to_input) and If outputs a branch yields from outside. `through_dropout` (if given) says whether
-  // the way passed such a dropout: an alias AliasDb cannot see; `dropouts` (if
+  // input (may_fold_to_input) and If outputs a branch yields from outside. `through_dropout` (if
+  // given) says whether the way passed such a dropout: an alias AliasDb cannot see; `dropouts` (if
   // given) receives those dropout nodes.
   static const torch::jit::Value* storage_root(
       const torch::jit::Value* v, bool* through_dropout = nullptr,
@@ -63,7 +63,14 @@ class SavedTensorAnalysis {
   // Whether `n` draws random numbers: torch's list (aten ops only, which is all
   // Node::isNondeterministic reads) and memslim's fused dropout.
   static bool draws_random(const torch::jit::Node* n);
-  // The values `n` writes in place (schema arguments marked `(a!)`).
+  // Whether `n`, an in-place op by its schema, provably writes nothing: aten's
+  // in-place dropouts return at once when p == 0 or not training (ATen's
+  // _dropout_impl), here with a constant p == 0 or train == false (nn.Dropout's
+  // p is a TorchScript constant: timm's TNT has `nn.Dropout(0., inplace=True)`
+  // on softmax's output, which kept every gelu of its blocks).
+  static bool writes_nothing(const torch::jit::Node* n);
+  // The values `n` writes in place (schema arguments marked `(a!)`; none where
+  // writes_nothing).
   static std::vector<const torch::jit::Value*> written_inputs(const torch::jit::Node* n);
 
   // Bytes of `v` if its type has concrete sizes and a dtype.
