@@ -1205,3 +1205,45 @@ def make():
 
 def test_if_yielded_value_written_after(session):
     check(session, IF_YIELDED_THEN_WRITTEN)
+
+
+# Eighth long run (seeds 240000-259999, commit b9b0ca5), shrunk.
+# 246750: a hand-written hardswish feeding only a dead loop was rewritten as a region;
+# TorchScript's executor formed its DifferentiableGraphs before deleting the dead code,
+# grouping linear -> abs -> div into one graph that kept the linear's output, which
+# sigmoid_ then wrote: backward failed. The unmodified graph lost that code first. Fixed:
+# cleanup removes dead If/Loop nodes whose blocks are pure.
+DEAD_LOOP_KEPT_A_REGION = """
+class P(torch.nn.Module):
+    def __init__(self, flag0: bool):
+        super().__init__()
+        self.flag0 = flag0
+        self.w0 = torch.nn.Parameter(torch.randn(16, 8) * 0.3536)
+
+    def forward(self, x):
+        v0 = F.linear(x, self.w0)
+        if self.flag0:
+            v1 = v0
+        else:
+            v1 = v0
+        v2 = v0 / (v0.abs() + 1.0)
+        v3 = F.elu(v2, inplace=True)
+        v4 = torch.sigmoid_(v0)
+        v5 = v3 * torch.clamp(v3 + 3.0, 0.0, 6.0) / 6.0
+        v6 = v4 * 1.0
+        for i in range(3):
+            v7 = torch.addcdiv(v5, v6, v0.abs() + 1.0, value=0.3)
+            v6 = v7
+        return v4,
+
+
+def make():
+    torch.manual_seed(246750)
+    m = P(False).to(torch.float32)
+    m.eval()
+    return m, (torch.randn(8, 8, dtype=torch.float32),)
+"""
+
+
+def test_dead_loop_keeps_no_region(session):
+    check(session, DEAD_LOOP_KEPT_A_REGION)
