@@ -12,6 +12,10 @@
 // random ops keeps the RNG stream what the original graph draws.
 //
 //===----------------------------------------------------------------------===//
+#include <torch/csrc/jit/runtime/graph_iterator.h>
+
+#include <unordered_set>
+
 #include "memslim/passes/pass.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
@@ -22,9 +26,44 @@ using torch::jit::Node;
 
 namespace {
 
-// Whether running `n` changes nothing but its outputs: no in-place write, no
-// side effect, no random draw, here or in its blocks.
-bool pure(const Node* n) {
+// Tensors a dropout that may return its input (eval mode, p == 0) hands on:
+// their storage roots. A write to one is judged by torch's DCE, which cannot see
+// that alias, through the tensor's other readers only: deleting a dead reader
+// can make it delete the write (long-fuzz seed 263425: `v0[0].add_(1)` after
+// `dropout(v0)` in eval mode; cleanup deleted a dead clone and loop reading v0,
+// and the executor's DCE then deleted the write: outputs 0.58 off).
+using Roots = std::unordered_set<const torch::jit::Value*>;
+
+// Only roots something writes in place count: without a write, no reader
+// matters (a formula's dead intermediates still go).
+Roots hidden_roots(const std::shared_ptr<torch::jit::Graph>& g) {
+  Roots dropped, written, roots;
+  std::shared_ptr<torch::jit::Graph> gm = g;
+  torch::jit::DepthFirstGraphNodeIterator it(gm);
+  for (Node* n = it.next(); n; n = it.next()) {
+    if (SavedTensorAnalysis::may_return_input(n))
+      dropped.insert(SavedTensorAnalysis::storage_root(n->input(0)));
+    for (const torch::jit::Value* w : SavedTensorAnalysis::written_inputs(n))
+      written.insert(SavedTensorAnalysis::storage_root(w));
+  }
+  for (const torch::jit::Value* r : dropped)
+    if (written.count(r)) roots.insert(r);
+  return roots;
+}
+
+bool reads_hidden(const Node* n, const Roots& hidden) {
+  if (hidden.empty()) return false;
+  for (const torch::jit::Value* v : n->inputs())
+    if (v->type()->cast<c10::TensorType>() && hidden.count(SavedTensorAnalysis::storage_root(v)))
+      return true;
+  return false;
+}
+
+// Whether running `n` changes nothing but its outputs (no in-place write, no
+// side effect, no random draw, here or in its blocks) and reads no tensor whose
+// writes only its readers make visible to torch's DCE.
+bool pure(const Node* n, const Roots& hidden) {
+  if (reads_hidden(n, hidden)) return false;
   const c10::Symbol k = n->kind();
   if (k == c10::prim::Constant || k == c10::prim::ListConstruct ||
       k == c10::prim::TupleConstruct || k == c10::prim::ListUnpack ||
@@ -33,7 +72,7 @@ bool pure(const Node* n) {
   if (k == c10::prim::If || k == c10::prim::Loop) {
     for (const Block* b : n->blocks())
       for (const Node* m : b->nodes())
-        if (!pure(m)) return false;
+        if (!pure(m, hidden)) return false;
     return true;
   }
   if (!n->blocks().empty()) return false;
@@ -48,25 +87,25 @@ bool pure(const Node* n) {
 // DifferentiableGraphs around the region, grouped linear -> abs -> div into one
 // graph keeping the linear's output, which sigmoid_ then wrote (long-fuzz seed
 // 246750; the unmodified graph lost that code first and formed no graph).
-bool removable(const Node* n) {
+bool removable(const Node* n, const Roots& hidden) {
   for (const torch::jit::Value* o : n->outputs())
     if (o->hasUses()) return false;
-  return pure(n);
+  return pure(n, hidden);
 }
 
 // Removes dead nodes of `b` (last first, so chains go in one sweep).
-void sweep(Block* b) {
+void sweep(Block* b, const Roots& hidden) {
   std::vector<Node*> nodes(b->nodes().begin(), b->nodes().end());
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-    for (Block* inner : (*it)->blocks()) sweep(inner);
-    if (removable(*it)) (*it)->destroy();
+    for (Block* inner : (*it)->blocks()) sweep(inner, hidden);
+    if (removable(*it, hidden)) (*it)->destroy();
   }
 }
 
 } // namespace
 
 void run_cleanup(const std::shared_ptr<torch::jit::Graph>& g, PassContext&) {
-  sweep(g->block());
+  sweep(g->block(), hidden_roots(g));
   g->lint();
 }
 

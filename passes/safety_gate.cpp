@@ -78,6 +78,17 @@ std::optional<std::string> write_observable(const Value* w) {
   return std::nullopt;
 }
 
+// relu6 and hardtanh: the executor differentiates them (although
+// torch::jit::isDifferentiable says no) with symbolic gradients that read their
+// result, where eager's keep the input (long-fuzz seed 266858).
+bool clamping_activation(const Node* n) {
+  static const c10::Symbol kinds[] = {c10::Symbol::fromQualString("aten::relu6"),
+                                      c10::Symbol::fromQualString("aten::hardtanh")};
+  for (c10::Symbol k : kinds)
+    if (n->kind() == k) return true;
+  return false;
+}
+
 // TorchScript's executor runs chains of nodes its autodiff differentiates (in
 // one block, linked producer -> consumer) as DifferentiableGraphs, which keep
 // what their backward formulas read, their outputs included. A rewrite changes
@@ -111,8 +122,16 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
     const Node* owner = n->owningBlock()->owningNode();
     if (n->owningBlock() != block && !(owner && unrolled(owner))) return false;
     if (members.count(n) || n->kind() == c10::aten::chunk || is_chunk_unpack(n)) return true;
+    // torch::jit::isDifferentiable says no for relu6 and hardtanh, which the
+    // executor differentiates all the same (measured on torch 2.14: linear ->
+    // tanh -> op -> mul scripted, the op inside the DifferentiableGraph for relu6,
+    // hardtanh, clamp, abs, exp, softplus, silu, gelu, leaky_relu, hardswish,
+    // hardsigmoid; not for elu, celu, selu, mish, logsigmoid). Long-fuzz seed
+    // 266858: functionalized tanh_ -> relu6 formed a graph keeping relu6's
+    // output, which add_ then wrote.
     const c10::FunctionSchema* s = n->maybeSchema();
-    return torch::jit::isDifferentiable(n) && !(s && s->is_mutable());
+    if (s && s->is_mutable()) return false;
+    return clamping_activation(n) || torch::jit::isDifferentiable(n);
   };
   // Links are tensors (a shared None or int constant links nothing), and not a
   // tensor that a node the rewrite keeps writes in place between its producer
@@ -448,7 +467,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   // linear's output written later (Falcon's `mlp_output += attention_output`) is
   // read by no backward: not a reason to keep the gelu before it.
   for (const Node* n : chain) {
-    const bool all = members.count(n) || activation_info(n->kind());
+    const bool all = members.count(n) || activation_info(n->kind()) || clamping_activation(n);
     for (size_t i = 0; i < n->inputs().size(); ++i) {
       const Value* v = n->inputs()[i];
       if (v->node()->kind() == c10::prim::ListConstruct) {

@@ -1247,3 +1247,64 @@ def make():
 
 def test_dead_loop_keeps_no_region(session):
     check(session, DEAD_LOOP_KEPT_A_REGION)
+
+
+# Ninth long run (seeds 260000-267524, commit a5155fd, stopped at these two), shrunk.
+# 263425: an eval-mode dropout returns v0 and the program returns it; `v0[0].add_(1)` is
+# seen by TorchScript's DCE only through v0's other readers, a clone and a loop that are
+# dead. cleanup (since a5155fd) deleted them, the executor's DCE then judged the write
+# unobservable and deleted it: outputs 0.58 off. Fixed: cleanup keeps dead nodes that read a
+# tensor a dropout may return.
+DEAD_READER_OF_HIDDEN_WRITE = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        v0 = F.hardswish(x)
+        v1 = F.dropout(v0, 0.1, self.training)
+        v0[0].add_(1.0)
+        v2 = v0.clone()
+        for i in range(1):
+            v2 = v0 + v2 * 0.5
+        return v1
+
+
+def make():
+    torch.manual_seed(263425)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(8, 24, dtype=torch.float32),)
+"""
+# 266858: tanh_ -> relu6 -> add_. Functionalized, tanh and relu6 joined one
+# DifferentiableGraph that keeps relu6's output (its symbolic gradient reads the result),
+# which add_ then wrote. The gate's chain asked torch's isDifferentiable, which says no
+# for relu6; the executor differentiates it anyway.
+RELU6_IN_THE_EXECUTOR_CHAIN = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(16, 8) * 0.3536)
+
+    def forward(self, x):
+        v0 = torch.matmul(x, self.w0.t())
+        v1 = v0.tanh_()
+        v2 = F.relu6(v1)
+        v2.add_(1.0)
+        return x + v2.mean(),
+
+
+def make():
+    torch.manual_seed(266858)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(4, 8, dtype=torch.float32),)
+"""
+
+
+def test_dead_reader_of_hidden_write_stays(session):
+    check(session, DEAD_READER_OF_HIDDEN_WRITE)
+
+
+def test_relu6_joins_the_executor_chain(session):
+    check(session, RELU6_IN_THE_EXECUTOR_CHAIN)
