@@ -1,8 +1,8 @@
 //===- cleanup.cpp - remove what rewrites left unread, then lint ------------===//
 //
 // What: removes nodes whose outputs nobody reads and that neither write in
-// place, have side effects nor draw random numbers, in every block (an If or
-// Loop when nothing inside does either); then lints the graph.
+// place, have side effects nor draw random numbers, in every block; then
+// lints the graph.
 // Why not torch's EliminateDeadCode: it trusts AliasDb to tell whether an
 // in-place write is observable, and AliasDb cannot see that dropout returns
 // its input when not training (no alias in its schema): `d = dropout(h, p,
@@ -60,8 +60,11 @@ bool reads_hidden(const Node* n, const Roots& hidden) {
 }
 
 // Whether running `n` changes nothing but its outputs (no in-place write, no
-// side effect, no random draw, here or in its blocks) and reads no tensor whose
-// writes only its readers make visible to torch's DCE.
+// side effect, no random draw) and reads no tensor whose writes only its
+// readers make visible to torch's DCE. Ifs and Loops stay, dead or not: the
+// user's dead control flow is TorchScript's to delete (removing a dead loop
+// changed where the optimizing executor draws dropout masks on the first call:
+// long-fuzz seed 282726). Rewrites of dead code are the gate's to refuse.
 bool pure(const Node* n, const Roots& hidden) {
   if (reads_hidden(n, hidden)) return false;
   const c10::Symbol k = n->kind();
@@ -69,24 +72,12 @@ bool pure(const Node* n, const Roots& hidden) {
       k == c10::prim::TupleConstruct || k == c10::prim::ListUnpack ||
       k == c10::prim::TupleUnpack || k == c10::prim::GetAttr)
     return true;
-  if (k == c10::prim::If || k == c10::prim::Loop) {
-    for (const Block* b : n->blocks())
-      for (const Node* m : b->nodes())
-        if (!pure(m, hidden)) return false;
-    return true;
-  }
   if (!n->blocks().empty()) return false;
   const c10::FunctionSchema* s = n->maybeSchema();
   if (!s || s->is_mutable()) return false;
   return !n->hasSideEffects() && !SavedTensorAnalysis::draws_random(n);
 }
 
-// A dead If or Loop goes too when everything in it is pure: a dead loop kept
-// what it read alive, so a region was rewritten whose result nobody used, and
-// TorchScript's executor, which deletes such code only after forming its
-// DifferentiableGraphs around the region, grouped linear -> abs -> div into one
-// graph keeping the linear's output, which sigmoid_ then wrote (long-fuzz seed
-// 246750; the unmodified graph lost that code first and formed no graph).
 bool removable(const Node* n, const Roots& hidden) {
   for (const torch::jit::Value* o : n->outputs())
     if (o->hasUses()) return false;

@@ -235,6 +235,7 @@ void SafetyGate::refresh() {
   for (Node* n = it.next(); n; n = it.next()) live_.insert(n);
   alias_.reset();
   hidden_read_.reset();
+  live_values_.reset();
 }
 
 AliasDb& SafetyGate::alias() {
@@ -320,6 +321,60 @@ const std::optional<std::string>& SafetyGate::hidden_alias_read() {
   return *hidden_read_;
 }
 
+// Whether the graph's results or effects depend on `v`: it reaches a return,
+// or a node that writes in place, has side effects, draws random numbers or has
+// no schema; an If or Loop is live with anything in it. Dead code stays as the
+// user wrote it for TorchScript to delete: the executor deletes it only after
+// forming its DifferentiableGraphs, so a rewrite of dead code changes how it
+// groups what that code reads (long-fuzz seed 246750: a region of a hardswish
+// that only a dead loop read; linear -> abs -> div then formed one graph keeping
+// the linear's output, which sigmoid_ wrote).
+bool SafetyGate::live(const Value* v) {
+  if (!live_values_) {
+    live_values_.emplace();
+    auto& live = *live_values_;
+    std::vector<const Value*> work;
+    auto mark = [&](const Value* x) {
+      if (live.insert(x).second) work.push_back(x);
+    };
+    std::unordered_set<const Node*> live_nodes;
+    std::function<void(const Node*)> mark_node = [&](const Node* n) {
+      if (!live_nodes.insert(n).second) return;
+      for (const Value* in : n->inputs()) mark(in);
+      for (const torch::jit::Block* b : n->blocks()) {
+        for (const Value* o : b->outputs()) mark(o);
+        for (const Value* in : b->inputs()) mark(in);
+      }
+      // The node's enclosing control flow runs it.
+      if (const Node* owner = n->owningBlock()->owningNode()) mark_node(owner);
+    };
+    for (const Value* o : graph_->outputs()) mark(o);
+    torch::jit::DepthFirstGraphNodeIterator it(graph_);
+    for (Node* m = it.next(); m; m = it.next()) {
+      const c10::FunctionSchema* s = m->maybeSchema();
+      const bool known_prim =
+          m->kind() == c10::prim::Constant || m->kind() == c10::prim::ListConstruct ||
+          m->kind() == c10::prim::TupleConstruct || m->kind() == c10::prim::ListUnpack ||
+          m->kind() == c10::prim::TupleUnpack || m->kind() == c10::prim::GetAttr ||
+          !m->blocks().empty();
+      if ((!s && !known_prim) || (s && (s->is_mutable() || m->hasSideEffects())) ||
+          SavedTensorAnalysis::draws_random(m))
+        mark_node(m);
+    }
+    while (!work.empty()) {
+      const Value* x = work.back();
+      work.pop_back();
+      const Node* p = x->node();
+      if (p->kind() == c10::prim::Param) {
+        if (const Node* owner = p->owningBlock()->owningNode()) mark_node(owner);
+        continue;
+      }
+      mark_node(p);
+    }
+  }
+  return live_values_->count(v) > 0;
+}
+
 std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   if (p.covers.empty()) return "the proposal covers no node (internal)";
   for (const Node* n : p.covers)
@@ -338,6 +393,10 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
       for (const Value* w : SavedTensorAnalysis::written_inputs(n))
         if (auto why = write_observable(w)) return *why;
   }
+  bool any_live = false;
+  for (const Node* n : p.covers)
+    for (const Value* o : n->outputs()) any_live = any_live || live(o);
+  if (!any_live) return "its result is never used (dead code, left for TorchScript to delete)";
   std::vector<Node*> order = p.covers;
   std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->isBefore(b); });
   const Node* first = order.front();
