@@ -1450,3 +1450,116 @@ def test_gelu_twin_backward_has_a_device(session):
 @pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 282798")
 def test_lgamma_formula_grad_s0(session):
     check(session, LGAMMA_GRAD_S0)
+
+
+# Eleventh long run (seeds 300000-319999, commit 530ff59), as generated (not shrunk).
+# 314804 (open): memslim-opt --verify: a gradient 2.0e-4 off the fp64 reference (bar 1e-4;
+# the input graph's own 2.6e-5).
+VERIFY_GRAD_2E4 = """
+class P(torch.nn.Module):
+    def __init__(self, flag0: bool):
+        super().__init__()
+        self.flag0 = flag0
+        self.w0 = torch.nn.Parameter(torch.randn(8, 24) * 0.2041)
+        self.b0 = torch.nn.Parameter(torch.randn(8) * 0.1)
+        self.s0 = torch.nn.Parameter(torch.tensor(1.11))
+
+    def forward(self, x, s: float):
+        v1 = F.linear(x, self.w0, self.b0)
+        v1.sub_(0.25)
+        v2 = 1.0 + torch.erf(v1 * 0.7071067811865476)
+        v3 = 0.5 * v1 * v2
+        if self.flag0:
+            v4 = torch.cos(x)
+            v7 = v4
+        else:
+            v5 = v3 * 0.5 + v3 * 0.25
+            v6 = torch.rsqrt(x * x + 1.0)
+            v7 = v6
+        if self.training:
+            v8 = torch.rsqrt(v3 * v3 + 1.0)
+            v10 = v8
+        else:
+            v9 = torch.clamp(v3, -2.0, 2.0)
+            v10 = v9
+        v11 = -v3
+        t12_a = torch.sigmoid(self.s0) * 1.8 + 0.1
+        t12_p = torch.where(v11 > 0, v11, 1.0)
+        t12_p = 1.0507 * torch.pow(t12_p, 1 - t12_a) / torch.exp(torch.lgamma(2 - t12_a))
+        t12_q = torch.where(v11 <= 0, v11, 1.0)
+        t12_g = torch.exp(torch.lgamma(1 + t12_a))
+        t12_acc = (1 - torch.exp(t12_q)) * t12_g / torch.exp(torch.lgamma(1 + t12_a))
+        t12_acc = t12_acc - (1 - torch.exp(t12_q - 1.0)) * t12_g / torch.exp(torch.lgamma(t12_a))
+        v12 = torch.where(v11 > 0, t12_p, 1.7581 / torch.pow(1.0, t12_a) * t12_acc)
+        v13 = v3.unsqueeze(0)
+        v14 = v13.squeeze(0)
+        return v14 + v2.sum() * 0.0 + v7.sum() * 0.1 + v10 + v12.mean() + v13.sum() * 0.0
+
+
+def make():
+    torch.manual_seed(314804)
+    m = P(True).to(torch.float32)
+    m.train()
+    return m, (torch.randn(4, 24, dtype=torch.float32), 1.5)
+"""
+# 315436 (open): the optimized module's forward fails in the TorchScript interpreter with
+# "a view of a leaf Variable that requires grad is being used in an in-place operation".
+LEAF_VIEW_INPLACE = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn(24, 16) * 0.2500)
+        self.w1 = torch.nn.Parameter(torch.randn(16, 16) * 0.2500)
+        self.w2 = torch.nn.Parameter(torch.randn(16, 24) * 0.2041)
+        self.b0 = torch.nn.Parameter(torch.randn(16) * 0.1)
+        self.s0 = torch.nn.Parameter(torch.tensor(0.93))
+        self.act0 = torch.nn.SiLU(inplace=True)
+        self.act1 = torch.nn.Hardswish()
+
+    def forward(self, x):
+        v1 = torch.matmul(x, self.w0.t())
+        v2 = torch.matmul(x, self.w1.t())
+        v3 = F.linear(v1, self.w2, self.b0)
+        v4 = torch.addcmul(v1, v1, v1, value=0.5)
+        t5_a = torch.sigmoid(self.s0) * 1.8 + 0.1
+        t5_p = torch.where(v4 > 0, v4, 1.0)
+        t5_p = 1.0507 * torch.pow(t5_p, 1 - t5_a) / torch.exp(torch.lgamma(2 - t5_a))
+        t5_q = torch.where(v4 <= 0, v4, 1.0)
+        t5_g = torch.exp(torch.lgamma(1 + t5_a))
+        t5_acc = (1 - torch.exp(t5_q)) * t5_g / torch.exp(torch.lgamma(1 + t5_a))
+        t5_acc = t5_acc - (1 - torch.exp(t5_q - 1.0)) * t5_g / torch.exp(torch.lgamma(t5_a))
+        v5 = torch.where(v4 > 0, t5_p, 1.7581 / torch.pow(1.0, t5_a) * t5_acc)
+        t6_a = torch.sigmoid(self.s0) * 1.8 + 0.1
+        t6_p = torch.where(v1 > 0, v1, 1.0)
+        t6_p = 1.0507 * torch.pow(t6_p, 1 - t6_a) / torch.exp(torch.lgamma(2 - t6_a))
+        t6_q = torch.where(v1 <= 0, v1, 1.0)
+        t6_g = torch.exp(torch.lgamma(1 + t6_a))
+        t6_acc = (1 - torch.exp(t6_q)) * t6_g / torch.exp(torch.lgamma(1 + t6_a))
+        t6_acc = t6_acc - (1 - torch.exp(t6_q - 1.0)) * t6_g / torch.exp(torch.lgamma(t6_a))
+        v6 = torch.where(v1 > 0, t6_p, 1.7581 / torch.pow(1.0, t6_a) * t6_acc)
+        v7 = v5.t()
+        v8 = self.act0(v7)
+        v9 = v8 * torch.sigmoid(1.702 * v8)
+        v10 = self.act1(v9)
+        v6.clamp_(-3.0, 3.0)
+        v11 = torch.relu(v6)
+        v12 = F.hardsigmoid(v2, inplace=True)
+        return v12 + v3.sum() * 0.1 + v10.sum() * 0.1 + v11.mean(),
+
+
+def make():
+    torch.manual_seed(315436)
+    m = P().to(torch.float64)
+    m.train()
+    return m, (torch.randn(4, 16, dtype=torch.float64),)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 314804")
+def test_verify_gradient_within_bar(session):
+    check(session, VERIFY_GRAD_2E4)
+
+
+@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 315436")
+def test_leaf_view_not_written(session):
+    check(session, LEAF_VIEW_INPLACE)
