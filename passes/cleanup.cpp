@@ -66,16 +66,7 @@ bool reads_hidden(const Node* n, const Roots& hidden) {
 // changed where the optimizing executor draws dropout masks on the first call:
 // long-fuzz seed 282726). Rewrites of dead code are the gate's to refuse.
 bool pure(const Node* n, const Roots& hidden) {
-  if (reads_hidden(n, hidden)) return false;
-  const c10::Symbol k = n->kind();
-  if (k == c10::prim::Constant || k == c10::prim::ListConstruct ||
-      k == c10::prim::TupleConstruct || k == c10::prim::ListUnpack ||
-      k == c10::prim::TupleUnpack || k == c10::prim::GetAttr)
-    return true;
-  if (!n->blocks().empty()) return false;
-  const c10::FunctionSchema* s = n->maybeSchema();
-  if (!s || s->is_mutable()) return false;
-  return !n->hasSideEffects() && !SavedTensorAnalysis::draws_random(n);
+  return n->blocks().empty() && !SavedTensorAnalysis::has_effects(n) && !reads_hidden(n, hidden);
 }
 
 bool removable(const Node* n, const Roots& hidden) {

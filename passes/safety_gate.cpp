@@ -78,9 +78,13 @@ std::optional<std::string> write_observable(const Value* w) {
   return std::nullopt;
 }
 
-// relu6 and hardtanh: the executor differentiates them (although
-// torch::jit::isDifferentiable says no) with symbolic gradients that read their
-// result, where eager's keep the input (long-fuzz seed 266858).
+// relu6 and hardtanh: the executor differentiates them, although
+// torch::jit::isDifferentiable says no, with symbolic gradients that read their
+// result where eager's keep the input (measured on torch 2.14: linear -> tanh ->
+// op -> mul scripted, the op inside the DifferentiableGraph for relu6, hardtanh,
+// clamp, abs, exp, softplus, silu, gelu, leaky_relu, hardswish, hardsigmoid; not
+// for elu, celu, selu, mish, logsigmoid). Long-fuzz seed 266858: functionalized
+// tanh_ -> relu6 formed a graph keeping relu6's output, which add_ then wrote.
 bool clamping_activation(const Node* n) {
   static const c10::Symbol kinds[] = {c10::Symbol::fromQualString("aten::relu6"),
                                       c10::Symbol::fromQualString("aten::hardtanh")};
@@ -122,13 +126,6 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
     const Node* owner = n->owningBlock()->owningNode();
     if (n->owningBlock() != block && !(owner && unrolled(owner))) return false;
     if (members.count(n) || n->kind() == c10::aten::chunk || is_chunk_unpack(n)) return true;
-    // torch::jit::isDifferentiable says no for relu6 and hardtanh, which the
-    // executor differentiates all the same (measured on torch 2.14: linear ->
-    // tanh -> op -> mul scripted, the op inside the DifferentiableGraph for relu6,
-    // hardtanh, clamp, abs, exp, softplus, silu, gelu, leaky_relu, hardswish,
-    // hardsigmoid; not for elu, celu, selu, mish, logsigmoid). Long-fuzz seed
-    // 266858: functionalized tanh_ -> relu6 formed a graph keeping relu6's
-    // output, which add_ then wrote.
     const c10::FunctionSchema* s = n->maybeSchema();
     if (s && s->is_mutable()) return false;
     return clamping_activation(n) || torch::jit::isDifferentiable(n);
@@ -350,17 +347,8 @@ bool SafetyGate::live(const Value* v) {
     };
     for (const Value* o : graph_->outputs()) mark(o);
     torch::jit::DepthFirstGraphNodeIterator it(graph_);
-    for (Node* m = it.next(); m; m = it.next()) {
-      const c10::FunctionSchema* s = m->maybeSchema();
-      const bool known_prim =
-          m->kind() == c10::prim::Constant || m->kind() == c10::prim::ListConstruct ||
-          m->kind() == c10::prim::TupleConstruct || m->kind() == c10::prim::ListUnpack ||
-          m->kind() == c10::prim::TupleUnpack || m->kind() == c10::prim::GetAttr ||
-          !m->blocks().empty();
-      if ((!s && !known_prim) || (s && (s->is_mutable() || m->hasSideEffects())) ||
-          SavedTensorAnalysis::draws_random(m))
-        mark_node(m);
-    }
+    for (Node* m = it.next(); m; m = it.next())
+      if (m->blocks().empty() && SavedTensorAnalysis::has_effects(m)) mark_node(m);
     while (!work.empty()) {
       const Value* x = work.back();
       work.pop_back();
@@ -428,8 +416,8 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   // by attribute path; everything else by AliasDb (where attributes and graph
   // inputs are wildcards: conservative, and only those).
   auto writes = [&](Node* m, const Watched& w) -> const Value* {
-    const std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
     if (SavedTensorAnalysis::writes_nothing(m)) return nullptr;
+    const std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
     if (written.empty()) {  // no schema-declared write; prim ops that write (SetAttr...)
       if (w.plain.empty() || !alias().writesToAlias(m, w.plain)) return nullptr;
       for (const Value* v : w.plain)

@@ -196,16 +196,43 @@ bool SavedTensorAnalysis::is_view_of_input(const Node* n, size_t index) {
   return out && in && !out->isWrite() && !in->isWrite() && out->beforeSets() == in->beforeSets();
 }
 
-bool SavedTensorAnalysis::returns_input_undeclared(const Node* n) {
-  static const c10::Symbol kinds[] = {
-      c10::Symbol::fromQualString("aten::dropout"),
-      c10::Symbol::fromQualString("aten::feature_dropout"),
-      c10::Symbol::fromQualString("aten::alpha_dropout"),
-      c10::Symbol::fromQualString("aten::feature_alpha_dropout")};
-  for (c10::Symbol k : kinds)
-    if (n->kind() == k) return true;
+namespace {
+
+// aten's dropouts, functional or in place (one table): ATen's _dropout_impl
+// returns its input untouched when p == 0 or not training.
+bool is_dropout(const Node* n, bool inplace) {
+  static const char* names[] = {"dropout", "feature_dropout", "alpha_dropout",
+                                "feature_alpha_dropout"};
+  static const auto kinds = [] {
+    std::vector<std::pair<c10::Symbol, bool>> k;
+    for (const char* name : names)
+      for (bool in_place : {false, true})
+        k.emplace_back(
+            c10::Symbol::fromQualString(std::string("aten::") + name + (in_place ? "_" : "")),
+            in_place);
+    return k;
+  }();
+  for (const auto& [k, in_place] : kinds)
+    if (n->kind() == k) return in_place == inplace;
   return false;
 }
+
+// A dropout's constant p and train arguments, where they are constants.
+struct DropoutArgs {
+  std::optional<double> p;
+  std::optional<bool> train;
+};
+DropoutArgs dropout_args(const Node* d) {
+  DropoutArgs a;
+  if (d->inputs().size() < 3) return a;
+  if (const auto p = torch::jit::toIValue(d->input(1)); p && p->isDouble()) a.p = p->toDouble();
+  if (const auto t = torch::jit::toIValue(d->input(2)); t && t->isBool()) a.train = t->toBool();
+  return a;
+}
+
+} // namespace
+
+bool SavedTensorAnalysis::returns_input_undeclared(const Node* n) { return is_dropout(n, false); }
 
 namespace {
 
@@ -303,10 +330,8 @@ const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dro
 
 bool SavedTensorAnalysis::may_return_input(const Node* d) {
   if (!returns_input_undeclared(d) || d->inputs().size() < 3) return false;
-  const auto p = torch::jit::toIValue(d->input(1));
-  const auto train = torch::jit::toIValue(d->input(2));
-  const bool fresh = p && train && p->isDouble() && p->toDouble() > 0 && train->isBool() &&
-                     train->toBool();
+  const DropoutArgs a = dropout_args(d);
+  const bool fresh = a.p && *a.p > 0 && a.train && *a.train;
   return !fresh;
 }
 
@@ -321,17 +346,19 @@ bool SavedTensorAnalysis::draws_random(const Node* n) {
 }
 
 bool SavedTensorAnalysis::writes_nothing(const Node* n) {
-  static const c10::Symbol kinds[] = {c10::Symbol::fromQualString("aten::dropout_"),
-                                      c10::Symbol::fromQualString("aten::feature_dropout_"),
-                                      c10::Symbol::fromQualString("aten::alpha_dropout_"),
-                                      c10::Symbol::fromQualString("aten::feature_alpha_dropout_")};
-  bool dropout = false;
-  for (c10::Symbol k : kinds) dropout = dropout || n->kind() == k;
-  if (!dropout || n->inputs().size() < 3) return false;
-  const auto p = torch::jit::toIValue(n->input(1));
-  const auto train = torch::jit::toIValue(n->input(2));
-  return (p && p->isDouble() && p->toDouble() == 0) ||
-         (train && train->isBool() && !train->toBool());
+  if (!is_dropout(n, true)) return false;
+  const DropoutArgs a = dropout_args(n);
+  return (a.p && *a.p == 0) || (a.train && !*a.train);
+}
+
+bool SavedTensorAnalysis::has_effects(const Node* n) {
+  const c10::Symbol k = n->kind();
+  if (k == c10::prim::Constant || k == c10::prim::ListConstruct || k == c10::prim::TupleConstruct ||
+      k == c10::prim::ListUnpack || k == c10::prim::TupleUnpack || k == c10::prim::GetAttr)
+    return false;
+  const c10::FunctionSchema* s = n->maybeSchema();
+  if (!s || s->is_mutable()) return true;
+  return n->hasSideEffects() || draws_random(n);
 }
 
 std::vector<const Value*> SavedTensorAnalysis::written_inputs(const Node* n) {

@@ -69,6 +69,10 @@ class SavedTensorAnalysis {
   // p is a TorchScript constant: timm's TNT has `nn.Dropout(0., inplace=True)`
   // on softmax's output, which kept every gelu of its blocks).
   static bool writes_nothing(const torch::jit::Node* n);
+  // Whether running `n` (a node without blocks) may do more than compute its
+  // outputs: it writes in place, has side effects, draws random numbers, or has
+  // no schema (a prim other than constants, GetAttr and list/tuple packing).
+  static bool has_effects(const torch::jit::Node* n);
   // The values `n` writes in place (schema arguments marked `(a!)`; none where
   // writes_nothing).
   static std::vector<const torch::jit::Value*> written_inputs(const torch::jit::Node* n);
