@@ -232,6 +232,7 @@ void SafetyGate::refresh() {
   for (Node* n = it.next(); n; n = it.next()) live_.insert(n);
   alias_.reset();
   hidden_read_.reset();
+  executor_hazard_.reset();
   live_values_.reset();
 }
 
@@ -316,6 +317,86 @@ const std::optional<std::string>& SafetyGate::hidden_alias_read() {
       }
     }
   return *hidden_read_;
+}
+
+// Programs TorchScript's own executor fails on for some ways of cutting the
+// graph into DifferentiableGraphs, but not for others. The scripted program as
+// written may happen to be cut the safe way; any rewrite anywhere changes the
+// cuts, so in such a graph every rewrite is kept. The reason, or nullopt.
+//  - An in-place write to a view (aten::t, view, slice...) that a differentiable
+//    view op made of a tensor a differentiable op computed: a graph holding
+//    both returns the view without its base, and the write raises "a view of a
+//    leaf Variable that requires grad is being used in an in-place operation"
+//    (`v3 = v0 * 2; silu_(v3.t())` fails without memslim when t joins the mul's
+//    graph; long-fuzz seed 315436: a region after silu_(where(...).t()) made
+//    the executor cut the nodes before it that way).
+//  - An aten::chunk piece whose value reaches no result: the executor's chunk
+//    backward then gets an undefined gradient and raises "tensor does not have
+//    a device" (`a, b = y.chunk(2, 1); return x + silu(b).mean()` fails without
+//    memslim; long-fuzz seed 286566: x * sigmoid(x) -> silu beside the user's
+//    silu of the same piece, which torch's CSE merged, regrouped the graph).
+const std::optional<std::string>& SafetyGate::executor_hazard() {
+  if (executor_hazard_) return *executor_hazard_;
+  executor_hazard_.emplace();
+  auto differentiable = [](const Node* n) {
+    return clamping_activation(n) || torch::jit::isDifferentiable(const_cast<Node*>(n));
+  };
+  // Whether `v` flows into the graph's results (data flow only: a write to a
+  // value nobody reads again is dead code to TorchScript's DCE).
+  auto reaches_result = [&](const Value* v) {
+    std::vector<const Value*> work{v};
+    std::unordered_set<const Value*> seen{v};
+    while (!work.empty()) {
+      const Value* x = work.back();
+      work.pop_back();
+      for (const auto& use : x->uses()) {
+        const Node* u = use.user;
+        if (u->kind() == c10::prim::Return) {
+          const Node* owner = u->owningBlock()->owningNode();
+          if (!owner) return true;
+          if (owner->kind() == c10::prim::If && seen.insert(owner->output(use.offset)).second)
+            work.push_back(owner->output(use.offset));
+          if (owner->kind() == c10::prim::Loop) return true; // not followed: assume it does
+          continue;
+        }
+        for (const Value* o : u->outputs())
+          if (seen.insert(o).second) work.push_back(o);
+      }
+    }
+    return false;
+  };
+  torch::jit::DepthFirstGraphNodeIterator it(graph_);
+  for (Node* m = it.next(); m; m = it.next()) {
+    if (m->kind() == c10::aten::chunk && m->output()->uses().size() == 1 &&
+        m->output()->uses()[0].user->kind() == c10::prim::ListUnpack) {
+      const Node* unpack = m->output()->uses()[0].user;
+      for (const Value* piece : unpack->outputs())
+        if (!reaches_result(piece)) {
+          executor_hazard_->emplace(
+              "the aten::chunk piece " + name_of(piece) +
+              " reaches no result: TorchScript's executor raises in backward (\"tensor does not "
+              "have a device\") for some ways of cutting its graphs, and any rewrite changes them");
+          return *executor_hazard_;
+        }
+    }
+    if (SavedTensorAnalysis::writes_nothing(m)) continue;
+    for (const Value* w : SavedTensorAnalysis::written_inputs(m))
+      for (const Value* v = w; SavedTensorAnalysis::is_view_of_input(v->node(), 0);
+           v = v->node()->input(0)) {
+        const Node* view = v->node();
+        const Node* base = view->input(0)->node();
+        if (!differentiable(view) || base->kind() == c10::prim::Param || !differentiable(base))
+          continue;
+        executor_hazard_->emplace(
+            std::string(m->kind().toQualString()) + " writes " + name_of(w) +
+            " in place, a view (" + view->kind().toQualString() + ") of " +
+            name_of(view->input(0)) +
+            ": TorchScript's executor may return it from a DifferentiableGraph without its base "
+            "once any rewrite changes its graphs, and the write then raises");
+        return *executor_hazard_;
+      }
+  }
+  return *executor_hazard_;
 }
 
 // Whether the graph's results or effects depend on `v`: it reaches a return,
@@ -545,6 +626,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
     }
   }
   if (const auto& why = hidden_alias_read()) return *why;
+  if (const auto& why = executor_hazard()) return *why;
   return std::nullopt;
 }
 

@@ -491,3 +491,40 @@ graph(%x : Tensor, %p : float, %train : bool):
 }
 
 } // namespace
+
+TEST(SafetyGate, ExecutorHazardKeepsEveryRewrite) {
+  // Programs TorchScript's executor fails on for some cuts of its graphs: a rewrite
+  // anywhere (sigmoid -> tanh of an unrelated input) is kept. Each variant changes one
+  // token: the written view's base from a computed tensor to the graph input (no
+  // hazard: eager would raise itself), the chunk piece from dead to returned.
+  const char* ir = R"IR(
+graph(%x : Tensor, %y : Tensor):
+  %two : float = prim::Constant[value=2.]()
+  %i2 : int = prim::Constant[value=2]()
+  %i1 : int = prim::Constant[value=1]()
+  %v3 : Tensor = aten::mul(%y, %two)
+  %v5 : Tensor = aten::t(BASE)
+  %v6 : Tensor = aten::silu_(%v5)
+  %c : Tensor[] = aten::chunk(%v3, %i2, %i1)
+  %a : Tensor, %b : Tensor = prim::ListUnpack(%c)
+  %s : Tensor = aten::sigmoid(%x)
+  return (%s, %v6, %b, PIECE))IR";
+  auto variant = [&](const char* base, const char* piece) {
+    std::string s = ir;
+    s.replace(s.find("BASE"), 4, base);
+    s.replace(s.find("PIECE"), 5, piece);
+    return parse(s);
+  };
+  Remarks remarks;
+  auto refusal = [&](const std::shared_ptr<Graph>& g) {
+    SafetyGate gate(g, "test", remarks);
+    return gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
+  };
+  auto view = refusal(variant("%v3", "%a"));
+  ASSERT_TRUE(view.has_value());
+  EXPECT_NE(view->find("in place, a view (aten::t) of %"), std::string::npos) << *view;
+  auto chunk = refusal(variant("%y", "%x"));
+  ASSERT_TRUE(chunk.has_value());
+  EXPECT_NE(chunk->find("reaches no result"), std::string::npos) << *chunk;
+  EXPECT_FALSE(refusal(variant("%y", "%a")).has_value());
+}

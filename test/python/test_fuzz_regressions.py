@@ -1103,12 +1103,25 @@ def test_region_loop_after_written_rsqrt(session):
     check(session, RSQRT_WRITTEN_REGION_LOOP)
 
 
+FRAC_REGION_GRADIENT_SILU = FRAC_REGION_GRADIENT.replace(
+    "return x * 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))", "return x * torch.sigmoid(x)")
+
+
 def test_frac_region_gradient_is_fp32_rounding(session):
-    """144211: the rewrite is the same function (its fp64 twin matches fp64 eager within
-    1e-16); the fp32 gradients are 1.58e-4 apart where eager's own fp32 error is 4e-4.
-    Classified fp32-rounding (reported, not a failure), not ok and not wrong."""
-    res = session.run({"id": "regression", "source": HEADER + FRAC_REGION_GRADIENT})
+    """144211 with x * sigmoid(x) for its erf GELU: silu is as accurate as the formula
+    (measured over 4M points) but rounds differently, and the FracAct after it amplifies
+    that: the fp32 gradients are 3.3e-4 apart where eager's own fp32 error is larger; the
+    fp64 twin matches fp64 eager. Classified fp32-rounding (reported, not a failure)."""
+    assert FRAC_REGION_GRADIENT_SILU != FRAC_REGION_GRADIENT
+    res = session.run({"id": "regression", "source": HEADER + FRAC_REGION_GRADIENT_SILU})
     assert res["class"] == "fp32-rounding", (res["class"], res.get("detail"))
+
+
+def test_frac_region_erf_gelu_is_exact(session):
+    """144211 itself: its erf GELU became aten::gelu (less accurate on the CPU for x < -1)
+    and was fp32-rounding; the formula now stays as written and the program passes."""
+    res = session.run({"id": "regression", "source": HEADER + FRAC_REGION_GRADIENT})
+    assert res["class"] == "ok", (res["class"], res.get("detail"))
 
 
 def test_fp32_rounding_needs_the_same_function_in_fp64():
@@ -1354,9 +1367,14 @@ def make():
     m.train()
     return m, (torch.randn(8, 16, dtype=torch.float32), True)
 """
-# 286566 (open): x * erf-gelu formula canonicalized next to the user's own gelu of the same
-# input (torch's CSE merges the two); the optimized module's backward then fails in the
-# TorchScript interpreter with "tensor does not have a device" (an undefined gradient?).
+# 286566: the erf GELU formula canonicalized next to the user's own gelu of the same chunk
+# piece (torch's CSE merges the two); the optimized module's backward then failed in the
+# TorchScript interpreter with "tensor does not have a device". The cause is TorchScript's:
+# `a, b = y.chunk(2, 1); return x + silu(b).mean()` fails without memslim, the executor's
+# chunk backward getting an undefined gradient for the piece nobody reads (here `v2`, read
+# only by dead code); the twin merge changed how the executor cut the graph. The gate now
+# keeps every rewrite in a graph with such a piece. Both forms: the seed's own (its erf
+# GELU is no longer canonicalized, so it would pass without the rule) and its silu twin.
 GELU_TWIN_NO_DEVICE = """
 class P(torch.nn.Module):
     def __init__(self):
@@ -1383,9 +1401,36 @@ def make():
     m.eval()
     return m, (torch.randn(4, 24, dtype=torch.float32), torch.randn(4, 24, dtype=torch.float32))
 """
-# 282798 (open): a FracAct-like lgamma/pow formula, `where` branches and in-place writes;
-# the gradient of the 0-dim parameter s0 is 1.3e-3 off eager at call 2 (bar 1e-3), the
-# unmodified scripted module 1.9e-3 off; not judged fp32 rounding (its fp64 twin differs).
+SILU_TWIN_NO_DEVICE = """
+class P(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop0 = torch.nn.Dropout(0.1)
+
+    def forward(self, x, y):
+        v2, v3 = y.chunk(2, dim=1)
+        v4 = v2 + 0.5
+        v5 = torch.sigmoid(x)
+        v4.mul_(2.0)
+        v6 = self.fn0(v3)
+        v7 = v3 * torch.sigmoid(v3)
+        v8 = self.drop0(x)
+        return v8 + v5.mean() + v6.mean() + v7.sum() * 0.0
+
+    def fn0(self, x):
+        return F.silu(x)
+
+
+def make():
+    torch.manual_seed(286566)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(4, 24, dtype=torch.float32), torch.randn(4, 24, dtype=torch.float32))
+"""
+# 282798: a FracAct-like lgamma/pow formula, `where` branches and in-place writes; the
+# gradient of the 0-dim parameter s0 was 1.3e-3 off eager at call 2 (bar 1e-3), the
+# unmodified scripted module 1.9e-3 off. Its erf GELU formula had become aten::gelu, less
+# accurate on the CPU for x < -1 (314804's cause); now left as written.
 LGAMMA_GRAD_S0 = """
 class P(torch.nn.Module):
     def __init__(self, flag0: bool):
@@ -1442,124 +1487,101 @@ def test_dead_loop_keeps_rng_order(session):
     check(session, DEAD_LOOP_RNG_ORDER)
 
 
-@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 286566")
-def test_gelu_twin_backward_has_a_device(session):
-    check(session, GELU_TWIN_NO_DEVICE)
+@pytest.mark.parametrize("prog", [GELU_TWIN_NO_DEVICE, SILU_TWIN_NO_DEVICE], ids=["gelu", "silu"])
+def test_twin_backward_has_a_device(session, prog):
+    check(session, prog)
 
 
-@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 282798")
 def test_lgamma_formula_grad_s0(session):
     check(session, LGAMMA_GRAD_S0)
 
 
 # Eleventh long run (seeds 300000-319999, commit 530ff59), as generated (not shrunk).
-# 314804 (open): memslim-opt --verify: a gradient 2.0e-4 off the fp64 reference (bar 1e-4;
-# the input graph's own 2.6e-5).
+# 314804 (shrunk): memslim-opt --verify: a gradient 1.7e-4 off the fp64 reference (bar 1e-4;
+# the input graph's own 3.5e-6). The erf GELU formula had become aten::gelu, whose CPU
+# kernel is less accurate for x < -1, and the FracAct's pow after it amplified that.
+# canonicalize-activations now leaves the erf formula as written.
 VERIFY_GRAD_2E4 = """
 class P(torch.nn.Module):
-    def __init__(self, flag0: bool):
+    def __init__(self):
         super().__init__()
-        self.flag0 = flag0
         self.w0 = torch.nn.Parameter(torch.randn(8, 24) * 0.2041)
         self.b0 = torch.nn.Parameter(torch.randn(8) * 0.1)
         self.s0 = torch.nn.Parameter(torch.tensor(1.11))
 
-    def forward(self, x, s: float):
-        v1 = F.linear(x, self.w0, self.b0)
-        v1.sub_(0.25)
-        v2 = 1.0 + torch.erf(v1 * 0.7071067811865476)
-        v3 = 0.5 * v1 * v2
-        if self.flag0:
-            v4 = torch.cos(x)
-            v7 = v4
-        else:
-            v5 = v3 * 0.5 + v3 * 0.25
-            v6 = torch.rsqrt(x * x + 1.0)
-            v7 = v6
-        if self.training:
-            v8 = torch.rsqrt(v3 * v3 + 1.0)
-            v10 = v8
-        else:
-            v9 = torch.clamp(v3, -2.0, 2.0)
-            v10 = v9
-        v11 = -v3
+    def forward(self, x):
+        v0 = F.linear(x, self.w0, self.b0)
+        v1 = 1.0 + torch.erf(v0 * 0.7071067811865476)
+        v2 = 0.5 * v0 * v1
+        v3 = -v2
         t12_a = torch.sigmoid(self.s0) * 1.8 + 0.1
-        t12_p = torch.where(v11 > 0, v11, 1.0)
+        t12_p = torch.where(v3 > 0, v3, 1.0)
         t12_p = 1.0507 * torch.pow(t12_p, 1 - t12_a) / torch.exp(torch.lgamma(2 - t12_a))
-        t12_q = torch.where(v11 <= 0, v11, 1.0)
+        t12_q = torch.where(v3 <= 0, v3, 1.0)
         t12_g = torch.exp(torch.lgamma(1 + t12_a))
         t12_acc = (1 - torch.exp(t12_q)) * t12_g / torch.exp(torch.lgamma(1 + t12_a))
         t12_acc = t12_acc - (1 - torch.exp(t12_q - 1.0)) * t12_g / torch.exp(torch.lgamma(t12_a))
-        v12 = torch.where(v11 > 0, t12_p, 1.7581 / torch.pow(1.0, t12_a) * t12_acc)
-        v13 = v3.unsqueeze(0)
-        v14 = v13.squeeze(0)
-        return v14 + v2.sum() * 0.0 + v7.sum() * 0.1 + v10 + v12.mean() + v13.sum() * 0.0
+        v4 = torch.where(v3 > 0, t12_p, 1.7581 / torch.pow(1.0, t12_a) * t12_acc)
+        return v4
 
 
 def make():
     torch.manual_seed(314804)
-    m = P(True).to(torch.float32)
-    m.train()
-    return m, (torch.randn(4, 24, dtype=torch.float32), 1.5)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(4, 24, dtype=torch.float32),)
 """
-# 315436 (open): the optimized module's forward fails in the TorchScript interpreter with
-# "a view of a leaf Variable that requires grad is being used in an in-place operation".
+# 315436 (shrunk): the region over v4's formula regrouped the executor's graphs so that
+# where(...) -> t(v3) formed one DifferentiableGraph returning the view without its base;
+# silu_ on the view then raised "a view of a leaf Variable that requires grad is being used
+# in an in-place operation" (TorchScript's own failure: the unmodified module forms no such
+# graph). The gate now refuses rewrites whose executor chain makes a view written later.
 LEAF_VIEW_INPLACE = """
 class P(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.w0 = torch.nn.Parameter(torch.randn(24, 16) * 0.2500)
-        self.w1 = torch.nn.Parameter(torch.randn(16, 16) * 0.2500)
         self.w2 = torch.nn.Parameter(torch.randn(16, 24) * 0.2041)
         self.b0 = torch.nn.Parameter(torch.randn(16) * 0.1)
         self.s0 = torch.nn.Parameter(torch.tensor(0.93))
         self.act0 = torch.nn.SiLU(inplace=True)
-        self.act1 = torch.nn.Hardswish()
 
     def forward(self, x):
-        v1 = torch.matmul(x, self.w0.t())
-        v2 = torch.matmul(x, self.w1.t())
-        v3 = F.linear(v1, self.w2, self.b0)
-        v4 = torch.addcmul(v1, v1, v1, value=0.5)
+        v0 = torch.matmul(x, self.w0.t())
+        v1 = F.linear(v0, self.w2, self.b0)
+        v2 = torch.addcmul(v0, v0, v0, value=0.5)
         t5_a = torch.sigmoid(self.s0) * 1.8 + 0.1
-        t5_p = torch.where(v4 > 0, v4, 1.0)
+        t5_p = torch.where(v2 > 0, v2, 1.0)
         t5_p = 1.0507 * torch.pow(t5_p, 1 - t5_a) / torch.exp(torch.lgamma(2 - t5_a))
-        t5_q = torch.where(v4 <= 0, v4, 1.0)
+        t5_q = torch.where(v2 <= 0, v2, 1.0)
         t5_g = torch.exp(torch.lgamma(1 + t5_a))
         t5_acc = (1 - torch.exp(t5_q)) * t5_g / torch.exp(torch.lgamma(1 + t5_a))
         t5_acc = t5_acc - (1 - torch.exp(t5_q - 1.0)) * t5_g / torch.exp(torch.lgamma(t5_a))
-        v5 = torch.where(v4 > 0, t5_p, 1.7581 / torch.pow(1.0, t5_a) * t5_acc)
+        v3 = torch.where(v2 > 0, t5_p, 1.7581 / torch.pow(1.0, t5_a) * t5_acc)
         t6_a = torch.sigmoid(self.s0) * 1.8 + 0.1
-        t6_p = torch.where(v1 > 0, v1, 1.0)
+        t6_p = torch.where(v0 > 0, v0, 1.0)
         t6_p = 1.0507 * torch.pow(t6_p, 1 - t6_a) / torch.exp(torch.lgamma(2 - t6_a))
-        t6_q = torch.where(v1 <= 0, v1, 1.0)
+        t6_q = torch.where(v0 <= 0, v0, 1.0)
         t6_g = torch.exp(torch.lgamma(1 + t6_a))
         t6_acc = (1 - torch.exp(t6_q)) * t6_g / torch.exp(torch.lgamma(1 + t6_a))
         t6_acc = t6_acc - (1 - torch.exp(t6_q - 1.0)) * t6_g / torch.exp(torch.lgamma(t6_a))
-        v6 = torch.where(v1 > 0, t6_p, 1.7581 / torch.pow(1.0, t6_a) * t6_acc)
-        v7 = v5.t()
-        v8 = self.act0(v7)
-        v9 = v8 * torch.sigmoid(1.702 * v8)
-        v10 = self.act1(v9)
-        v6.clamp_(-3.0, 3.0)
-        v11 = torch.relu(v6)
-        v12 = F.hardsigmoid(v2, inplace=True)
-        return v12 + v3.sum() * 0.1 + v10.sum() * 0.1 + v11.mean(),
+        v4 = torch.where(v0 > 0, t6_p, 1.7581 / torch.pow(1.0, t6_a) * t6_acc)
+        v5 = v3.t()
+        v6 = self.act0(v5)
+        return x + v1.sum() * 0.1 + v6.sum() * 0.1 + v4.mean(),
 
 
 def make():
     torch.manual_seed(315436)
-    m = P().to(torch.float64)
-    m.train()
-    return m, (torch.randn(4, 16, dtype=torch.float64),)
+    m = P().to(torch.float32)
+    m.eval()
+    return m, (torch.randn(4, 16, dtype=torch.float32),)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 314804")
 def test_verify_gradient_within_bar(session):
     check(session, VERIFY_GRAD_2E4)
 
 
-@pytest.mark.xfail(strict=True, reason="open: long-fuzz seed 315436")
 def test_leaf_view_not_written(session):
     check(session, LEAF_VIEW_INPLACE)

@@ -160,11 +160,14 @@ def test_hand_written_activations_are_canonicalized_and_rewritten():
     x = torch.randn(32, 64)
     o = memslim.optimize(m, (x,))
     rep = "\n".join(memslim.report(o))
-    for form, op in [("x * sigmoid(x)", "aten::silu"), ("(1 + erf(x / sqrt(2)))", 'aten::gelu("none")'),
-                     ("x * tanh(softplus(x))", "aten::mish")]:
+    for form, op in [("x * sigmoid(x)", "aten::silu"), ("x * tanh(softplus(x))", "aten::mish")]:
         assert re.search(r"canonicalize-activations: .*" + re.escape(form) + r".* -> " + re.escape(op), rep), rep
-    for op in ("silu", "gelu", "mish"):
+    for op in ("silu", "mish"):
         assert f"rewrote aten::{op}" in rep, rep
+    # The erf GELU stays as written (aten::gelu is less accurate on the CPU); the
+    # region pass recomputes it from its input instead.
+    assert re.search(r"canonicalize-activations: kept .*\(1 \+ erf\(x / sqrt\(2\)\)\).*less accurate", rep), rep
+    assert re.search(r"recompute-pointwise-regions: rewrote region of 5 ops", rep), rep
     s = torch.jit.script(m)
     before, after = memslim.saved_bytes(s, x), memslim.saved_bytes(o, x)
     # Each formula kept 3-5 intermediates; now each activation keeps ~n/8 bytes.

@@ -108,6 +108,7 @@ class SafetyGate {
   torch::jit::AliasDb& alias();
   const torch::jit::Node* hidden_writer(const torch::jit::Value* v);
   const std::optional<std::string>& hidden_alias_read();
+  const std::optional<std::string>& executor_hazard();
   bool live(const torch::jit::Value* v);
 
   std::shared_ptr<torch::jit::Graph> graph_;
@@ -117,6 +118,8 @@ class SafetyGate {
   std::unordered_set<const torch::jit::Node*> live_;
   // hidden_alias_read()'s answer for the graph as it is (reset by refresh()).
   std::optional<std::optional<std::string>> hidden_read_;
+  // executor_hazard()'s answer for the graph as it is (reset by refresh()).
+  std::optional<std::optional<std::string>> executor_hazard_;
   // Values the graph's results or effects depend on (live()); reset by refresh().
   std::optional<std::unordered_set<const torch::jit::Value*>> live_values_;
   int applied_ = 0, refused_ = 0;
