@@ -93,6 +93,11 @@ bool clamping_activation(const Node* n) {
   return false;
 }
 
+// Whether TorchScript's executor may put `n` in a DifferentiableGraph.
+bool executor_differentiates(const Node* n) {
+  return clamping_activation(n) || torch::jit::isDifferentiable(const_cast<Node*>(n));
+}
+
 // TorchScript's executor runs chains of nodes its autodiff differentiates (in
 // one block, linked producer -> consumer) as DifferentiableGraphs, which keep
 // what their backward formulas read, their outputs included. A rewrite changes
@@ -128,7 +133,7 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
     if (members.count(n) || n->kind() == c10::aten::chunk || is_chunk_unpack(n)) return true;
     const c10::FunctionSchema* s = n->maybeSchema();
     if (s && s->is_mutable()) return false;
-    return clamping_activation(n) || torch::jit::isDifferentiable(n);
+    return executor_differentiates(n);
   };
   // Links are tensors (a shared None or int constant links nothing), and not a
   // tensor that a node the rewrite keeps writes in place between its producer
@@ -338,9 +343,6 @@ const std::optional<std::string>& SafetyGate::hidden_alias_read() {
 const std::optional<std::string>& SafetyGate::executor_hazard() {
   if (executor_hazard_) return *executor_hazard_;
   executor_hazard_.emplace();
-  auto differentiable = [](const Node* n) {
-    return clamping_activation(n) || torch::jit::isDifferentiable(const_cast<Node*>(n));
-  };
   // Whether `v` flows into the graph's results (data flow only: a write to a
   // value nobody reads again is dead code to TorchScript's DCE).
   auto reaches_result = [&](const Value* v) {
@@ -385,7 +387,8 @@ const std::optional<std::string>& SafetyGate::executor_hazard() {
            v = v->node()->input(0)) {
         const Node* view = v->node();
         const Node* base = view->input(0)->node();
-        if (!differentiable(view) || base->kind() == c10::prim::Param || !differentiable(base))
+        if (!executor_differentiates(view) || base->kind() == c10::prim::Param ||
+            !executor_differentiates(base))
           continue;
         executor_hazard_->emplace(
             std::string(m->kind().toQualString()) + " writes " + name_of(w) +
