@@ -12,6 +12,7 @@
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <unordered_map>
 
@@ -200,6 +201,45 @@ std::string module_state_path(const Value* v) {
 }
 
 namespace {
+// Whether data flowing from `from` reaches a node for which `stop` holds (a
+// node using one of them, transitively; `stop` also sees block returns). An
+// If's block return flows into the If's output; a Loop's carried input into
+// the body's parameter and the loop's output, and the body's return slot i > 0
+// into output i - 1 and the next trip's parameter i (slot 0, the continue
+// condition, flows nowhere).
+bool flows_to(std::vector<const Value*> from, const std::function<bool(const Node*)>& stop) {
+  std::unordered_set<const Value*> seen(from.begin(), from.end());
+  auto push = [&](const Value* v) {
+    if (seen.insert(v).second) from.push_back(v);
+  };
+  while (!from.empty()) {
+    const Value* x = from.back();
+    from.pop_back();
+    for (const auto& use : x->uses()) {
+      const Node* u = use.user;
+      if (stop(u)) return true;
+      if (u->kind() == c10::prim::Return) {
+        const Node* owner = u->owningBlock()->owningNode();
+        if (owner && owner->kind() == c10::prim::If) push(owner->output(use.offset));
+        if (owner && owner->kind() == c10::prim::Loop && use.offset > 0) {
+          push(owner->output(use.offset - 1));
+          push(owner->blocks()[0]->inputs()[use.offset]);
+        }
+        continue;
+      }
+      if (u->kind() == c10::prim::Loop) {
+        if (use.offset >= 2) { // after max_trip_count and the start condition
+          push(u->output(use.offset - 2));
+          push(u->blocks()[0]->inputs()[use.offset - 1]);
+        }
+        continue;
+      }
+      for (const Value* o : u->outputs()) push(o);
+    }
+  }
+  return false;
+}
+
 // Drops every use inside `b` (nested blocks and returns included), so its
 // nodes can be destroyed in any order.
 void drop_all_uses(Block* b) {
@@ -311,6 +351,14 @@ const std::optional<std::string>& SafetyGate::hidden_alias_read() {
       if (!w.write) continue;
       for (const Access& o : list) {
         if (o.side == w.side) continue;
+        // One reads what the other made (zoo models with p = 0 dropout:
+        // `relu_(h)` -> dropout -> linear): data flow orders them whatever
+        // AliasDb sees.
+        auto reads_output_of = [](const Node* later, const Node* earlier) {
+          std::vector<const Value*> outs(earlier->outputs().begin(), earlier->outputs().end());
+          return flows_to(outs, [later](const Node* u) { return u == later; });
+        };
+        if (reads_output_of(o.node, w.node) || reads_output_of(w.node, o.node)) continue;
         hidden_read_->emplace(
             std::string(w.node->kind().toQualString()) + " writes " + name_of(r) + " in place " +
             (w.side ? "through a dropout that may return it"
@@ -345,27 +393,10 @@ const std::optional<std::string>& SafetyGate::executor_hazard() {
   executor_hazard_.emplace();
   // Whether `v` flows into the graph's results (data flow only: a write to a
   // value nobody reads again is dead code to TorchScript's DCE).
-  auto reaches_result = [&](const Value* v) {
-    std::vector<const Value*> work{v};
-    std::unordered_set<const Value*> seen{v};
-    while (!work.empty()) {
-      const Value* x = work.back();
-      work.pop_back();
-      for (const auto& use : x->uses()) {
-        const Node* u = use.user;
-        if (u->kind() == c10::prim::Return) {
-          const Node* owner = u->owningBlock()->owningNode();
-          if (!owner) return true;
-          if (owner->kind() == c10::prim::If && seen.insert(owner->output(use.offset)).second)
-            work.push_back(owner->output(use.offset));
-          if (owner->kind() == c10::prim::Loop) return true; // not followed: assume it does
-          continue;
-        }
-        for (const Value* o : u->outputs())
-          if (seen.insert(o).second) work.push_back(o);
-      }
-    }
-    return false;
+  auto reaches_result = [](const Value* v) {
+    return flows_to({v}, [](const Node* u) {
+      return u->kind() == c10::prim::Return && !u->owningBlock()->owningNode();
+    });
   };
   torch::jit::DepthFirstGraphNodeIterator it(graph_);
   for (Node* m = it.next(); m; m = it.next()) {

@@ -466,6 +466,40 @@ graph(%x : Tensor):
   return (%y, %s, %d2))IR");
   SafetyGate gate3(g3, "test", remarks);
   EXPECT_TRUE(gate3.refusal(swap(g3, find(g3, "aten::sigmoid"), "aten::tanh")).has_value());
+  // The write and a read on the other side of the dropout, where the read uses what the
+  // write made (zoo models with p = 0: relu_ -> dropout -> linear): data flow orders them,
+  // also through a loop's carried value. The same read of a dropout taken before the
+  // write is not ordered.
+  const char* ordered = R"IR(
+graph(%x : Tensor):
+  %p : float = prim::Constant[value=0.5]()
+  %f : bool = prim::Constant[value=0]()
+  %t : bool = prim::Constant[value=1]()
+  %n : int = prim::Constant[value=2]()
+  %h : Tensor = aten::relu(%x)
+  DROPOUT_BEFORE
+  %w : Tensor = aten::hardsigmoid_(%h)
+  DROPOUT_AFTER
+  %l : Tensor = prim::Loop(%n, %t, %d)
+    block0(%i : int, %acc : Tensor):
+      %y : Tensor = aten::mul(%acc, %p)
+      -> (%t, %y)
+  %s : Tensor = aten::sigmoid(%x)
+  return (%l, %s))IR";
+  auto place = [&](bool before) {
+    std::string s = ordered;
+    const std::string d =
+        "%d : Tensor = aten::dropout(" + std::string(before ? "%h" : "%w") + ", %p, %f)";
+    s.replace(s.find("DROPOUT_BEFORE"), 14, before ? d : "");
+    s.replace(s.find("DROPOUT_AFTER"), 13, before ? "" : d);
+    return parse(s);
+  };
+  auto g4 = place(false);
+  SafetyGate gate4(g4, "test", remarks);
+  EXPECT_FALSE(gate4.refusal(swap(g4, find(g4, "aten::sigmoid"), "aten::tanh")).has_value());
+  auto g5 = place(true);
+  SafetyGate gate5(g5, "test", remarks);
+  EXPECT_TRUE(gate5.refusal(swap(g5, find(g5, "aten::sigmoid"), "aten::tanh")).has_value());
 }
 
 TEST(SavedTensorAnalysis, InPlaceDropoutWritesNothingAtPZeroOrEval) {

@@ -11,17 +11,28 @@ import torch.nn.functional as F
 import memslim
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)  # every test draws its inputs: the same ones on every run
+
+
+def _close(want, got, tol=1e-5):
+    """Relative L2, the project's measure: element-wise rtol fails on a gradient whose
+    entries cancel (here `* pair[1].sum()` scales them to ~50 while fp32 reorders)."""
+    return float((got - want).norm()) <= tol * max(float(want.norm()), 1e-30)
+
+
 def _grads_match(m, opt, *args):
     torch.manual_seed(3)
     ref = m(*args)
     torch.manual_seed(3)
     out = opt(*args)
-    assert torch.allclose(ref, out, rtol=1e-5, atol=1e-6)
+    assert _close(ref, out)
     params = [p for p in m.parameters()]
     g1 = torch.autograd.grad(ref.sum(), params)
     g2 = torch.autograd.grad(out.sum(), params)
     for a, b in zip(g1, g2):
-        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert _close(a, b), float((b - a).norm() / a.norm())
 
 
 class Flags(torch.nn.Module):
