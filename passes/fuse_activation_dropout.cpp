@@ -53,19 +53,13 @@ std::optional<ActSpec> kernel_act(Node* n) {
     return std::optional<std::vector<c10::IValue>>(v);
   };
   auto c = consts(1);
-  if (!c) return std::nullopt;
+  auto info = activation_info(n->kind());
+  if (!c || !info || !info->fuses_dropout) return std::nullopt;
   try {
-    if (k == "gelu") return spec_gelu((*c)[0].toStringRef());
-    if (k == "softplus") return spec_softplus((*c)[0].toScalar(), (*c)[1].toScalar());
-    if (k == "elu") return spec_elu((*c)[0].toScalar(), (*c)[1].toScalar(), (*c)[2].toScalar());
-    if (k == "celu") return spec_celu((*c)[0].toScalar());
-    if (k == "selu") return spec_selu();
-    if (k == "silu" || k == "mish" || k == "hardswish" || k == "sigmoid" || k == "tanh")
-      return spec_simple(k);
+    return spec_for(k, *c);
   } catch (const c10::Error&) {
     return std::nullopt;  // e.g. celu(alpha=0): left to aten's own error
   }
-  return std::nullopt;
 }
 
 std::string at(const Node* n) {

@@ -52,29 +52,37 @@ namespace {
 constexpr const char* kPass = "recompute-pointwise-regions";
 
 // Functional elementwise aten ops (outputs broadcast from inputs, no state, no
-// randomness). The aten activations are here too: a formula around one is
-// priced as a whole (and against output-saving that activation alone).
+// randomness). The aten activations of activation_table.def are here too: a
+// formula around one is priced as a whole (and against output-saving that
+// activation alone).
 const std::unordered_set<std::string>& elementwise_ops() {
-  static const std::unordered_set<std::string> ops = {
-      "aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::neg",
-      "aten::pow", "aten::float_power", "aten::square", "aten::reciprocal", "aten::exp",
-      "aten::exp2", "aten::expm1", "aten::log", "aten::log1p", "aten::log2", "aten::log10",
-      "aten::sqrt", "aten::rsqrt", "aten::abs", "aten::sign", "aten::sgn", "aten::sin",
-      "aten::cos", "aten::tan", "aten::asin", "aten::acos", "aten::atan", "aten::atan2",
-      "aten::sinh", "aten::cosh", "aten::tanh", "aten::asinh", "aten::acosh", "aten::atanh",
-      "aten::sigmoid", "aten::logit", "aten::erf", "aten::erfc", "aten::erfinv",
-      "aten::lgamma", "aten::digamma", "aten::xlogy", "aten::hypot", "aten::where",
-      "aten::gt", "aten::lt", "aten::ge", "aten::le", "aten::eq", "aten::ne",
-      "aten::logical_and", "aten::logical_or", "aten::logical_not", "aten::logical_xor",
-      "aten::clamp", "aten::clamp_min", "aten::clamp_max", "aten::clip", "aten::minimum",
-      "aten::maximum", "aten::fmin", "aten::fmax", "aten::floor", "aten::ceil", "aten::round",
-      "aten::trunc", "aten::frac", "aten::fmod", "aten::remainder", "aten::masked_fill",
-      "aten::nan_to_num", "aten::lerp", "aten::addcmul", "aten::addcdiv", "aten::threshold",
-      "aten::relu", "aten::relu6", "aten::gelu", "aten::silu", "aten::mish",
-      "aten::softplus", "aten::elu", "aten::celu", "aten::selu", "aten::leaky_relu",
-      "aten::hardswish", "aten::hardsigmoid", "aten::hardtanh", "aten::softshrink",
-      "aten::hardshrink", "aten::log_sigmoid",
-  };
+  static const std::unordered_set<std::string> ops = [] {
+    std::unordered_set<std::string> s = {
+        "aten::add",         "aten::sub",         "aten::rsub",        "aten::mul",
+        "aten::div",         "aten::neg",         "aten::pow",         "aten::float_power",
+        "aten::square",      "aten::reciprocal",  "aten::exp",         "aten::exp2",
+        "aten::expm1",       "aten::log",         "aten::log1p",       "aten::log2",
+        "aten::log10",       "aten::sqrt",        "aten::rsqrt",       "aten::abs",
+        "aten::sign",        "aten::sgn",         "aten::sin",         "aten::cos",
+        "aten::tan",         "aten::asin",        "aten::acos",        "aten::atan",
+        "aten::atan2",       "aten::sinh",        "aten::cosh",        "aten::asinh",
+        "aten::acosh",       "aten::atanh",       "aten::logit",       "aten::erf",
+        "aten::erfc",        "aten::erfinv",      "aten::lgamma",      "aten::digamma",
+        "aten::xlogy",       "aten::hypot",       "aten::where",       "aten::gt",
+        "aten::lt",          "aten::ge",          "aten::le",          "aten::eq",
+        "aten::ne",          "aten::logical_and", "aten::logical_or",  "aten::logical_not",
+        "aten::logical_xor", "aten::clamp",       "aten::clamp_min",   "aten::clamp_max",
+        "aten::clip",        "aten::minimum",     "aten::maximum",     "aten::fmin",
+        "aten::fmax",        "aten::floor",       "aten::ceil",        "aten::round",
+        "aten::trunc",       "aten::frac",        "aten::fmod",        "aten::remainder",
+        "aten::masked_fill", "aten::nan_to_num",  "aten::lerp",        "aten::addcmul",
+        "aten::addcdiv",     "aten::threshold",   "aten::relu6",       "aten::hardtanh",
+        "aten::softshrink",  "aten::hardshrink",  "aten::log_sigmoid",
+    };
+#define MEMSLIM_OP(NAME, ...) s.insert("aten::" #NAME);
+#include "memslim/kernels/activation_table.def"
+    return s;
+  }();
   return ops;
 }
 

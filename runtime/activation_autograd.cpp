@@ -114,9 +114,8 @@ at::Tensor call_activation_backward(at::Tensor g, c10::SymIntArrayRef sizes,
 }
 
 TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
-#define MEMSLIM_REG(NAME, SPEC) m.impl(NAME, TORCH_FN(OpKernels<SPEC>::autograd));
-  MEMSLIM_FOR_EACH_PUBLIC_OP(MEMSLIM_REG)
-#undef MEMSLIM_REG
+#define MEMSLIM_OP(NAME, ...) m.impl(#NAME, TORCH_FN(OpKernels<::memslim::spec_##NAME>::autograd));
+#include "memslim/kernels/activation_table.def"
 }
 
 } // namespace memslim

@@ -211,12 +211,43 @@ at::Tensor backward_meta(const at::Tensor& grad, const std::optional<at::Tensor>
   return at::empty_like(grad);
 }
 
+// Calls spec function F with IValue arguments converted to its parameter types.
+template <auto F>
+struct SpecCall;
+template <typename... A, ActSpec (*F)(A...)>
+struct SpecCall<F> {
+  // By value (a `const Scalar&` parameter binds to the returned temporary,
+  // which lives until F returns; a string_view points into `v`).
+  template <typename T>
+  static std::decay_t<T> arg(const c10::IValue& v) {
+    using D = std::decay_t<T>;
+    if constexpr (std::is_same_v<D, c10::string_view>)
+      return c10::string_view(v.toStringRef());
+    else
+      return v.to<D>();
+  }
+  template <size_t... I>
+  static ActSpec call(const std::vector<c10::IValue>& v, std::index_sequence<I...>) {
+    return F(arg<A>(v[I])...);
+  }
+  static std::optional<ActSpec> call(const std::vector<c10::IValue>& v) {
+    if (v.size() != sizeof...(A)) return std::nullopt;
+    return call(v, std::index_sequence_for<A...>{});
+  }
+};
+
 } // namespace
 
+std::optional<ActSpec> spec_for(const std::string& op, const std::vector<c10::IValue>& args) {
+#define MEMSLIM_OP(NAME, ...) \
+  if (op == #NAME) return SpecCall<::memslim::spec_##NAME>::call(args);
+#include "memslim/kernels/activation_table.def"
+  return std::nullopt;
+}
+
 TORCH_LIBRARY_IMPL(memslim, CPU, m) {
-#define MEMSLIM_REG(NAME, SPEC) m.impl(NAME, TORCH_FN(OpKernels<SPEC>::cpu));
-  MEMSLIM_FOR_EACH_PUBLIC_OP(MEMSLIM_REG)
-#undef MEMSLIM_REG
+#define MEMSLIM_OP(NAME, ...) m.impl(#NAME, TORCH_FN(OpKernels<::memslim::spec_##NAME>::cpu));
+#include "memslim/kernels/activation_table.def"
   m.impl("activation_forward", TORCH_FN(forward_cpu));
   m.impl("activation_backward", TORCH_FN(backward_cpu));
 }
@@ -225,9 +256,8 @@ TORCH_LIBRARY_IMPL(memslim, CPU, m) {
 // data-dependent length, which only a fake impl with an unbacked size can
 // express (python/memslim registers it with torch.library.register_fake).
 TORCH_LIBRARY_IMPL(memslim, Meta, m) {
-#define MEMSLIM_REG(NAME, SPEC) m.impl(NAME, TORCH_FN(OpKernels<SPEC>::meta));
-  MEMSLIM_FOR_EACH_PUBLIC_OP(MEMSLIM_REG)
-#undef MEMSLIM_REG
+#define MEMSLIM_OP(NAME, ...) m.impl(#NAME, TORCH_FN(OpKernels<::memslim::spec_##NAME>::meta));
+#include "memslim/kernels/activation_table.def"
   m.impl("activation_backward", TORCH_FN(backward_meta));
 }
 

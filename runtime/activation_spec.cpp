@@ -3,6 +3,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdio>
+#include <string>
+
 namespace memslim {
 
 using kernels::Act;
@@ -11,18 +14,8 @@ namespace {
 // params: how many the op takes, and their names for messages.
 struct NameEntry { const char* name; Act act; size_t params; const char* param_names; };
 constexpr NameEntry kNames[] = {
-    {"gelu", Act::Gelu, 0, "none"},
-    {"gelu_tanh", Act::GeluTanh, 0, "none"},
-    {"silu", Act::Silu, 0, "none"},
-    {"mish", Act::Mish, 0, "none"},
-    {"softplus", Act::Softplus, 2, "beta, threshold"},
-    {"elu", Act::Elu, 3, "alpha, scale, input_scale"},
-    {"leaky_relu", Act::LeakyRelu, 1, "negative_slope"},
-    {"hardswish", Act::Hardswish, 0, "none"},
-    {"hardsigmoid", Act::Hardsigmoid, 0, "none"},
-    {"sigmoid", Act::Sigmoid, 0, "none"},
-    {"tanh", Act::Tanh, 0, "none"},
-    {"relu", Act::Relu, 0, "none"},
+#define MEMSLIM_ACT(ENUM, NAME, SAVE, NPARAMS, PARAM_NAMES) {NAME, Act::ENUM, NPARAMS, PARAM_NAMES},
+#include "memslim/kernels/activation_table.def"
 };
 } // namespace
 
@@ -165,5 +158,40 @@ ActSpec spec_leaky_relu(const c10::Scalar& negative_slope) {
 }
 
 ActSpec spec_simple(const std::string& name) { return {name, name, {}}; }
+
+// The table for Python (memslim.activation_table()): one JSON document built
+// once from activation_table.def, so Python lists no activation of its own.
+extern "C" const char* memslim_activation_table_json() {
+  static const std::string json = [] {
+    std::string s = "{\"kernels\": [";
+    const char* sep = "";
+    auto num = [](double v) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      return std::string(buf);
+    };
+#define MEMSLIM_ACT(ENUM, NAME, SAVE, NPARAMS, PARAM_NAMES)                                  \
+  s += std::string(sep) + "{\"name\": \"" NAME "\", \"save\": \"" #SAVE "\", \"params\": " + \
+       std::to_string(NPARAMS) + ", \"param_names\": \"" PARAM_NAMES "\", \"x_min\": " +     \
+       (kernels::SaveKind::SAVE == kernels::SaveKind::OutputBitsExact                        \
+            ? num(kernels::detail::min_info<kernels::Act::ENUM>().x)                         \
+            : std::string("null")) +                                                         \
+       "}";                                                                                  \
+  sep = ", ";
+#include "memslim/kernels/activation_table.def"
+    s += "], \"ops\": [";
+    sep = "";
+#define MEMSLIM_OP(NAME, ENUM, ARGS, ATEN_KEEPS, INPLACE_KEEPS, WORK)                  \
+  s += std::string(sep) + "{\"name\": \"" #NAME "\", \"kernel\": \"" +                 \
+       act_name(kernels::Act::ENUM) +                                                  \
+       "\", \"aten_keeps\": \"" #ATEN_KEEPS "\", \"inplace_keeps\": \"" #INPLACE_KEEPS \
+       "\", \"added_work\": " +                                                        \
+       num(WORK) + "}";                                                                \
+  sep = ", ";
+#include "memslim/kernels/activation_table.def"
+    return s + "]}";
+  }();
+  return json.c_str();
+}
 
 } // namespace memslim

@@ -52,9 +52,8 @@ at::Tensor activation_plain_cuda(const at::Tensor& x, const ActSpec& spec) {
 }
 
 TORCH_LIBRARY_IMPL(memslim, CUDA, m) {
-#define MEMSLIM_REG(NAME, SPEC) m.impl(NAME, TORCH_FN(OpKernels<SPEC>::cuda));
-  MEMSLIM_FOR_EACH_PUBLIC_OP(MEMSLIM_REG)
-#undef MEMSLIM_REG
+#define MEMSLIM_OP(NAME, ...) m.impl(#NAME, TORCH_FN(OpKernels<::memslim::spec_##NAME>::cuda));
+#include "memslim/kernels/activation_table.def"
   m.impl("activation_forward", TORCH_FN(forward_cuda));
   m.impl("activation_backward", TORCH_FN(backward_cuda));
 }

@@ -11,32 +11,11 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(memslim, m) {
-  // GELU (erf or tanh form). Saves y + branch bit (x >= x*) + exact band list.
-  m.def("gelu(Tensor self, str approximate=\"none\") -> Tensor");
-  // SiLU / swish. Saves y + branch bit + exact band list.
-  m.def("silu(Tensor self) -> Tensor");
-  // Mish. Saves y + branch bit + exact band list.
-  m.def("mish(Tensor self) -> Tensor");
-  // Softplus. Saves y; adds a linear-region bit when threshold < 14.
-  m.def("softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor");
-  // ELU. Saves y; adds a sign bit when alpha < 0 or scale <= 0 or input_scale < 0.
-  m.def("elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor");
-  // CELU = elu(alpha, 1, 1/alpha). Saves y.
-  m.def("celu(Tensor self, Scalar alpha=1.0) -> Tensor");
-  // SELU = elu with the fixed SELU constants. Saves y.
-  m.def("selu(Tensor self) -> Tensor");
-  // Leaky ReLU. Saves only the 1-bit mask x > 0 (the derivative is 1 or slope).
-  m.def("leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor");
-  // Hardswish. Saves y + branch bit (x < -1.5) + exact band list.
-  m.def("hardswish(Tensor self) -> Tensor");
-  // Hardsigmoid. Saves only the 1-bit mask -3 < x < 3.
-  m.def("hardsigmoid(Tensor self) -> Tensor");
-  // Sigmoid. Saves y (as aten does; here for a uniform rewrite target).
-  m.def("sigmoid(Tensor self) -> Tensor");
-  // Tanh. Saves y (as aten does).
-  m.def("tanh(Tensor self) -> Tensor");
-  // ReLU, mask-only form: saves 1 bit, for when nobody else saves its output.
-  m.def("relu(Tensor self) -> Tensor");
+  // The public activation ops: one row each in activation_table.def (what
+  // each keeps is written there).
+#define MEMSLIM_OP(NAME, ENUM, ARGS, ATEN_KEEPS, INPLACE_KEEPS, WORK) \
+  m.def(#NAME "(" ARGS ") -> Tensor");
+#include "memslim/kernels/activation_table.def"
 
   // dropout(act(x), p, train) as one op (what fuse-activation-dropout emits). `act`
   // and `params` as in activation_forward. Keeps the output (which the next layer

@@ -6,17 +6,15 @@ output plus packed bits, or only a mask, instead of the input).
 """
 from __future__ import annotations
 
-from ._library import library_path, load_library
+from ._library import activation_table, library_path, load_library
 from .measure import saved_bytes
 
 load_library()
 
 from .optimize import optimize, predicted_bytes_freed, report  # noqa: E402  (needs the runtime loaded first)
 
-__all__ = ["library_path", "saved_bytes", "optimize", "predicted_bytes_freed", "report", "OPS"]
+__all__ = ["activation_table", "library_path", "saved_bytes", "optimize", "predicted_bytes_freed",
+           "report", "OPS"]
 
-# Public ops with their aten counterparts (the rewrite targets).
-OPS = (
-    "gelu", "silu", "mish", "softplus", "elu", "celu", "selu", "leaky_relu",
-    "hardswish", "hardsigmoid", "sigmoid", "tanh", "relu",
-)
+# Public ops with their aten counterparts (the rewrite targets), from the one table.
+OPS = tuple(op["name"] for op in activation_table()["ops"])

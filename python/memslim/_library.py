@@ -1,6 +1,8 @@
 """Locating and loading the memslim runtime library, and its fake kernels."""
 from __future__ import annotations
 
+import ctypes
+import json
 import math
 import os
 from pathlib import Path
@@ -8,6 +10,7 @@ from pathlib import Path
 import torch
 
 _LOADED = False
+_TABLE = None
 _LIB_NAME = "libmemslim_runtime.so"
 
 
@@ -17,6 +20,19 @@ def library_path() -> Path:
     if env:
         return Path(env)
     return Path(__file__).resolve().parent / "lib" / _LIB_NAME
+
+
+def activation_table() -> dict:
+    """memslim's activation table (kernels/include/memslim/kernels/activation_table.def),
+    as the runtime library holds it: {"kernels": [{name, save, params, param_names,
+    x_min}], "ops": [{name, kernel, aten_keeps, inplace_keeps, added_work}]}. x_min: a non-monotonic activation's minimum, else None."""
+    global _TABLE
+    if _TABLE is None:
+        load_library()
+        fn = ctypes.CDLL(str(library_path())).memslim_activation_table_json
+        fn.restype = ctypes.c_char_p
+        _TABLE = json.loads(fn().decode())
+    return _TABLE
 
 
 def load_library() -> None:

@@ -13,7 +13,11 @@ from typing import Callable, Dict, NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
+from ._library import activation_table
+
 M = torch.ops.memslim
+# A non-monotonic kernel activation's minimum, from the runtime's own table.
+_X_MIN = {k["name"]: k["x_min"] for k in activation_table()["kernels"]}
 
 
 class Case(NamedTuple):
@@ -23,12 +27,12 @@ class Case(NamedTuple):
 
 
 CASES: Dict[str, Case] = {
-    "gelu": Case(lambda x: M.gelu(x), lambda x: F.gelu(x), -0.75179152469356445747),
+    "gelu": Case(lambda x: M.gelu(x), lambda x: F.gelu(x), _X_MIN["gelu"]),
     "gelu_tanh": Case(lambda x: M.gelu(x, "tanh"), lambda x: F.gelu(x, approximate="tanh"),
-                      -0.75246142207101625849),
-    "silu": Case(lambda x: M.silu(x), F.silu, -1.2784645427610737951),
-    "mish": Case(lambda x: M.mish(x), F.mish, -1.1924312145154952121),
-    "hardswish": Case(lambda x: M.hardswish(x), F.hardswish, -1.5),
+                      _X_MIN["gelu_tanh"]),
+    "silu": Case(lambda x: M.silu(x), F.silu, _X_MIN["silu"]),
+    "mish": Case(lambda x: M.mish(x), F.mish, _X_MIN["mish"]),
+    "hardswish": Case(lambda x: M.hardswish(x), F.hardswish, _X_MIN["hardswish"]),
     "softplus": Case(lambda x: M.softplus(x), F.softplus, None),
     "softplus_b2_t1": Case(lambda x: M.softplus(x, 2.0, 1.0),
                            lambda x: F.softplus(x, beta=2.0, threshold=1.0), None),

@@ -1,10 +1,11 @@
 //===- runtime_test.cpp - memslim ops from C++: dispatcher, autograd, JIT ---===//
 #include <gtest/gtest.h>
-
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/torch.h>
+
+#include "memslim/activation_spec.h"
 
 extern "C" int memslim_runtime_anchor();
 
@@ -26,6 +27,28 @@ TEST(Runtime, SchemasAreAtenSignatures) {
   for (const char* op : {"silu", "mish", "softplus", "elu", "celu", "selu", "hardswish",
                          "hardsigmoid", "sigmoid", "tanh", "relu"})
     EXPECT_TRUE(d.findSchema({std::string("memslim::") + op, ""}).has_value()) << op;
+}
+
+// spec_for (what fuse-activation-dropout calls) maps an op's argument values to
+// the kernel and parameters the op itself runs, for every row of the table.
+TEST(Runtime, SpecForMapsArgumentsAsTheOpDoes) {
+  using memslim::spec_for;
+  auto celu = spec_for("celu", {c10::IValue(0.5)});
+  ASSERT_TRUE(celu.has_value());
+  EXPECT_EQ(celu->act, "elu");
+  EXPECT_EQ(celu->params, (std::vector<double>{0.5, 1.0, 2.0}));
+  EXPECT_EQ(spec_for("gelu", {c10::IValue(std::string("tanh"))})->act, "gelu_tanh");
+  EXPECT_EQ(spec_for("gelu", {c10::IValue(std::string("none"))})->act, "gelu");
+  EXPECT_EQ(spec_for("softplus", {c10::IValue(2), c10::IValue(1.5)})->params,
+            (std::vector<double>{2.0, 1.5}));
+  EXPECT_EQ(spec_for("selu", {})->act, "elu");
+  EXPECT_FALSE(spec_for("silu", {c10::IValue(1.0)}).has_value()); // silu takes none
+  EXPECT_FALSE(spec_for("softplus", {c10::IValue(1.0)}).has_value());
+  EXPECT_FALSE(spec_for("relu6", {}).has_value());                // not in the table
+  EXPECT_THROW(spec_for("celu", {c10::IValue(0.0)}), c10::Error); // aten's own error
+  EXPECT_THROW(spec_for("leaky_relu", {c10::IValue(std::string("x"))}), c10::Error);
+  for (const char* op : {"silu", "mish", "hardswish", "hardsigmoid", "sigmoid", "tanh", "relu"})
+    EXPECT_EQ(spec_for(op, {})->act, op);
 }
 
 TEST(Runtime, AutogradMatchesAten) {

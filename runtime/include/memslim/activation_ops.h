@@ -77,7 +77,8 @@ template <typename... A, ActSpec (*F)(A...)> struct OpKernels<F> {
   }
 };
 
-// Spec functions of the public ops (argument lists as in the schemas).
+// Spec functions of the public ops (argument lists as in the schemas): op
+// `name` of activation_table.def is registered with spec_name's OpKernels.
 inline ActSpec spec_silu() { return spec_simple("silu"); }
 inline ActSpec spec_mish() { return spec_simple("mish"); }
 inline ActSpec spec_hardswish() { return spec_simple("hardswish"); }
@@ -85,22 +86,5 @@ inline ActSpec spec_hardsigmoid() { return spec_simple("hardsigmoid"); }
 inline ActSpec spec_sigmoid() { return spec_simple("sigmoid"); }
 inline ActSpec spec_tanh() { return spec_simple("tanh"); }
 inline ActSpec spec_relu() { return spec_simple("relu"); }
-
-// Registers every public op's kernels for one dispatch key via `Get`, which
-// maps an OpKernels instantiation to the kernel for that key.
-#define MEMSLIM_FOR_EACH_PUBLIC_OP(X)   \
-  X("gelu", ::memslim::spec_gelu)       \
-  X("silu", ::memslim::spec_silu)       \
-  X("mish", ::memslim::spec_mish)       \
-  X("softplus", ::memslim::spec_softplus) \
-  X("elu", ::memslim::spec_elu)         \
-  X("celu", ::memslim::spec_celu)       \
-  X("selu", ::memslim::spec_selu)       \
-  X("leaky_relu", ::memslim::spec_leaky_relu) \
-  X("hardswish", ::memslim::spec_hardswish) \
-  X("hardsigmoid", ::memslim::spec_hardsigmoid) \
-  X("sigmoid", ::memslim::spec_sigmoid) \
-  X("tanh", ::memslim::spec_tanh)       \
-  X("relu", ::memslim::spec_relu)
 
 } // namespace memslim

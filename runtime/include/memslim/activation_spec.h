@@ -10,8 +10,10 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <c10/core/Scalar.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,5 +62,11 @@ ActSpec spec_celu(const c10::Scalar& alpha);
 ActSpec spec_selu();
 ActSpec spec_leaky_relu(const c10::Scalar& negative_slope);
 ActSpec spec_simple(const std::string& name);  // silu, mish, hardswish, ...
+
+// The spec public op `op` (activation_table.def) computes from its arguments
+// after `self`, through the op's own spec function: nullopt for an unknown op
+// or a wrong argument count; throws c10::Error on a wrong argument type or
+// where the op itself would (celu with alpha = 0).
+std::optional<ActSpec> spec_for(const std::string& op, const std::vector<c10::IValue>& args);
 
 } // namespace memslim

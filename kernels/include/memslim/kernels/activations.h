@@ -38,19 +38,11 @@
 namespace memslim {
 namespace kernels {
 
+// One enumerator per kernel activation, in activation_table.def's order
+// (parameters: the table's names column; celu and selu run Elu).
 enum class Act : int {
-  Gelu = 0,     // gelu(approximate="none")
-  GeluTanh,     // gelu(approximate="tanh")
-  Silu,
-  Mish,
-  Softplus,     // p0 = beta, p1 = threshold
-  Elu,          // p0 = alpha, p1 = scale, p2 = input_scale (also celu, selu)
-  LeakyRelu,    // p0 = negative_slope
-  Hardswish,
-  Hardsigmoid,
-  Sigmoid,
-  Tanh,
-  Relu,
+#define MEMSLIM_ACT(ENUM, NAME, SAVE, NPARAMS, PARAM_NAMES) ENUM,
+#include "memslim/kernels/activation_table.def"
   NumActs
 };
 
@@ -80,12 +72,12 @@ enum class SaveKind : int {
 
 MEMSLIM_HD SaveKind save_kind(Act a) {
   switch (a) {
-  case Act::Gelu: case Act::GeluTanh: case Act::Silu: case Act::Mish: case Act::Hardswish:
-    return SaveKind::OutputBitsExact;
-  case Act::LeakyRelu: case Act::Hardsigmoid: case Act::Relu:
-    return SaveKind::Mask;
-  default:
-    return SaveKind::Output;
+#define MEMSLIM_ACT(ENUM, NAME, SAVE, NPARAMS, PARAM_NAMES) \
+  case Act::ENUM:                                           \
+    return SaveKind::SAVE;
+#include "memslim/kernels/activation_table.def"
+    default:
+      return SaveKind::Output;
   }
 }
 

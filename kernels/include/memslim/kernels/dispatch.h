@@ -64,24 +64,15 @@ void dispatch_dtype(DType t, Args&&... args) {
 
 template <typename F, typename... Args>
 void dispatch(Act a, DType t, Args&&... args) {
-#define MEMSLIM_ACT_CASE(NAME) \
-  case Act::NAME: dispatch_dtype<F, Act::NAME>(t, args...); break;
   switch (a) {
-    MEMSLIM_ACT_CASE(Gelu)
-    MEMSLIM_ACT_CASE(GeluTanh)
-    MEMSLIM_ACT_CASE(Silu)
-    MEMSLIM_ACT_CASE(Mish)
-    MEMSLIM_ACT_CASE(Softplus)
-    MEMSLIM_ACT_CASE(Elu)
-    MEMSLIM_ACT_CASE(LeakyRelu)
-    MEMSLIM_ACT_CASE(Hardswish)
-    MEMSLIM_ACT_CASE(Hardsigmoid)
-    MEMSLIM_ACT_CASE(Sigmoid)
-    MEMSLIM_ACT_CASE(Tanh)
-    MEMSLIM_ACT_CASE(Relu)
-  default: break;
+#define MEMSLIM_ACT(ENUM, NAME, SAVE, NPARAMS, PARAM_NAMES) \
+  case Act::ENUM:                                           \
+    dispatch_dtype<F, Act::ENUM>(t, args...);               \
+    break;
+#include "memslim/kernels/activation_table.def"
+    default:
+      break;
   }
-#undef MEMSLIM_ACT_CASE
 }
 
 } // namespace kernels

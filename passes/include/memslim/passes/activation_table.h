@@ -1,8 +1,9 @@
 //===- activation_table.h - what aten and memslim activations keep ---------===//
 //
 // What: for each activation the rewrite knows, its aten and memslim op names
-// and what each one's autograd keeps for backward. Why: the cost model prices
-// a rewrite from these two columns, never from op names alone.
+// and what each one's autograd keeps for backward (read from the one table,
+// kernels/include/memslim/kernels/activation_table.def). Why: the cost model
+// prices a rewrite from these two columns, never from op names alone.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -27,6 +28,9 @@ struct ActivationInfo {
   // Extra work of the memslim op over aten's, in activation evaluations per
   // element (measured on the CPU, README speed table: inverting ones ~1-2).
   double added_work;
+  // Whether fuse-activation-dropout takes it: not the mask-only kernels, which
+  // memslim::activation_dropout refuses (they keep no output to fuse).
+  bool fuses_dropout;
 };
 
 // The activation `kind` is, or nullopt.
