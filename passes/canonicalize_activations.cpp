@@ -273,7 +273,7 @@ void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, P
       if (!m) continue;
       const std::string form = std::string(m->form) + " at %" + root->output()->debugName();
       if (m->keep) {
-        ctx.remarks.add(kPass, "kept " + form + ": " + m->keep);
+        ctx.remarks.kept(kPass, form, m->keep);
         break;
       }
       Proposal prop;

@@ -29,8 +29,8 @@ void run_pipeline(std::shared_ptr<torch::jit::Graph>& graph) {
   const PipelineInfo* pl = find_pipeline("memslim-default");
   PassContext ctx;
   for (const auto& name : pl->passes) run_pass(*find_pass(name), graph, ctx);
-  for (const auto& r : ctx.remarks.lines())
-    if (r.find(": rewrote ") != std::string::npos) ++g_rewrites;
+  for (const Decision& d : ctx.remarks.decisions())
+    if (d.verdict == Decision::Verdict::Rewrote) ++g_rewrites;
 }
 
 } // namespace

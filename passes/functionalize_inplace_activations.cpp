@@ -84,9 +84,10 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
     const std::string site = std::string(n->kind().toQualString()) + " at %" + n->output()->debugName();
     const ActivationInfo info = *activation_info(f);
     if (info.inplace_keeps != info.aten_keeps) {
-      ctx.remarks.add(kPass, "kept " + site + ": the in-place form keeps its " +
-                                 keeps_name(info.inplace_keeps) + ", " + f.toQualString() +
-                                 " would keep its " + keeps_name(info.aten_keeps));
+      ctx.remarks.kept(kPass, site,
+                       std::string("the in-place form keeps its ") +
+                           keeps_name(info.inplace_keeps) + ", " + f.toQualString() +
+                           " would keep its " + keeps_name(info.aten_keeps));
       continue;
     }
     Proposal prop;
@@ -114,9 +115,10 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
       for (const auto& use : v->uses())
         if (use.user->kind() == c10::aten::chunk) chunked = v;
     if (chunked) {
-      ctx.remarks.add(kPass, "kept " + site + ": %" + chunked->debugName() +
-                                 " feeds aten::chunk, whose backward TorchScript's executor gets "
-                                 "wrong inside a DifferentiableGraph");
+      ctx.remarks.kept(kPass, site,
+                       "%" + chunked->debugName() +
+                           " feeds aten::chunk, whose backward TorchScript's executor gets "
+                           "wrong inside a DifferentiableGraph");
       continue;
     }
     prop.removes_writes = true;

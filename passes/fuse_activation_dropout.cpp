@@ -104,18 +104,18 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
     Value* x = a->input(0);
     Value* out = d->output();
     if (a->output()->uses().size() != 1) {
-      ctx.remarks.add(kPass, "kept " + at(a) + " + aten::dropout: the activation's output has other uses");
+      ctx.remarks.kept(kPass, at(a) + " + aten::dropout", "the activation's output has other uses");
       continue;
     }
     auto kact = kernel_act(a);
     if (!kact) {
-      ctx.remarks.add(kPass, "kept " + at(a) + " + aten::dropout: non-constant activation arguments");
+      ctx.remarks.kept(kPass, at(a) + " + aten::dropout", "non-constant activation arguments");
       continue;
     }
     const auto xb = SavedTensorAnalysis::bytes(x), ob = SavedTensorAnalysis::bytes(out);
     const auto n_el = SavedTensorAnalysis::numel(out);
     if (!xb || !ob || !n_el) {
-      ctx.remarks.add(kPass, "kept " + at(a) + " + aten::dropout: unknown shape (give input shapes)");
+      ctx.remarks.kept(kPass, at(a) + " + aten::dropout", "unknown shape (give input shapes)");
       continue;
     }
     std::string x_by;
@@ -126,10 +126,10 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
     const int64_t aten_keeps = (x_else ? 0 : *xb) + noise;  // input + dropout's noise or mask
     const int64_t ours = (out_else ? 0 : *ob) + 2 * ((*n_el + 7) / 8);
     const int64_t freed = aten_keeps - ours;
+    const Price price{aten_keeps, ours, activation_info(a->kind())->added_work};
     if (freed < ctx.policy.min_bytes) {
-      std::ostringstream why;
-      why << "kept " << at(a) << " + aten::dropout: frees " << freed << " B";
-      ctx.remarks.add(kPass, why.str());
+      ctx.remarks.kept(kPass, at(a) + " + aten::dropout", "frees " + std::to_string(freed) + " B",
+                       price);
       continue;
     }
     std::ostringstream why;
@@ -154,6 +154,7 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
       return std::string();
     };
     prop.rewrote = why.str();
+    prop.price = price;
     ctx.gate->submit(prop);
   }
 }

@@ -344,7 +344,7 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
     for (const PassInfo* p : plan) run_pass(*p, graph, ctx);
     // Back to generic types: the executor profiles its own.
     torch::jit::EraseShapeInformation(graph);
-    for (const auto& r : ctx.remarks.lines()) result.remarks.push_back(r);
+    for (const Decision& d : ctx.remarks.decisions()) result.decisions.push_back(d);
   }
   return result;
 }

@@ -86,25 +86,24 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
     Value* x = n->input(0);
     Value* y = n->output();
     if (info.aten_keeps == Keeps::Output && info.memslim_keeps == Keeps::Output) {
-      ctx.remarks.add(kPass, "kept " + at(n) + ": aten already keeps only the output");
+      ctx.remarks.kept(kPass, at(n), "aten already keeps only the output");
       continue;
     }
     if (ctx.policy.max_added_work >= 0 && info.added_work > ctx.policy.max_added_work) {
       std::ostringstream why;
-      why << "kept " << at(n) << ": adds ~" << info.added_work
-          << " evaluations per element, above the maximum " << ctx.policy.max_added_work;
-      ctx.remarks.add(kPass, why.str());
+      why << "adds ~" << info.added_work << " evaluations per element, above the maximum "
+          << ctx.policy.max_added_work;
+      ctx.remarks.kept(kPass, at(n), why.str(), {std::nullopt, std::nullopt, info.added_work});
       continue;
     }
     auto price = output_saving_price(n, ctx.policy);
     if (!price) {
-      ctx.remarks.add(kPass, "kept " + at(n) + ": unknown shape (give input shapes)");
+      ctx.remarks.kept(kPass, at(n), "unknown shape (give input shapes)");
       continue;
     }
     const OutputSavingPrice& p = *price;
     std::ostringstream why;
     if (p.freed() < ctx.policy.min_bytes) {
-      why << "kept " << at(n) << ": ";
       if (info.aten_keeps == Keeps::Input && !p.x_kept_by.empty())
         why << "input also saved by " << p.x_kept_by;
       else if (p.y_kept_by.empty() && info.memslim_keeps != Keeps::Bits)
@@ -112,7 +111,7 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
             << " B)";
       else
         why << "frees " << p.freed() << " B, below the " << ctx.policy.min_bytes << " B minimum";
-      ctx.remarks.add(kPass, why.str());
+      ctx.remarks.kept(kPass, at(n), why.str(), {p.aten, p.ours, info.added_work});
       continue;
     }
     why << "rewrote " << info.aten.toQualString() << " at %" << y->debugName() << ": keeps "
@@ -130,6 +129,7 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
       return std::string();
     };
     prop.rewrote = why.str();
+    prop.price = {p.aten, p.ours, info.added_work};
     ctx.gate->submit(prop);
   }
 }

@@ -35,8 +35,51 @@ CostPolicy resolved(CostPolicy p) {
   return p;
 }
 
-void Remarks::add(const std::string& pass, const std::string& text) {
-  lines_.push_back("remark: " + pass + ": " + text);
+const char* verdict_name(Decision::Verdict v) {
+  switch (v) {
+    case Decision::Verdict::Rewrote:
+      return "rewrote";
+    case Decision::Verdict::Kept:
+      return "kept";
+    case Decision::Verdict::RolledBack:
+      return "rolled back";
+    case Decision::Verdict::Note:
+      return "note";
+  }
+  return "?";
+}
+
+std::string Decision::render() const {
+  std::string body;
+  switch (verdict) {
+    case Verdict::Kept:
+      body = "kept " + site + ": " + text;
+      break;
+    case Verdict::RolledBack:
+      body = "rolled back (the graph is as before this pass): " + text;
+      break;
+    case Verdict::Rewrote:
+    case Verdict::Note:
+      body = text;
+      break;
+  }
+  return "remark: " + pass + ": " + body;
+}
+
+void Remarks::kept(const std::string& pass, const std::string& site, const std::string& reason,
+                   Price price) {
+  add({pass, Decision::Verdict::Kept, site, reason, price});
+}
+
+void Remarks::note(const std::string& pass, const std::string& text) {
+  add({pass, Decision::Verdict::Note, "", text, {}});
+}
+
+std::vector<std::string> Remarks::lines() const {
+  std::vector<std::string> out;
+  out.reserve(decisions_.size());
+  for (const Decision& d : decisions_) out.push_back(d.render());
+  return out;
 }
 
 const std::vector<PassInfo>& registered_passes() {
@@ -117,7 +160,7 @@ std::vector<const PassInfo*> resolve_plan(const std::vector<std::string>& passes
 }
 
 void run_pass(const PassInfo& p, const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
-  const size_t remarks_before = ctx.remarks.lines().size();
+  const size_t remarks_before = ctx.remarks.size();
   std::shared_ptr<torch::jit::Graph> snapshot = g->copy();
   SafetyGate gate(g, p.flag, ctx.remarks);
   SafetyGate* outer = ctx.gate;
@@ -133,7 +176,7 @@ void run_pass(const PassInfo& p, const std::shared_ptr<torch::jit::Graph>& g, Pa
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
     ctx.remarks.truncate(remarks_before);
-    ctx.remarks.add(p.flag, "rolled back (the graph is as before this pass): " + what);
+    ctx.remarks.add({p.flag, Decision::Verdict::RolledBack, "", what, {}});
   }
 }
 

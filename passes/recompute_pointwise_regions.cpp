@@ -467,7 +467,6 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
     price(r, ctx.policy, *grad);
     if (r.before == 0 && !r.unknown) continue;  // keeps nothing today: nothing to win
     std::ostringstream kept;
-    kept << "kept " << where(r) << ": ";
     // The known activations in it, and what output-saving them alone would free.
     for (const Node* n : r.nodes) {
       auto info = activation_info(n->kind());
@@ -500,7 +499,9 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
         }
     }
     if (!point) {
-      ctx.remarks.add(kPass, kept.str());
+      ctx.remarks.kept(
+          kPass, where(r), kept.str(),
+          r.unknown ? Price{} : Price{r.before, r.after, static_cast<double>(r.full_size_ops)});
       continue;
     }
     std::ostringstream why;
@@ -522,6 +523,7 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
       return failed.empty() ? failed : "its graph text does not parse back (" + failed + ")";
     };
     prop.rewrote = why.str();
+    prop.price = {r.before, r.after, static_cast<double>(r.full_size_ops)};
     ctx.gate->submit(prop);
   }
 }

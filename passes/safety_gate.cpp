@@ -666,13 +666,13 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
 
 bool SafetyGate::submit(const Proposal& p) {
   if (auto why = refusal(p)) {
-    remarks_.add(pass_, "kept " + p.site + ": " + *why);
+    remarks_.kept(pass_, p.site, *why, p.price);
     ++refused_;
     return false;
   }
   const std::string failed = p.apply();
   if (!failed.empty()) {
-    remarks_.add(pass_, "kept " + p.site + ": " + failed);
+    remarks_.kept(pass_, p.site, failed, p.price);
     ++refused_;
     refresh();
     return false;
@@ -685,7 +685,7 @@ bool SafetyGate::submit(const Proposal& p) {
     for (const Value* o : n->outputs()) used = used || o->hasUses();
     if (!used) n->destroy();
   }
-  remarks_.add(pass_, p.rewrote);
+  remarks_.add({pass_, Decision::Verdict::Rewrote, p.site, p.rewrote, p.price});
   ++applied_;
   refresh();
   return true;

@@ -24,7 +24,7 @@ void run_test_perturb_outputs(const std::shared_ptr<torch::jit::Graph>& g, PassC
     torch::jit::Value* scaled = g->insert(c10::aten::mul, {out, factor});
     scaled->setType(out->type());
     g->return_node()->replaceInput(i, scaled);
-    ctx.remarks.add("test-perturb-outputs", "scaled output " + std::to_string(i) + " by 1.001");
+    ctx.remarks.note("test-perturb-outputs", "scaled output " + std::to_string(i) + " by 1.001");
   }
 }
 

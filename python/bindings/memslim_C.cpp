@@ -1,6 +1,7 @@
 //===- memslim_C.cpp - Python bindings of the pass library -----------------===//
 //
-// What: memslim._C.optimize(script_module._c, ...) -> (cloned module, remarks),
+// What: memslim._C.optimize(script_module._c, ...) -> (cloned module, decision
+// records as dicts),
 // and the pass/pipeline lists. torch's pybind11 casters take torch._C objects
 // (ScriptModule, Tensor) directly.
 //
@@ -69,7 +70,21 @@ PYBIND11_MODULE(_C, m) {
           }
         }
         auto r = memslim::optimize(module, o);
-        return py::make_tuple(r.module, r.remarks);
+        // One dict per decision record (python/memslim/optimize.py wraps them).
+        py::list decisions;
+        for (const memslim::Decision& d : r.decisions) {
+          py::dict rec;
+          rec["pass"] = d.pass;
+          rec["verdict"] = memslim::verdict_name(d.verdict);
+          rec["site"] = d.site;
+          rec["text"] = d.text;
+          rec["line"] = d.render();
+          rec["bytes_before"] = d.price.before ? py::cast(*d.price.before) : py::none();
+          rec["bytes_after"] = d.price.after ? py::cast(*d.price.after) : py::none();
+          rec["added_work"] = d.price.added_work ? py::cast(*d.price.added_work) : py::none();
+          decisions.append(rec);
+        }
+        return py::make_tuple(r.module, decisions);
       },
       py::arg("module"), py::arg("methods"), py::arg("passes"), py::arg("pipeline"),
       py::arg("example_args"), py::arg("example_kwargs"), py::arg("min_bytes"),

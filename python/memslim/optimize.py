@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 import weakref
 from typing import Any, Iterable, List, Optional, Sequence
 
@@ -18,7 +17,40 @@ import torch
 
 from . import _C
 
-_REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[str]]" = weakref.WeakKeyDictionary()
+
+class Decision(str):
+    """One decision record of a pass at one site (passes/include/memslim/passes/pass.h).
+    As a str it is the remark line, `remark: <pass>: rewrote|kept <site>: ...`, so code
+    that reads remarks as text keeps working; the fields are the record:
+    pass_, verdict ("rewrote", "kept", "rolled back", "note"), site, text (the reason,
+    or the pass's sentence), bytes_before / bytes_after (what the original and the
+    rewrite keep for backward, as the cost model prices them; None where unpriced),
+    added_work (activation evaluations per element) and freed_bytes."""
+
+    def __new__(cls, rec: dict) -> "Decision":
+        self = super().__new__(cls, rec["line"])
+        self.pass_ = rec["pass"]
+        self.verdict = rec["verdict"]
+        self.site = rec["site"]
+        self.text = rec["text"]
+        self.bytes_before = rec["bytes_before"]
+        self.bytes_after = rec["bytes_after"]
+        self.added_work = rec["added_work"]
+        return self
+
+    @property
+    def freed_bytes(self) -> Optional[int]:
+        if self.bytes_before is None or self.bytes_after is None:
+            return None
+        return self.bytes_before - self.bytes_after
+
+    def as_dict(self) -> dict:
+        return {"pass": self.pass_, "verdict": self.verdict, "site": self.site, "text": self.text,
+                "bytes_before": self.bytes_before, "bytes_after": self.bytes_after,
+                "added_work": self.added_work, "line": str(self)}
+
+
+_REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[Decision]]" = weakref.WeakKeyDictionary()
 
 _MAX_ASSUME_NUMEL = 2 ** 40
 
@@ -112,23 +144,20 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
                         f"got {type(model).__name__}")
     cpp, remarks = _C.optimize(scripted._c, method_list, pass_list, pipeline, args, kwargs, *policy)
     optimized = torch.jit._recursive.wrap_cpp_module(cpp)
-    _REPORTS[optimized] = list(remarks)
+    _REPORTS[optimized] = [Decision(r) for r in remarks]
     return optimized
 
 
 def predicted_bytes_freed(optimized) -> int:
-    """The cost model's total: the bytes every `rewrote` remark says it frees."""
-    total = 0
-    for line in report(optimized):
-        m = re.search(r": rewrote .*frees (-?\d+) B \(", line)
-        if m:
-            total += int(m.group(1))
-    return total
+    """The cost model's total: the bytes every applied rewrite's record frees."""
+    return sum(d.freed_bytes for d in report(optimized)
+               if d.verdict == "rewrote" and d.freed_bytes is not None)
 
 
-def report(optimized) -> List[str]:
-    """The remarks of the optimize() call that produced `optimized`: one line per
-    site, `remark: <pass>: rewrote|kept <op> at %v: <reason, bytes>`."""
+def report(optimized) -> List[Decision]:
+    """The decision records of the optimize() call that produced `optimized`, one per
+    site, in order. Each is a `Decision`: as a str, the remark line
+    `remark: <pass>: rewrote|kept <op> at %v: <reason, bytes>`."""
     try:
         return list(_REPORTS[optimized])
     except KeyError:

@@ -217,7 +217,7 @@ std::string kinds(const std::shared_ptr<Graph>& g) {
 
 // The driver: transactions over whole passes.
 void throwing_pass(const std::shared_ptr<Graph>& g, memslim::PassContext& ctx) {
-  ctx.remarks.add("throwing", "rewrote something");
+  ctx.remarks.add({"throwing", memslim::Decision::Verdict::Rewrote, "", "rewrote something", {}});
   memslim::replace_output(*g, find(g, "aten::sigmoid"), find(g, "aten::sigmoid")->output(),
                           c10::Symbol::fromQualString("aten::tanh"),
                           find(g, "aten::sigmoid")->inputs());

@@ -339,3 +339,37 @@ def test_inplace_activations_are_functionalized_and_rewritten():
     ref.load_state_dict(m.state_dict())
     torch.manual_seed(1)
     assert_same_training(ref, o, [torch.randn(16, 3, 16, 16) for _ in range(5)])
+
+
+def test_report_is_decision_records():
+    """memslim.report returns one record per decision; str() is the remark line, and the
+    record's price is the one its line states (predicted_bytes_freed sums records)."""
+    from memslim.optimize import Decision
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(16, 32)
+            self.b = torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return self.b(torch.nn.functional.gelu(self.a(x))) + torch.sigmoid(x)
+
+    torch.manual_seed(0)
+    opt = memslim.optimize(Net(), (torch.randn(4, 16),))
+    recs = memslim.report(opt)
+    assert recs and all(isinstance(r, Decision) for r in recs)
+    rewrote = [r for r in recs if r.verdict == "rewrote"]
+    assert any("rewrote aten::gelu" in r for r in rewrote), recs
+    total = 0
+    for r in recs:
+        assert str(r).startswith(f"remark: {r.pass_}: "), r
+        if r.verdict == "kept":
+            assert str(r) == f"remark: {r.pass_}: kept {r.site}: {r.text}"
+        if r.freed_bytes is not None and r.verdict == "rewrote":
+            assert f"frees {r.freed_bytes} B ({r.bytes_before} -> {r.bytes_after})" in r, r
+            total += r.freed_bytes
+    assert total > 0 and memslim.predicted_bytes_freed(opt) == total
+    gelu = next(r for r in rewrote if "aten::gelu" in r)
+    assert gelu.site.startswith("aten::gelu at %") and gelu.added_work == 2.0
+    assert gelu.as_dict()["line"] == str(gelu)

@@ -1123,7 +1123,7 @@ int run_archive(const Options& o, const std::vector<std::string>& names) {
     fail(one_line(e));
   }
   if (o.remarks)
-    for (const auto& line : r.remarks) std::cerr << line << "\n";
+    for (const auto& d : r.decisions) std::cerr << d.render() << "\n";
   if (o.verify) {
     std::vector<at::Tensor> params;
     for (const auto& p : module.parameters())

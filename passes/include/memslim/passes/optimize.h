@@ -38,7 +38,7 @@ struct OptimizeOptions {
 
 struct OptimizeResult {
   torch::jit::Module module;
-  std::vector<std::string> remarks;
+  std::vector<Decision> decisions; // every method's, in order
 };
 
 OptimizeResult optimize(const torch::jit::Module& module, const OptimizeOptions& options);

@@ -1,7 +1,8 @@
 //===- pass.h - pass interface, policy, remarks, registry ------------------===//
 //
 // What: the signature every memslim pass has, the cost policy knobs, the
-// remark sink (one line per decision: `remark: <pass>: rewrote|kept ...`), and
+// decision records (one per site: verdict, site, reason, price; rendered as
+// `remark: <pass>: rewrote|kept ...`), and
 // the explicit registry of passes and pipelines (a list, no static
 // initialisers: the linker cannot drop a pass, and the order is visible).
 //
@@ -37,15 +38,53 @@ struct CostPolicy {
 // Resolves the policy's automatic settings against the current torch.jit state.
 CostPolicy resolved(CostPolicy p);
 
+// What a decision prices: the bytes the original and the rewrite keep for
+// backward (the cost model's figures) and the rewrite's added work.
+struct Price {
+  std::optional<int64_t> before, after; // bytes kept for backward
+  std::optional<double> added_work;     // activation evaluations per element
+  std::optional<int64_t> freed() const {
+    if (!before || !after) return std::nullopt;
+    return *before - *after;
+  }
+};
+
+// One decision of a pass at one site: the record every consumer reads
+// (memslim-opt --remarks, memslim.report() and predicted_bytes_freed in
+// Python, the executor hook's count); the remark line is rendered from it in
+// one place, render().
+struct Decision {
+  enum class Verdict { Rewrote, Kept, RolledBack, Note };
+  std::string pass;
+  Verdict verdict = Verdict::Note;
+  std::string site; // "aten::gelu at %h"; "" for a pass-level decision
+  // Kept / RolledBack: the reason. Rewrote / Note: the pass's own sentence
+  // (it names the site: "rewrote aten::gelu at %h: keeps ..., frees N B ...").
+  std::string text;
+  Price price;
+  // `remark: <pass>: <kept <site>: reason | rolled back (...): reason | text>`
+  std::string render() const;
+};
+
+const char* verdict_name(Decision::Verdict v); // "rewrote", "kept", ...
+
 class Remarks {
  public:
-  void add(const std::string& pass, const std::string& text);
-  const std::vector<std::string>& lines() const { return lines_; }
-  // Drops every line after the first `n` (a rolled-back pass's remarks).
-  void truncate(size_t n) { if (n < lines_.size()) lines_.resize(n); }
+  void add(Decision d) { decisions_.push_back(std::move(d)); }
+  void kept(const std::string& pass, const std::string& site, const std::string& reason,
+            Price price = {});
+  // A line that is no decision about a site (test passes).
+  void note(const std::string& pass, const std::string& text);
+  const std::vector<Decision>& decisions() const { return decisions_; }
+  size_t size() const { return decisions_.size(); }
+  std::vector<std::string> lines() const; // rendered
+  // Drops every decision after the first `n` (a rolled-back pass's remarks).
+  void truncate(size_t n) {
+    if (n < decisions_.size()) decisions_.resize(n);
+  }
 
  private:
-  std::vector<std::string> lines_;
+  std::vector<Decision> decisions_;
 };
 
 class SafetyGate;

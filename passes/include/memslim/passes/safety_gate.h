@@ -52,6 +52,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "memslim/passes/pass.h"
+
 namespace memslim {
 
 class Remarks;
@@ -73,6 +75,8 @@ struct Proposal {
   std::function<std::string()> apply;
   // The remark line (without "remark: <pass>: ") once applied.
   std::string rewrote;
+  // The cost model's figures, carried into the decision record (rewrote or kept).
+  Price price;
   // The rewrite replaces covered in-place ops by functional ones: allowed only
   // where nobody can observe the write (the written tensor is fresh, has no
   // alias and no other reader).
