@@ -16,22 +16,57 @@
 
 namespace py = pybind11;
 
+namespace {
+// Policy keywords, checked by passes/policy.cpp's table as memslim-opt's flags
+// are: ValueError naming the keyword and what it expects.
+memslim::CostPolicy policy_from_dict(const py::dict& policy) {
+  memslim::CostPolicy p;
+  for (const auto& [key, value] : policy) {
+    const std::string name = py::cast<std::string>(key);
+    const memslim::PolicyOption* po = memslim::find_policy_option(name);
+    if (!po || name != po->name)
+      throw py::value_error("memslim.optimize: unknown policy option '" + name + "'");
+    memslim::PolicyValue v;
+    using K = memslim::PolicyValue::Kind;
+    if (value.is_none()) {
+      v.kind = K::None;
+    } else if (py::isinstance<py::bool_>(value)) {
+      v.kind = K::Bool;
+    } else if (py::isinstance<py::int_>(value)) {
+      // Python ints are unbounded: one beyond int64 is out of every range.
+      try {
+        v.i = py::cast<int64_t>(value);
+        v.kind = K::Int;
+      } catch (const py::cast_error&) {
+        v.kind = K::Text;
+      }
+    } else if (py::isinstance<py::float_>(value)) {
+      v.kind = K::Double;
+      v.d = py::cast<double>(value);
+    } else {
+      v.kind = K::Text;
+    }
+    const std::string why = po->set(p, v);
+    if (!why.empty())
+      throw py::value_error("memslim.optimize: " + name + " must be " + why + ", got " +
+                            py::cast<std::string>(py::repr(value)));
+  }
+  return p;
+}
+} // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "memslim pass library";
   m.def(
       "optimize",
       [](const torch::jit::Module& module, const std::vector<std::string>& methods,
          const std::vector<std::string>& passes, const std::string& pipeline,
-         const py::tuple& example_args, const py::dict& example_kwargs, int64_t min_bytes,
-         double max_added_work, int64_t assume_numel, int64_t dropout_mask_bytes) {
+         const py::tuple& example_args, const py::dict& example_kwargs, const py::dict& policy) {
         memslim::OptimizeOptions o;
         o.methods = methods;
         o.passes = passes;
         o.pipeline = pipeline;
-        o.policy.min_bytes = min_bytes;
-        o.policy.max_added_work = max_added_work;
-        o.policy.assume_numel = assume_numel;
-        o.policy.dropout_mask_bytes = int(dropout_mask_bytes);
+        o.policy = policy_from_dict(policy);
         if (!example_args.empty() || !example_kwargs.empty()) {
           // Python values -> IValues by forward's argument types, as a call
           // of the scripted forward would convert them.
@@ -87,8 +122,14 @@ PYBIND11_MODULE(_C, m) {
         return py::make_tuple(r.module, decisions);
       },
       py::arg("module"), py::arg("methods"), py::arg("passes"), py::arg("pipeline"),
-      py::arg("example_args"), py::arg("example_kwargs"), py::arg("min_bytes"),
-      py::arg("max_added_work"), py::arg("assume_numel"), py::arg("dropout_mask_bytes"));
+      py::arg("example_args"), py::arg("example_kwargs"), py::arg("policy"));
+  m.def("check_policy", [](const py::dict& policy) { policy_from_dict(policy); });
+  m.def("policy_options", []() {
+    py::list out;
+    for (const memslim::PolicyOption& po : memslim::policy_options())
+      out.append(py::make_tuple(po.name, po.value_help, po.help));
+    return out;
+  });
   m.def("register_with_graph_executor", &memslim::registerWithGraphExecutor);
   m.def("unregister_from_graph_executor", &memslim::unregisterFromGraphExecutor);
   m.def("executor_hook_stats", []() {

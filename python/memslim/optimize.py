@@ -8,7 +8,6 @@ is kept with the remark "unknown shape".
 """
 from __future__ import annotations
 
-import math
 import numbers
 import weakref
 from typing import Any, Iterable, List, Optional, Sequence
@@ -52,38 +51,21 @@ class Decision(str):
 
 _REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[Decision]]" = weakref.WeakKeyDictionary()
 
-_MAX_ASSUME_NUMEL = 2 ** 40
 
 
-def _policy_int(name: str, value, lo: int, hi: int) -> int:
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if not ok and isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        ok = True
-    if not ok or not lo <= int(value) <= hi:
-        raise ValueError(f"memslim.optimize: {name} must be an integer in [{lo}, {hi}], got {value!r}")
-    return int(value)
-
-
-def _check_policy(min_bytes, max_added_work, assume_numel, dropout_mask_bytes):
-    """The ranges memslim-opt's flags accept, as ValueErrors (-> C++ arguments)."""
-    min_bytes = _policy_int("min_bytes", min_bytes, 0, 2 ** 63 - 1)
-    if max_added_work is None:
-        work = -1.0
-    else:
-        if (isinstance(max_added_work, bool) or not isinstance(max_added_work, numbers.Real)
-                or math.isnan(max_added_work) or max_added_work < 0):
-            raise ValueError("memslim.optimize: max_added_work must be a number >= 0 (None: no bound), "
-                             f"got {max_added_work!r}")
-        work = float(max_added_work)
-    assume_numel = _policy_int("assume_numel", assume_numel, 0, _MAX_ASSUME_NUMEL)
-    if dropout_mask_bytes is None:
-        mask = -1
-    elif isinstance(dropout_mask_bytes, bool) or dropout_mask_bytes not in (0, 1):
-        raise ValueError("memslim.optimize: dropout_mask_bytes must be 0, 1 or None, "
-                         f"got {dropout_mask_bytes!r}")
-    else:
-        mask = int(dropout_mask_bytes)
-    return min_bytes, work, assume_numel, mask
+def _policy(**values) -> dict:
+    """The policy keywords as the C++ table (passes/policy.cpp) checks them, which
+    raises ValueError naming the keyword and what it expects. numbers.Integral /
+    numbers.Real (numpy scalars) become int / float; bools stay bools (refused)."""
+    out = {}
+    for name, v in values.items():
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            v = int(v)
+        elif isinstance(v, numbers.Real) and not isinstance(v, bool):
+            v = float(v)
+        out[name] = v
+    _C.check_policy(out)
+    return out
 
 
 def _str_list(name: str, values) -> List[str]:
@@ -132,7 +114,8 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
     bool mask, when torch.jit's executor optimises, as it does by default; else the
     float noise).
     """
-    policy = _check_policy(min_bytes, max_added_work, assume_numel, dropout_mask_bytes)
+    policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work, assume_numel=assume_numel,
+                     dropout_mask_bytes=dropout_mask_bytes)
     args, kwargs = _split_example_inputs(example_inputs)
     if not isinstance(pipeline, str):
         raise ValueError(f"memslim.optimize: pipeline must be a string, got {pipeline!r}")
@@ -142,7 +125,7 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
     if not hasattr(scripted, "_c"):
         raise TypeError("memslim.optimize: expected an nn.Module or a scripted module, "
                         f"got {type(model).__name__}")
-    cpp, remarks = _C.optimize(scripted._c, method_list, pass_list, pipeline, args, kwargs, *policy)
+    cpp, remarks = _C.optimize(scripted._c, method_list, pass_list, pipeline, args, kwargs, policy)
     optimized = torch.jit._recursive.wrap_cpp_module(cpp)
     _REPORTS[optimized] = [Decision(r) for r in remarks]
     return optimized

@@ -2,6 +2,7 @@
 arguments with defaults, keyword example inputs, policy validation, and a recording
 run that leaves no trace (module state, global RNG, stdout)."""
 import math
+import re
 from typing import Dict, List, Optional, Tuple
 
 import pytest
@@ -139,8 +140,8 @@ def test_example_input_errors_are_clear():
     ({"max_added_work": float("nan")}, r"max_added_work must be a number >= 0"),
     ({"max_added_work": -1}, r"max_added_work must be a number >= 0"),
     ({"max_added_work": "2"}, r"max_added_work must be a number >= 0"),
-    ({"dropout_mask_bytes": 7}, r"dropout_mask_bytes must be 0, 1 or None"),
-    ({"dropout_mask_bytes": 0.5}, r"dropout_mask_bytes must be 0, 1 or None"),
+    ({"dropout_mask_bytes": 7}, r"dropout_mask_bytes must be 0 or 1, got"),
+    ({"dropout_mask_bytes": 0.5}, r"dropout_mask_bytes must be 0 or 1, got"),
     ({"assume_numel": -5}, r"assume_numel must be an integer in \[0, 1099511627776\]"),
     ({"assume_numel": 2 ** 41}, r"assume_numel must be an integer in \[0, 1099511627776\]"),
     ({"assume_numel": float("inf")}, r"assume_numel must be an integer"),
@@ -155,6 +156,39 @@ def test_policy_values_in_range_are_accepted():
                            assume_numel=2 ** 40, dropout_mask_bytes=0)
     assert memslim.report(opt)
     opt = memslim.optimize(WithDefaults(), (torch.randn(2, 16),), min_bytes=1e3, max_added_work=2)
+    assert memslim.report(opt)
+
+
+def test_policy_is_one_table_for_both_front_ends():
+    """memslim.optimize's policy keywords and memslim-opt's policy flags are the rows
+    of passes/policy.cpp's table, and both refuse a value with the same expectation."""
+    import inspect
+    import subprocess
+    from pathlib import Path
+
+    from memslim import _C
+    names = [n for n, _, _ in _C.policy_options()]
+    params = inspect.signature(memslim.optimize).parameters
+    assert names and all(n in params for n in names)
+    opt_tool = Path(__file__).resolve().parents[2] / "build" / "bin" / "memslim-opt"
+    if not opt_tool.exists():
+        pytest.skip("memslim-opt not built")
+    usage = subprocess.run([str(opt_tool), "--help"], capture_output=True, text=True).stdout
+    for n in names:
+        flag = "--" + n.replace("_", "-")
+        assert flag + "=" in usage, flag
+        r = subprocess.run([str(opt_tool), "-", "--passes=cleanup", flag + "=-3"], input="graph():\n  return ()\n",
+                           capture_output=True, text=True)
+        assert r.returncode == 1, r.stderr
+        expect = r.stderr.split("expected ", 1)[1].strip()
+        with pytest.raises(ValueError, match=f"{n} must be " + re.escape(expect) + ", got -3"):
+            memslim.optimize(WithDefaults(), (torch.randn(2, 16),), **{n: -3})
+
+
+def test_policy_takes_numpy_numbers():
+    np = pytest.importorskip("numpy")
+    opt = memslim.optimize(WithDefaults(), (torch.randn(2, 16),), min_bytes=np.int64(0),
+                           max_added_work=np.float32(2.0), assume_numel=np.int32(0))
     assert memslim.report(opt)
 
 

@@ -238,21 +238,6 @@ bool parse_double(const std::string& s, double& v) {
   return *end == '\0';
 }
 
-// Policy values: a number >= 0 (not NaN); integers where the policy is one.
-double parse_policy_number(const std::string& flag, const std::string& v) {
-  double d = 0;
-  if (!parse_double(v, d) || std::isnan(d) || d < 0)
-    fail("bad value in '" + flag + "': expected a number >= 0");
-  return d;
-}
-
-int64_t parse_policy_int(const std::string& flag, const std::string& v, int64_t max) {
-  long long i = 0;
-  if (!parse_int(v, i) || i < 0 || i > max)
-    fail("bad value in '" + flag + "': expected an integer in [0, " + std::to_string(max) + "]");
-  return i;
-}
-
 bool is_shape_token(const std::string& t) {
   if (t == "scalar") return true;
   for (const auto& d : split(t, 'x')) {
@@ -280,7 +265,6 @@ std::vector<std::string> parse_input_specs(const std::string& spec) {
 
 Options parse_args(int argc, char** argv) {
   Options o;
-  constexpr int64_t kMaxNumel = int64_t(1) << 40;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help")
@@ -297,16 +281,14 @@ Options parse_args(int argc, char** argv) {
       o.verify = true;
     else if (starts_with(a, "--input-shapes="))
       o.input_specs = parse_input_specs(a.substr(15));
-    else if (starts_with(a, "--min-bytes="))
-      o.policy.min_bytes = parse_policy_int(a, a.substr(12), std::numeric_limits<int64_t>::max());
-    else if (starts_with(a, "--max-added-work="))
-      o.policy.max_added_work = parse_policy_number(a, a.substr(17));
-    else if (starts_with(a, "--assume-numel="))
-      o.policy.assume_numel = parse_policy_int(a, a.substr(15), kMaxNumel);
-    else if (starts_with(a, "--dropout-mask-bytes=")) {
-      const std::string v = a.substr(21);
-      if (v != "0" && v != "1") fail("bad value in '" + a + "': expected 0 or 1");
-      o.policy.dropout_mask_bytes = v == "1" ? 1 : 0;
+    else if (const memslim::PolicyOption* po =
+                 starts_with(a, "--") && a.find('=') != std::string::npos
+                     ? memslim::find_policy_option(a.substr(0, a.find('=')))
+                     : nullptr) {
+      // The policy options: passes/policy.cpp's table.
+      const std::string why =
+          po->set(o.policy, memslim::PolicyValue::parse(a.substr(a.find('=') + 1)));
+      if (!why.empty()) fail("bad value in '" + a + "': expected " + why);
     } else if (starts_with(a, "--passes="))
       o.passes = split(a.substr(9), ',');
     else if (starts_with(a, "--pipeline="))
@@ -339,13 +321,11 @@ std::string read_input(const std::string& path) {
   return ss.str();
 }
 
+// The policy flags come from passes/policy.cpp's table (usage() appends them).
 const char* kUsage =
     "usage: memslim-opt INPUT [-o OUT] (--passes=a,b | --pipeline=NAME) [--remarks]\n"
     "                   [--input-shapes=AxB,C] [--verify] [--print-ir-after-all]\n"
-    "                   [--split-input-file] [--list-passes]\n"
-    "                   [--min-bytes=N] [--max-added-work=W] [--assume-numel=N]\n"
-    "                   [--dropout-mask-bytes=0|1]  (0: eager autograd's float noise;\n"
-    "                   1: the bool mask TorchScript's optimising executor keeps; default 1)\n"
+    "                   [--split-input-file] [--list-passes] [POLICY...]\n"
     "INPUT: TorchScript IR text (.ir, or - for stdin) or a TorchScript archive (.pt: every\n"
     "method is rewritten, -o writes an archive that torch.jit.load reads once memslim is\n"
     "imported). --input-shapes: one entry per input of the graph (or of forward): a shape\n"
@@ -1181,7 +1161,9 @@ std::vector<std::string> split_cases(const std::string& text, bool split_input) 
 
 int run(const Options& o) {
   if (o.help) {
-    std::cout << kUsage;
+    std::cout << kUsage << "POLICY (the cost model's options):\n";
+    for (const memslim::PolicyOption& po : memslim::policy_options())
+      std::cout << "  " << po.flag() << "=" << po.value_help << "  " << po.help << "\n";
     return 0;
   }
   if (o.list) {

@@ -38,6 +38,31 @@ struct CostPolicy {
 // Resolves the policy's automatic settings against the current torch.jit state.
 CostPolicy resolved(CostPolicy p);
 
+// A policy value as a front end hands it over: memslim-opt's flag text (read
+// as an integer, else a number, else left as text) or a Python object.
+struct PolicyValue {
+  enum class Kind { None, Bool, Int, Double, Text } kind = Kind::None;
+  int64_t i = 0;
+  double d = 0;
+  std::string text;
+  static PolicyValue parse(const std::string& s);
+};
+
+// One CostPolicy option, declared once (passes/policy.cpp): memslim-opt's
+// --kebab-name flag and memslim.optimize's snake_name keyword both read it.
+struct PolicyOption {
+  const char* name;       // "min_bytes"
+  const char* value_help; // "N"
+  const char* help;
+  // Sets the option in `p` from `v`: "" or what it expects ("an integer in
+  // [0, 1099511627776]"). None sets the default where the option has one
+  // that is no value (max_added_work: no bound; dropout_mask_bytes: auto).
+  std::string (*set)(CostPolicy& p, const PolicyValue& v);
+  std::string flag() const; // "--min-bytes"
+};
+const std::vector<PolicyOption>& policy_options();
+const PolicyOption* find_policy_option(const std::string& name); // name or flag
+
 // What a decision prices: the bytes the original and the rewrite keep for
 // backward (the cost model's figures) and the rewrite's added work.
 struct Price {

@@ -1,0 +1,134 @@
+//===- policy.cpp - the cost policy's options, declared once ---------------===//
+//
+// What: every CostPolicy option with its name, help and validation, in one
+// table that each front end reads: memslim-opt turns it into --kebab-name
+// flags and its usage text, the Python binding into memslim.optimize's
+// keyword checks. Why: a knob used to be declared in four files (the struct,
+// memslim-opt's parser, Python's validator, the binding's argument list), each
+// with its own ranges.
+//
+//===----------------------------------------------------------------------===//
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "memslim/passes/pass.h"
+
+namespace memslim {
+
+PolicyValue PolicyValue::parse(const std::string& s) {
+  PolicyValue v;
+  v.kind = Kind::Text;
+  v.text = s;
+  if (s.empty()) return v;
+  char* end = nullptr;
+  errno = 0;
+  const long long i = std::strtoll(s.c_str(), &end, 10);
+  if (errno == 0 && *end == '\0') {
+    v.kind = Kind::Int;
+    v.i = i;
+    return v;
+  }
+  const double d = std::strtod(s.c_str(), &end);
+  if (*end == '\0') {
+    v.kind = Kind::Double;
+    v.d = d;
+  }
+  return v;
+}
+
+namespace {
+
+constexpr int64_t kMaxNumel = int64_t(1) << 40;
+
+// An integer in [0, max]: an int, or a float with an integer value.
+std::optional<int64_t> as_int(const PolicyValue& v, int64_t max) {
+  if (v.kind == PolicyValue::Kind::Int && v.i >= 0 && v.i <= max) return v.i;
+  if (v.kind == PolicyValue::Kind::Double && std::isfinite(v.d) && v.d == std::floor(v.d) &&
+      v.d >= 0 && v.d <= static_cast<double>(max))
+    return static_cast<int64_t>(v.d);
+  return std::nullopt;
+}
+
+std::string int_range(int64_t max) { return "an integer in [0, " + std::to_string(max) + "]"; }
+
+std::string set_min_bytes(CostPolicy& p, const PolicyValue& v) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  auto i = as_int(v, max);
+  if (!i) return int_range(max);
+  p.min_bytes = *i;
+  return "";
+}
+
+std::string set_max_added_work(CostPolicy& p, const PolicyValue& v) {
+  const char* expect = "a number >= 0";
+  if (v.kind == PolicyValue::Kind::None) {
+    p.max_added_work = -1; // no bound
+    return "";
+  }
+  double d = 0;
+  if (v.kind == PolicyValue::Kind::Int)
+    d = static_cast<double>(v.i);
+  else if (v.kind == PolicyValue::Kind::Double)
+    d = v.d;
+  else
+    return expect;
+  if (std::isnan(d) || d < 0) return expect;
+  p.max_added_work = d;
+  return "";
+}
+
+std::string set_assume_numel(CostPolicy& p, const PolicyValue& v) {
+  auto i = as_int(v, kMaxNumel);
+  if (!i) return int_range(kMaxNumel);
+  p.assume_numel = *i;
+  return "";
+}
+
+std::string set_dropout_mask_bytes(CostPolicy& p, const PolicyValue& v) {
+  if (v.kind == PolicyValue::Kind::None) {
+    p.dropout_mask_bytes = -1; // from torch.jit's executor state
+    return "";
+  }
+  auto i = as_int(v, 1);
+  if (!i) return "0 or 1";
+  p.dropout_mask_bytes = static_cast<int>(*i);
+  return "";
+}
+
+} // namespace
+
+const std::vector<PolicyOption>& policy_options() {
+  static const std::vector<PolicyOption> options = {
+      {"min_bytes", "N", "a rewrite must free at least N bytes (default 1)", set_min_bytes},
+      {"max_added_work", "W",
+       "the most extra work a rewrite may add, in activation evaluations per element (inverting "
+       "GELU/SiLU ~2, Mish ~1, the rest <= 0.5; default: no bound)",
+       set_max_added_work},
+      {"assume_numel", "N",
+       "price sites of unknown shape as if they had N fp32 elements instead of keeping them "
+       "(default 0: keep them)",
+       set_assume_numel},
+      {"dropout_mask_bytes", "0|1",
+       "what aten's dropout keeps per element: 0, eager autograd's float noise; 1, the bool "
+       "mask TorchScript's optimising executor keeps (default: 1 when it optimises)",
+       set_dropout_mask_bytes},
+  };
+  return options;
+}
+
+std::string PolicyOption::flag() const {
+  std::string f = std::string("--") + name;
+  for (char& c : f)
+    if (c == '_') c = '-';
+  return f;
+}
+
+const PolicyOption* find_policy_option(const std::string& name) {
+  for (const PolicyOption& o : policy_options())
+    if (name == o.name || name == o.flag()) return &o;
+  return nullptr;
+}
+
+} // namespace memslim
