@@ -175,13 +175,8 @@ void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
 }
 
 void check_policy(const CostPolicy& p) {
-  TORCH_CHECK(p.min_bytes >= 0, "min_bytes must be >= 0, got ", p.min_bytes);
-  TORCH_CHECK(!std::isnan(p.max_added_work) && (p.max_added_work >= 0 || p.max_added_work == -1),
-              "max_added_work must be a number >= 0 (or -1: no bound), got ", p.max_added_work);
-  TORCH_CHECK(p.assume_numel >= 0 && p.assume_numel <= (int64_t(1) << 40),
-              "assume_numel must be in [0, 2^40], got ", p.assume_numel);
-  TORCH_CHECK(p.dropout_mask_bytes >= -1 && p.dropout_mask_bytes <= 1,
-              "dropout_mask_bytes must be 0 or 1 (or -1: automatic), got ", p.dropout_mask_bytes);
+  const std::string why = policy_error(p); // passes/policy.cpp's table
+  TORCH_CHECK(why.empty(), why);
 }
 
 ModuleStateGuard::ModuleStateGuard(const Module& module) {

@@ -97,23 +97,56 @@ std::string set_dropout_mask_bytes(CostPolicy& p, const PolicyValue& v) {
   return "";
 }
 
+PolicyValue int_value(int64_t i) {
+  PolicyValue v;
+  v.kind = PolicyValue::Kind::Int;
+  v.i = i;
+  return v;
+}
+
+PolicyValue get_min_bytes(const CostPolicy& p) { return int_value(p.min_bytes); }
+PolicyValue get_assume_numel(const CostPolicy& p) { return int_value(p.assume_numel); }
+PolicyValue get_max_added_work(const CostPolicy& p) {
+  PolicyValue v;
+  if (p.max_added_work == -1) return v; // None: no bound
+  v.kind = PolicyValue::Kind::Double;
+  v.d = p.max_added_work;
+  return v;
+}
+PolicyValue get_dropout_mask_bytes(const CostPolicy& p) {
+  return p.dropout_mask_bytes == -1 ? PolicyValue{} : int_value(p.dropout_mask_bytes);
+}
+
 } // namespace
+
+std::string policy_error(const CostPolicy& p) {
+  for (const PolicyOption& o : policy_options()) {
+    const PolicyValue v = o.get(p);
+    CostPolicy scratch;
+    const std::string why = o.set(scratch, v);
+    if (!why.empty())
+      return std::string(o.name) + " must be " + why + ", got " +
+             (v.kind == PolicyValue::Kind::Double ? std::to_string(v.d) : std::to_string(v.i));
+  }
+  return "";
+}
 
 const std::vector<PolicyOption>& policy_options() {
   static const std::vector<PolicyOption> options = {
-      {"min_bytes", "N", "a rewrite must free at least N bytes (default 1)", set_min_bytes},
+      {"min_bytes", "N", "a rewrite must free at least N bytes (default 1)", set_min_bytes,
+       get_min_bytes},
       {"max_added_work", "W",
        "the most extra work a rewrite may add, in activation evaluations per element (inverting "
        "GELU/SiLU ~2, Mish ~1, the rest <= 0.5; default: no bound)",
-       set_max_added_work},
+       set_max_added_work, get_max_added_work},
       {"assume_numel", "N",
        "price sites of unknown shape as if they had N fp32 elements instead of keeping them "
        "(default 0: keep them)",
-       set_assume_numel},
+       set_assume_numel, get_assume_numel},
       {"dropout_mask_bytes", "0|1",
        "what aten's dropout keeps per element: 0, eager autograd's float noise; 1, the bool "
        "mask TorchScript's optimising executor keeps (default: 1 when it optimises)",
-       set_dropout_mask_bytes},
+       set_dropout_mask_bytes, get_dropout_mask_bytes},
   };
   return options;
 }

@@ -6,14 +6,16 @@
 // not lint is rolled back with one remark, or rethrown in strict mode.
 //
 //===----------------------------------------------------------------------===//
-#include <gtest/gtest.h>
+#include "memslim/passes/safety_gate.h"
 
+#include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 #include <torch/script.h>
 
+#include <cmath>
+
 #include "memslim/passes/pass.h"
-#include "memslim/passes/safety_gate.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
 namespace {
@@ -561,4 +563,43 @@ graph(%x : Tensor, %y : Tensor):
   ASSERT_TRUE(chunk.has_value());
   EXPECT_NE(chunk->find("reaches no result"), std::string::npos) << *chunk;
   EXPECT_FALSE(refusal(variant("%y", "%a")).has_value());
+}
+
+// The policy table (passes/policy.cpp): flag text reads as a typed value, and
+// a CostPolicy set field by field is checked by the same rows.
+TEST(Policy, OneTableParsesAndChecks) {
+  using memslim::PolicyValue;
+  EXPECT_EQ(PolicyValue::parse("12").kind, PolicyValue::Kind::Int);
+  EXPECT_EQ(PolicyValue::parse("1.5").kind, PolicyValue::Kind::Double);
+  EXPECT_EQ(PolicyValue::parse("x").kind, PolicyValue::Kind::Text);
+  EXPECT_EQ(PolicyValue::parse("").kind, PolicyValue::Kind::Text);
+  EXPECT_TRUE(std::isnan(PolicyValue::parse("nan").d));
+
+  memslim::CostPolicy p;
+  EXPECT_EQ(memslim::policy_error(p), "");
+  p.min_bytes = -1;
+  EXPECT_EQ(memslim::policy_error(p),
+            "min_bytes must be an integer in [0, 9223372036854775807], got -1");
+  p = {};
+  p.max_added_work = std::nan("");
+  EXPECT_NE(memslim::policy_error(p).find("max_added_work must be a number >= 0"),
+            std::string::npos);
+  p = {};
+  p.assume_numel = int64_t(1) << 41;
+  EXPECT_NE(memslim::policy_error(p).find("assume_numel must be an integer in [0, 1099511627776]"),
+            std::string::npos);
+  p = {};
+  p.dropout_mask_bytes = 2;
+  EXPECT_EQ(memslim::policy_error(p), "dropout_mask_bytes must be 0 or 1, got 2");
+  p.dropout_mask_bytes = -1; // automatic
+  EXPECT_EQ(memslim::policy_error(p), "");
+
+  const memslim::PolicyOption* o = memslim::find_policy_option("--assume-numel");
+  ASSERT_NE(o, nullptr);
+  EXPECT_STREQ(o->name, "assume_numel");
+  memslim::CostPolicy q;
+  EXPECT_EQ(o->set(q, PolicyValue::parse("1e3")), ""); // an integer-valued number
+  EXPECT_EQ(q.assume_numel, 1000);
+  EXPECT_NE(o->set(q, PolicyValue::parse("1.5")), "");
+  EXPECT_EQ(memslim::find_policy_option("--no-such"), nullptr);
 }

@@ -1180,17 +1180,14 @@ int run(const Options& o) {
   if (!o.passes.empty() && !o.pipeline.empty()) fail("give --passes or --pipeline, not both");
 
   std::vector<const memslim::PassInfo*> plan;
-  std::vector<std::string> names = o.passes;
-  if (!o.pipeline.empty()) {
-    const auto* pl = memslim::find_pipeline(o.pipeline);
-    if (!pl) fail("unknown pipeline '" + o.pipeline + "' (see --list-passes)");
-    names = pl->passes;
+  try { // neither --passes nor --pipeline: no pass (reads and prints the input)
+    if (!o.passes.empty() || !o.pipeline.empty())
+      plan = memslim::resolve_plan(o.passes, o.pipeline);
+  } catch (const std::invalid_argument& e) {
+    fail(std::string(e.what()) + " (see --list-passes)");
   }
-  for (const auto& n : names) {
-    const auto* p = memslim::find_pass(n);
-    if (!p) fail("unknown pass '" + n + "' (see --list-passes)");
-    plan.push_back(p);
-  }
+  std::vector<std::string> names;
+  for (const auto* p : plan) names.push_back(p->flag);
 
   if (is_archive(o.input)) return run_archive(o, names);
   const std::string text = read_input(o.input);

@@ -58,10 +58,15 @@ struct PolicyOption {
   // [0, 1099511627776]"). None sets the default where the option has one
   // that is no value (max_added_work: no bound; dropout_mask_bytes: auto).
   std::string (*set)(CostPolicy& p, const PolicyValue& v);
+  // The option's value in `p` (None for the "no value" defaults).
+  PolicyValue (*get)(const CostPolicy& p);
   std::string flag() const; // "--min-bytes"
 };
 const std::vector<PolicyOption>& policy_options();
 const PolicyOption* find_policy_option(const std::string& name); // name or flag
+// "" or what is wrong with a CostPolicy set field by field (C++ callers):
+// "min_bytes must be an integer in [0, ...], got -1", by the same table.
+std::string policy_error(const CostPolicy& p);
 
 // What a decision prices: the bytes the original and the rewrite keep for
 // backward (the cost model's figures) and the rewrite's added work.
