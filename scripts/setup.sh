@@ -33,7 +33,7 @@ TORCH_PREFIX=$(.venv/bin/python -c "import torch; print(torch.utils.cmake_prefix
 if [ ! -f build/build.ninja ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" \
-    > build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
+    > /tmp/memslim-configure.$$.log 2>&1 || { cat /tmp/memslim-configure.$$.log; exit 1; }
 fi
 cmake --build build
 
