@@ -258,13 +258,11 @@ def make_variant(variant: str, model: torch.nn.Module, x: torch.Tensor):
         import memslim
         scripted, how = script_or_trace(model, x)
         opt = memslim.optimize(scripted, (x,))
-        # Rewrites per pass: remarks are "remark: <pass>: kept ..." or a rewrite ("rewrote ...",
-        # canonicalize's "<pattern> -> aten::gelu").
+        # Rewrites per pass, from the decision records.
         counts = {}
-        for line in memslim.report(opt):
-            parts = line.split(": ", 2)
-            if len(parts) == 3 and not parts[2].startswith("kept"):
-                counts[parts[1]] = counts.get(parts[1], 0) + 1
+        for d in memslim.report(opt):
+            if d.verdict == "rewrote":
+                counts[d.pass_] = counts.get(d.pass_, 0) + 1
         done = ", ".join(f"{n} {p}" for p, n in counts.items()) or "nothing rewritten"
         return opt, f"{how}; {done}; predicted freed {memslim.predicted_bytes_freed(opt):,} B"
     if variant == "ckpt":

@@ -214,15 +214,13 @@ def worker(name: str, out_path: str, threads: int) -> None:
         res["predicted"] = memslim.predicted_bytes_freed(opt)
         per_pass, kept = {}, {}
         rewrote = []
-        for line in remarks:
-            parts = line.split(": ", 2)
-            if len(parts) == 3 and parts[2].startswith("kept"):
-                why = re.sub(r".*?: ", "", parts[2], count=1) if ": " in parts[2] else parts[2]
-                why = re.sub(r"\d[\d,]*", "N", why)[:80]
+        for d in remarks:  # decision records
+            if d.verdict == "kept":
+                why = re.sub(r"\d[\d,]*", "N", d.text)[:80]
                 kept[why] = kept.get(why, 0) + 1
-            elif len(parts) == 3:
-                per_pass[parts[1]] = per_pass.get(parts[1], 0) + 1
-                rewrote.append(line)
+            elif d.verdict == "rewrote":
+                per_pass[d.pass_] = per_pass.get(d.pass_, 0) + 1
+                rewrote.append(str(d))
         res["rewrites"] = per_pass
         res["n_remarks"] = len(remarks)
         res["rewrote_remarks"] = rewrote[:300]
