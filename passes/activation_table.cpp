@@ -45,8 +45,7 @@ std::optional<ActivationInfo> activation_info(c10::Symbol kind) {
                         r.aten,
                         memslim_keeps(r.act),
                         r.inplace,
-                        r.work,
-                        kernels::save_kind(r.act) != kernels::SaveKind::Mask};
+                        r.work};
     if (kind == info.aten || kind == info.memslim) return info;
   }
   return std::nullopt;

@@ -53,8 +53,7 @@ std::optional<ActSpec> kernel_act(Node* n) {
     return std::optional<std::vector<c10::IValue>>(v);
   };
   auto c = consts(1);
-  auto info = activation_info(n->kind());
-  if (!c || !info || !info->fuses_dropout) return std::nullopt;
+  if (!c) return std::nullopt;
   try {
     return spec_for(k, *c);
   } catch (const c10::Error&) {
@@ -94,6 +93,8 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
       if (n->kind() != dropout) continue;
       Node* a = n->input(0)->node();
       auto info = activation_info(a->kind());
+      // Not the mask-only kernels: memslim::activation_dropout refuses them
+      // (they keep no output to fuse with).
       if (info && a->kind() == info->aten && info->memslim_keeps != Keeps::Bits) sites.push_back(n);
     }
   }

@@ -20,7 +20,6 @@ namespace memslim {
 PolicyValue PolicyValue::parse(const std::string& s) {
   PolicyValue v;
   v.kind = Kind::Text;
-  v.text = s;
   if (s.empty()) return v;
   char* end = nullptr;
   errno = 0;

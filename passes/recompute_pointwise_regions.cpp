@@ -466,6 +466,8 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
     }
     price(r, ctx.policy, *grad);
     if (r.before == 0 && !r.unknown) continue;  // keeps nothing today: nothing to win
+    const Price priced =
+        r.unknown ? Price{} : Price{r.before, r.after, static_cast<double>(r.full_size_ops)};
     std::ostringstream kept;
     // The known activations in it, and what output-saving them alone would free.
     for (const Node* n : r.nodes) {
@@ -499,9 +501,7 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
         }
     }
     if (!point) {
-      ctx.remarks.kept(
-          kPass, where(r), kept.str(),
-          r.unknown ? Price{} : Price{r.before, r.after, static_cast<double>(r.full_size_ops)});
+      ctx.remarks.kept(kPass, where(r), kept.str(), priced);
       continue;
     }
     std::ostringstream why;
@@ -523,7 +523,7 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
       return failed.empty() ? failed : "its graph text does not parse back (" + failed + ")";
     };
     prop.rewrote = why.str();
-    prop.price = {r.before, r.after, static_cast<double>(r.full_size_ops)};
+    prop.price = priced;
     ctx.gate->submit(prop);
   }
 }

@@ -346,17 +346,8 @@ def test_report_is_decision_records():
     record's price is the one its line states (predicted_bytes_freed sums records)."""
     from memslim.optimize import Decision
 
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = torch.nn.Linear(16, 32)
-            self.b = torch.nn.Linear(32, 16)
-
-        def forward(self, x):
-            return self.b(torch.nn.functional.gelu(self.a(x))) + torch.sigmoid(x)
-
     torch.manual_seed(0)
-    opt = memslim.optimize(Net(), (torch.randn(4, 16),))
+    opt = memslim.optimize(MLP(), (torch.randn(4, 64),))
     recs = memslim.report(opt)
     assert recs and all(isinstance(r, Decision) for r in recs)
     rewrote = [r for r in recs if r.verdict == "rewrote"]

@@ -28,9 +28,6 @@ struct ActivationInfo {
   // Extra work of the memslim op over aten's, in activation evaluations per
   // element (measured on the CPU, README speed table: inverting ones ~1-2).
   double added_work;
-  // Whether fuse-activation-dropout takes it: not the mask-only kernels, which
-  // memslim::activation_dropout refuses (they keep no output to fuse).
-  bool fuses_dropout;
 };
 
 // The activation `kind` is, or nullopt.

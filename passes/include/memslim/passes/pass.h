@@ -44,7 +44,6 @@ struct PolicyValue {
   enum class Kind { None, Bool, Int, Double, Text } kind = Kind::None;
   int64_t i = 0;
   double d = 0;
-  std::string text;
   static PolicyValue parse(const std::string& s);
 };
 
