@@ -35,7 +35,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "memslim/core/output_saving.h"
 #include "memslim/passes/activation_table.h"
+#include "memslim/passes/jit_graph_view.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/safety_gate.h"
 #include "memslim/passes/saved_tensor_analysis.h"
@@ -473,7 +475,8 @@ void run_recompute_pointwise_regions(const std::shared_ptr<Graph>& g, PassContex
     for (const Node* n : r.nodes) {
       auto info = activation_info(n->kind());
       if (!info || n->kind() != info->aten) continue;
-      if (auto p = output_saving_price(n, ctx.policy)) r.alone += std::max<int64_t>(0, p->freed());
+      if (auto p = output_saving_price(JitGraphView(), JitGraphView::ref(n), ctx.policy))
+        r.alone += std::max<int64_t>(0, p->freed());
       r.acts += (r.acts.empty() ? "" : ", ") + std::string(n->kind().toQualString());
     }
     Node* point = nullptr;

@@ -1,0 +1,196 @@
+//===- saved_tensors.cpp - saved-for-backward table for aten ops, any view -===//
+//
+// The table follows tools/autograd/derivatives.yaml for the ops that matter
+// in vision and transformer models. "Keeps input i" means the backward formula
+// of some differentiable input reads input i. Training graphs are assumed:
+// every floating tensor may require grad.
+//
+//===----------------------------------------------------------------------===//
+#include "memslim/core/saved_tensors.h"
+
+#include <set>
+
+#include "memslim/passes/activation_table.h"
+
+namespace memslim::saved {
+
+namespace {
+
+// Ops keeping none of their inputs (shape-only or linear backward).
+const std::set<std::string> kKeepsNothing = {
+    "aten::add", "aten::sub", "aten::rsub", "aten::neg", "aten::view", "aten::reshape", "aten::flatten",
+    "aten::permute", "aten::transpose", "aten::t", "aten::contiguous", "aten::unsqueeze",
+    "aten::squeeze", "aten::expand", "aten::slice", "aten::select", "aten::cat", "aten::stack",
+    "aten::chunk", "aten::split", "aten::size", "aten::sum", "aten::mean",
+    "aten::dropout", "aten::feature_dropout",
+    "aten::alpha_dropout", "aten::to", "aten::detach", "aten::clone", "aten::zeros_like",
+    "aten::ones_like", "aten::empty_like", "aten::dim", "aten::len", "aten::__getitem__",
+    "aten::Int", "aten::Float", "aten::ScalarImplicit", "aten::format", "aten::warn",
+    "aten::__is__", "aten::__isnot__", "aten::eq", "aten::ne", "aten::lt", "aten::gt",
+    "aten::le", "aten::ge", "aten::__not__", "aten::list", "aten::append",
+};
+// Ops keeping every tensor input.
+const std::set<std::string> kKeepsAll = {
+    "aten::mul", "aten::div", "aten::matmul", "aten::mm", "aten::bmm", "aten::linear",
+    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution", "aten::convolution",
+    "aten::conv_transpose2d", "aten::einsum", "aten::baddbmm",
+};
+// Ops keeping their first input (and possibly small statistics). Average
+// pooling: aten's backward reads the input (avg_pool2d_backward(grad, self)).
+// adaptive_avg_pool2d: see adaptive_pool_keeps_input.
+const std::set<std::string> kKeepsFirst = {
+    "aten::avg_pool2d", "aten::avg_pool1d", "aten::adaptive_avg_pool1d",
+    "aten::batch_norm", "aten::layer_norm", "aten::group_norm", "aten::instance_norm",
+    "aten::max_pool2d", "aten::max_pool1d", "aten::log",
+    "aten::abs", "aten::sin", "aten::cos", "aten::erf",
+    "aten::clamp", "aten::hardtanh", "aten::relu6", "aten::lgamma",
+};
+// Ops keeping their output (sqrt, rsqrt, reciprocal: measured with
+// saved_tensors_hooks; they were listed as keeping their input).
+const std::set<std::string> kKeepsOutput = {
+    "aten::softmax", "aten::log_softmax", "aten::exp", "aten::sqrt", "aten::rsqrt",
+    "aten::reciprocal",
+};
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+// adaptive_avg_pool2d to 1x1 is a mean, which keeps nothing in eager autograd.
+// TorchScript's symbolic gradient keeps the input whenever the executor puts
+// the pool in a DifferentiableGraph, which needs a neighbour its autodiff
+// differentiates. Its producer is the activation being priced (rewritten to a
+// memslim op, which autodiff does not differentiate), so a differentiable
+// consumer decides: timm's head pool -> dropout(p=0) kept the input
+// (resnetv2_50x1_bit: the relu's bits added 2,048 B); torchvision's pool ->
+// flatten did not (measured: the relu rewrite frees its full output).
+// Any other output size keeps the input.
+bool adaptive_pool_keeps_input(const GraphView& g, NodeRef pool) {
+  bool to_one = false;
+  if (g.num_inputs(pool) > 1) {
+    const auto size = g.constant(g.input(pool, 1));
+    if (size && size->isIntList()) {
+      const auto v = size->toIntVector();
+      to_one = !v.empty();
+      for (int64_t d : v) to_one = to_one && d == 1;
+    }
+  }
+  if (!to_one) return true;
+  if (g.autograd() == GraphView::Autograd::Eager) return false;
+  for (const Use& use : g.uses(g.output(pool, 0))) {
+    const c10::FunctionSchema* s = g.schema(use.user);
+    if (g.owner(use.user) == g.owner(pool) && g.differentiable(use.user) &&
+        !(s && s->is_mutable()))
+      return true;
+  }
+  return false;
+}
+
+std::optional<ActivationInfo> activation_of(const std::string& kind) {
+  return activation_info(c10::Symbol::fromQualString(kind));
+}
+
+} // namespace
+
+bool keeps_input(const GraphView& g, NodeRef user, size_t index) {
+  if (!g.is_tensor(g.input(user, index))) return false;
+  const std::string name = g.kind(user);
+  if (auto info = activation_of(name)) {
+    const bool aten = starts_with(name, "aten::");
+    const Keeps k = aten ? info->aten_keeps : info->memslim_keeps;
+    return index == 0 && k == Keeps::Input;
+  }
+  if (name == "prim::ListConstruct") {
+    // The input list of a recompute region: the region op keeps every element.
+    // The input list of aten::cat: TorchScript's optimising executor (where an
+    // optimized module runs) differentiates cat with a symbolic script that
+    // keeps its input tensors (measured: cat([a, b]) -> mul keeps a and b
+    // scripted, not in eager; stack does not). Without this, mask-only ReLU
+    // rewrites in front of googlenet/inception's cat added their bits.
+    for (size_t o = 0; o < g.num_outputs(user); ++o)
+      for (const Use& use : g.uses(g.output(user, o))) {
+        const std::string k = g.kind(use.user);
+        if (k == "memslim::recompute_region" ||
+            (k == "aten::cat" && g.autograd() == GraphView::Autograd::TorchScript))
+          return true;
+      }
+    return false;
+  }
+  if (starts_with(name, "prim::")) return false; // Constant, GetAttr, Return...
+  if (kKeepsNothing.count(name)) return false;
+  if (name == "aten::adaptive_avg_pool2d") return index == 0 && adaptive_pool_keeps_input(g, user);
+  // mul keeps an operand for the other's gradient, div its dividend for the
+  // divisor's: a Python-scalar other operand needs neither (`h * 0.5`).
+  if (name == "aten::mul" && index < 2 && g.num_inputs(user) >= 2)
+    return g.is_tensor(g.input(user, 1 - index));
+  if (name == "aten::div" && index == 0 && g.num_inputs(user) >= 2)
+    return g.is_tensor(g.input(user, 1));
+  if (kKeepsAll.count(name)) return true;
+  if (kKeepsFirst.count(name)) return index == 0;
+  if (kKeepsOutput.count(name)) return false;
+  if (name == "aten::where") return index == 0;     // the condition
+  if (name == "aten::pow") return true;             // base and exponent (when tensors)
+  if (name == "aten::embedding") return index == 1; // the indices
+  if (name == "aten::addmm") return index >= 1;     // mat1, mat2
+  if (starts_with(name, "memslim::")) return false;
+  return true; // unknown op: conservatively keeps every tensor input
+}
+
+bool keeps_output(const GraphView& g, NodeRef producer) {
+  const std::string name = g.kind(producer);
+  if (auto info = activation_of(name)) {
+    const Keeps k = starts_with(name, "aten::") ? info->aten_keeps : info->memslim_keeps;
+    return k == Keeps::Output || k == Keeps::OutputAndBits;
+  }
+  // pow with a tensor exponent also keeps its result (d/d exponent = result * log(base)).
+  if (name == "aten::pow" && g.num_inputs(producer) > 1 && g.is_tensor(g.input(producer, 1)))
+    return true;
+  return kKeepsOutput.count(name) > 0;
+}
+
+bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::string* who) {
+  const NodeRef p = g.producer(v);
+  if (p && !except.count(p) && !g.is_input(v) && keeps_output(g, p)) {
+    if (who) *who = g.kind(p);
+    return true;
+  }
+  for (const Use& use : g.uses(v)) {
+    const NodeRef u = use.user;
+    if (except.count(u)) continue;
+    if (keeps_input(g, u, use.index)) {
+      if (who) *who = g.kind(u);
+      return true;
+    }
+    // Returned from an If branch: whoever keeps the If's output keeps this
+    // tensor (timm's SE gate: `x.sigmoid_() if inplace else x.sigmoid()`).
+    // From a loop body: conservatively kept.
+    if (g.kind(u) == "prim::Return" && g.owner(u)) {
+      const NodeRef owner = g.owner(u);
+      if (g.kind(owner) != "prim::If") {
+        if (who) *who = g.kind(owner);
+        return true;
+      }
+      if (use.index < g.num_outputs(owner) &&
+          kept_by_other(g, g.output(owner, use.index), except, who))
+        return true;
+      continue;
+    }
+    // A view shares the storage: keeping the view keeps these bytes (GPT-2's
+    // Conv1D: addmm keeps `x.view(-1, n)` of the GELU's output).
+    if (is_view_of_input(g, u, use.index)) {
+      for (size_t o = 0; o < g.num_outputs(u); ++o) {
+        const ValueRef out = g.output(u, o);
+        if (g.is_tensor(out) && kept_by_other(g, out, except, who)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool is_view_of_input(const GraphView& g, NodeRef n, size_t index) {
+  const c10::FunctionSchema* s = g.schema(n);
+  if (!s || s->returns().empty() || index >= s->arguments().size()) return false;
+  const c10::AliasInfo* out = s->returns()[0].alias_info();
+  const c10::AliasInfo* in = s->arguments()[index].alias_info();
+  return out && in && !out->isWrite() && !in->isWrite() && out->beforeSets() == in->beforeSets();
+}
+
+} // namespace memslim::saved

@@ -1,0 +1,36 @@
+//===- saved_tensors.h - which values autograd keeps, over a GraphView ------===//
+//
+// What: for any GraphView, which node inputs/outputs autograd keeps for
+// backward (a table for the aten ops real models use, after
+// tools/autograd/derivatives.yaml; unknown ops keep all their tensor inputs,
+// conservatively) and whether a value is kept by someone other than the node
+// being priced. Why: every rewrite's price is "bytes this node makes autograd
+// keep", written once for both front ends (SavedTensorAnalysis's TorchScript
+// entry points call these through a JitGraphView).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <string>
+#include <unordered_set>
+
+#include "memslim/core/graph_view.h"
+
+namespace memslim::saved {
+
+using NodeSet = std::unordered_set<NodeRef, NodeRefHash>;
+
+// Whether `user` keeps its input number `index` for backward.
+bool keeps_input(const GraphView& g, NodeRef user, size_t index);
+// Whether `producer` keeps its (tensor) output for backward.
+bool keeps_output(const GraphView& g, NodeRef producer);
+// Some node outside `except` keeps `v` (as an input, or its producer as its
+// output), or keeps a view of it or the If output it is returned as; `who`
+// receives that node's kind for remarks.
+bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except,
+                   std::string* who = nullptr);
+// Whether `n`'s output is a view of (shares storage with) its input `index`,
+// by its schema's alias annotations (view, reshape, transpose, select...).
+bool is_view_of_input(const GraphView& g, NodeRef n, size_t index);
+
+} // namespace memslim::saved
