@@ -10,6 +10,7 @@
 #include <torch/extension.h>
 
 #include "memslim/activation_spec.h"
+#include "memslim/core/fx_front_end.h"
 #include "memslim/kernels/activations.h"
 #include "memslim/passes/executor_hook.h"
 #include "memslim/passes/optimize.h"
@@ -52,6 +53,53 @@ memslim::CostPolicy policy_from_dict(const py::dict& policy) {
                             py::cast<std::string>(py::repr(value)));
   }
   return p;
+}
+// A Python constant of an FX node's arguments as the rules read constants:
+// None, bool, int, float, str and lists of ints or floats; others unknown.
+std::optional<c10::IValue> constant_ivalue(py::handle o) {
+  if (o.is_none()) return c10::IValue();
+  if (py::isinstance<py::bool_>(o)) return c10::IValue(py::cast<bool>(o));
+  if (py::isinstance<py::int_>(o)) {
+    try {
+      return c10::IValue(py::cast<int64_t>(o));
+    } catch (const py::cast_error&) {
+      return std::nullopt;
+    }
+  }
+  if (py::isinstance<py::float_>(o)) return c10::IValue(py::cast<double>(o));
+  if (py::isinstance<py::str>(o)) return c10::IValue(py::cast<std::string>(o));
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) {
+    const auto seq = py::reinterpret_borrow<py::sequence>(o);
+    bool ints = true, nums = true;
+    for (const auto& e : seq) {
+      ints = ints && py::isinstance<py::int_>(e) && !py::isinstance<py::bool_>(e);
+      nums = nums && (py::isinstance<py::int_>(e) || py::isinstance<py::float_>(e));
+    }
+    try {
+      if (ints) return c10::IValue(py::cast<std::vector<int64_t>>(seq));
+      if (nums) return c10::IValue(py::cast<std::vector<double>>(seq));
+    } catch (const py::cast_error&) {
+    }
+  }
+  return std::nullopt;
+}
+
+// One dict per decision record (python/memslim/optimize.py wraps them).
+py::list decision_dicts(const std::vector<memslim::Decision>& ds) {
+  py::list decisions;
+  for (const memslim::Decision& d : ds) {
+    py::dict rec;
+    rec["pass"] = d.pass;
+    rec["verdict"] = memslim::verdict_name(d.verdict);
+    rec["site"] = d.site;
+    rec["text"] = d.text;
+    rec["line"] = d.render();
+    rec["bytes_before"] = d.price.before ? py::cast(*d.price.before) : py::none();
+    rec["bytes_after"] = d.price.after ? py::cast(*d.price.after) : py::none();
+    rec["added_work"] = d.price.added_work ? py::cast(*d.price.added_work) : py::none();
+    decisions.append(rec);
+  }
+  return decisions;
 }
 } // namespace
 
@@ -105,24 +153,44 @@ PYBIND11_MODULE(_C, m) {
           }
         }
         auto r = memslim::optimize(module, o);
-        // One dict per decision record (python/memslim/optimize.py wraps them).
-        py::list decisions;
-        for (const memslim::Decision& d : r.decisions) {
-          py::dict rec;
-          rec["pass"] = d.pass;
-          rec["verdict"] = memslim::verdict_name(d.verdict);
-          rec["site"] = d.site;
-          rec["text"] = d.text;
-          rec["line"] = d.render();
-          rec["bytes_before"] = d.price.before ? py::cast(*d.price.before) : py::none();
-          rec["bytes_after"] = d.price.after ? py::cast(*d.price.after) : py::none();
-          rec["added_work"] = d.price.added_work ? py::cast(*d.price.added_work) : py::none();
-          decisions.append(rec);
-        }
-        return py::make_tuple(r.module, decisions);
+        return py::make_tuple(r.module, decision_dicts(r.decisions));
       },
       py::arg("module"), py::arg("methods"), py::arg("passes"), py::arg("pipeline"),
       py::arg("example_args"), py::arg("example_kwargs"), py::arg("policy"));
+  // The FX front end (python/memslim/fx.py): the graph as value and node
+  // records -> (decision records, [(node index, memslim op name)]).
+  // values: (name, is_tensor, numel or None, dtype or None, has_constant,
+  // constant); nodes: (kind, overload or None for no registered op, input
+  // value ids, output value ids).
+  m.def(
+      "fx_run",
+      [](const py::list& values, const py::list& nodes, const std::vector<std::string>& passes,
+         const py::dict& policy) {
+        memslim::FxGraphView g;
+        for (const auto& item : values) {
+          const auto t = py::cast<py::tuple>(item);
+          memslim::FxGraphView::Value v;
+          v.name = py::cast<std::string>(t[0]);
+          v.tensor = py::cast<bool>(t[1]);
+          if (!t[2].is_none()) v.numel = py::cast<int64_t>(t[2]);
+          if (!t[3].is_none()) v.dtype = py::cast<at::ScalarType>(t[3]);
+          if (py::cast<bool>(t[4])) {
+            v.constant = constant_ivalue(t[5]); // nullopt: unknown to the rules
+          }
+          g.add_value(std::move(v));
+        }
+        for (const auto& item : nodes) {
+          const auto t = py::cast<py::tuple>(item);
+          g.add_node(py::cast<std::string>(t[0]), py::cast<std::optional<std::string>>(t[1]),
+                     py::cast<std::vector<size_t>>(t[2]), py::cast<std::vector<size_t>>(t[3]));
+        }
+        const auto r = memslim::run_fx(g, passes.empty() ? memslim::fx_default_passes() : passes,
+                                       policy_from_dict(policy));
+        py::list rewrites;
+        for (const auto& rw : r.rewrites) rewrites.append(py::make_tuple(rw.node, rw.kind));
+        return py::make_tuple(decision_dicts(r.decisions), rewrites);
+      },
+      py::arg("values"), py::arg("nodes"), py::arg("passes"), py::arg("policy"));
   m.def("check_policy", [](const py::dict& policy) { policy_from_dict(policy); });
   m.def("policy_options", []() {
     py::list out;

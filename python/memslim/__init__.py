@@ -6,15 +6,50 @@ output plus packed bits, or only a mask, instead of the input).
 """
 from __future__ import annotations
 
+import torch
+
 from ._library import activation_table, library_path, load_library
 from .measure import saved_bytes
 
 load_library()
 
-from .optimize import optimize, predicted_bytes_freed, report  # noqa: E402  (needs the runtime loaded first)
+from . import fx  # noqa: E402  (needs the runtime loaded first)
+from .backend import compile, compiled_decisions  # noqa: E402
+from .backend import _register as _register_backend  # noqa: E402
+from .backend import _BY_MODEL as _COMPILED  # noqa: E402
+from .optimize import optimize  # noqa: E402
+from .optimize import report as _script_report  # noqa: E402
 
-__all__ = ["activation_table", "library_path", "saved_bytes", "optimize", "predicted_bytes_freed",
-           "report", "OPS"]
+__all__ = ["activation_table", "library_path", "saved_bytes", "optimize", "compile", "fx",
+           "predicted_bytes_freed", "report", "compiled_decisions", "OPS"]
+
+# torch.compile(model, backend="memslim")
+_register_backend()
+
+
+def report(optimized):
+    """The decision records (memslim.optimize.Decision: as a str, the remark line) of
+    what produced `optimized`: memslim.optimize's ScriptModule, memslim.fx.optimize's
+    program, or memslim.compile's model (the graphs compiled so far)."""
+    if _hashable(optimized) and optimized in _COMPILED:
+        return list(_COMPILED[optimized])
+    if isinstance(optimized, (torch.export.ExportedProgram, torch.fx.GraphModule)):
+        return fx.report(optimized)
+    return _script_report(optimized)
+
+
+def predicted_bytes_freed(optimized) -> int:
+    """The cost model's total: the bytes every applied rewrite's record frees."""
+    return sum(d.freed_bytes for d in report(optimized)
+               if d.verdict == "rewrote" and d.freed_bytes is not None)
+
+
+def _hashable(o) -> bool:
+    try:
+        hash(o)
+        return True
+    except TypeError:
+        return False
 
 # Public ops with their aten counterparts (the rewrite targets), from the one table.
 OPS = tuple(op["name"] for op in activation_table()["ops"])

@@ -131,12 +131,6 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
     return optimized
 
 
-def predicted_bytes_freed(optimized) -> int:
-    """The cost model's total: the bytes every applied rewrite's record frees."""
-    return sum(d.freed_bytes for d in report(optimized)
-               if d.verdict == "rewrote" and d.freed_bytes is not None)
-
-
 def report(optimized) -> List[Decision]:
     """The decision records of the optimize() call that produced `optimized`, one per
     site, in order. Each is a `Decision`: as a str, the remark line

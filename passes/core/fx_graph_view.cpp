@@ -1,0 +1,56 @@
+//===- fx_graph_view.cpp - an aten-level FX graph as the core's GraphView --===//
+#include "memslim/core/fx_graph_view.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <stdexcept>
+
+namespace memslim {
+
+size_t FxGraphView::add_value(Value v) {
+  v.id = values_.size();
+  v.producer = -1;
+  v.uses.clear();
+  values_.push_back(std::move(v));
+  return values_.size() - 1;
+}
+
+size_t FxGraphView::add_node(const std::string& kind, const std::optional<std::string>& overload,
+                             const std::vector<size_t>& inputs,
+                             const std::vector<size_t>& outputs) {
+  Node n;
+  n.id = nodes_.size();
+  n.kind = kind;
+  if (overload) {
+    auto op = c10::Dispatcher::singleton().findSchema({kind, *overload});
+    if (!op)
+      throw std::invalid_argument("memslim.fx: unknown op " + kind +
+                                  (overload->empty() ? "" : "." + *overload));
+    n.schema = &op->schema();
+  }
+  for (size_t v : inputs)
+    if (v >= values_.size()) throw std::invalid_argument("memslim.fx: bad input value id");
+  for (size_t v : outputs)
+    if (v >= values_.size() || values_[v].producer >= 0)
+      throw std::invalid_argument("memslim.fx: bad or twice-produced output value id");
+  n.inputs = inputs;
+  n.outputs = outputs;
+  nodes_.push_back(std::move(n));
+  const Node& added = nodes_.back();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    values_[inputs[i]].uses.push_back({NodeRef{&added}, i});
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    values_[outputs[i]].producer = int(added.id);
+    values_[outputs[i]].offset = i;
+  }
+  return added.id;
+}
+
+std::vector<NodeRef> FxGraphView::nodes() const {
+  std::vector<NodeRef> out;
+  out.reserve(nodes_.size());
+  for (const Node& n : nodes_) out.push_back(NodeRef{&n});
+  return out;
+}
+
+} // namespace memslim

@@ -1,0 +1,64 @@
+//===- view_gate.cpp - the FX front end's safety gate, over a GraphView ----===//
+#include "memslim/core/view_gate.h"
+
+#include "memslim/core/saved_tensors.h"
+
+namespace memslim {
+
+namespace {
+bool may_return_input(const GraphView& g, NodeRef n) {
+  static const char* kinds[] = {"aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
+                                "aten::feature_alpha_dropout"};
+  const std::string k = g.kind(n);
+  for (const char* d : kinds)
+    if (k == d) return true;
+  return false;
+}
+
+bool writes_first_and_returns_it(const c10::FunctionSchema* s) {
+  return s && !s->returns().empty() && !s->arguments().empty() && s->returns()[0].alias_info() &&
+         s->returns()[0].alias_info()->isWrite() && s->arguments()[0].alias_info() &&
+         s->arguments()[0].alias_info()->isWrite();
+}
+} // namespace
+
+ValueRef ViewGate::storage_root(ValueRef v) const {
+  for (int guard = 0; guard < 100000; ++guard) {
+    const NodeRef p = g_.producer(v);
+    if (!p || g_.is_input(v) || g_.num_inputs(p) == 0) return v;
+    if (saved::is_view_of_input(g_, p, 0) || may_return_input(g_, p) ||
+        writes_first_and_returns_it(g_.schema(p))) {
+      v = g_.input(p, 0);
+      continue;
+    }
+    return v;
+  }
+  return v;
+}
+
+std::string ViewGate::check(NodeRef site, const std::vector<ValueRef>& guarded) const {
+  std::vector<ValueRef> roots;
+  for (ValueRef v : guarded)
+    if (v) roots.push_back(storage_root(v));
+  bool after = false;
+  for (NodeRef n : order_) {
+    if (n == site) {
+      after = true;
+      continue;
+    }
+    const c10::FunctionSchema* s = g_.schema(n);
+    if (!after || !s || !s->is_mutable()) continue;
+    for (size_t i = 0; i < s->arguments().size() && i < g_.num_inputs(n); ++i) {
+      const c10::AliasInfo* a = s->arguments()[i].alias_info();
+      if (!a || !a->isWrite() || !g_.is_tensor(g_.input(n, i))) continue;
+      const ValueRef r = storage_root(g_.input(n, i));
+      for (ValueRef root : roots)
+        if (r == root)
+          return "written in place afterwards by " + g_.kind(n) +
+                 (g_.num_outputs(n) ? " at " + g_.name(g_.output(n, 0)) : std::string());
+    }
+  }
+  return "";
+}
+
+} // namespace memslim

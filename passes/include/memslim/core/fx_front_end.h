@@ -1,0 +1,35 @@
+//===- fx_front_end.h - memslim's passes over an aten-level FX graph -------===//
+//
+// What: runs the decisions the FX front end has over an FxGraphView and says
+// which nodes to rewrite to which memslim op; python/memslim/fx.py applies
+// them to the torch.fx graph. Each pass here is the core's decision (the same
+// function the TorchScript pass calls) behind the ViewGate.
+// Passes with no FX form yet get one Note record saying so.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "memslim/core/decision.h"
+#include "memslim/core/fx_graph_view.h"
+
+namespace memslim {
+
+struct FxRewrite {
+  size_t node;      // FxGraphView node id
+  std::string kind; // "memslim::gelu": same arguments, another op
+};
+struct FxResult {
+  std::vector<Decision> decisions;
+  std::vector<FxRewrite> rewrites;
+};
+
+// The passes the FX front end runs when none are named.
+const std::vector<std::string>& fx_default_passes();
+// Runs `passes` (flags, in order) over `g`. Throws std::invalid_argument for
+// a flag no pass has.
+FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const CostPolicy& policy);
+
+} // namespace memslim

@@ -1,0 +1,132 @@
+"""torch.compile(model, backend="memslim"): memslim's decisions, then Inductor.
+
+What: a torch.compile backend. Dynamo's graph is traced to aten ops above
+autograd (make_fx, pre_dispatch: the ops a user wrote, not yet differentiated,
+with FakeTensor shapes, symbolic under dynamic shapes), memslim.fx.optimize
+rewrites it (the C++ decision core, the same decisions as the TorchScript
+passes), and Inductor's compile_fx compiles the result: AOTAutograd then
+differentiates the memslim ops through their own autograd, so the joint graph
+holds memslim::activation_forward / activation_backward and the partitioner
+saves the output + bits instead of the input. Everything else is Inductor's.
+Cache safety: the rewrite happens before Inductor sees the graph, so Inductor's
+and AOTAutograd's caches key on the rewritten graph (memslim ops and their
+arguments included); the policy is part of the graph it produces.
+`memslim.compile(model, **policy)` passes policy options; `torch.compile(...,
+backend="memslim")` uses the defaults. The backend is registered under the
+name "memslim" when memslim is imported, and through the
+`torch_dynamo_backends` entry point.
+If memslim fails on a graph, the graph is compiled by Inductor unchanged and a
+warning says why (strict=True, or MEMSLIM_STRICT=1 as the tests set, raises).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import warnings
+import weakref
+from typing import Any, List
+
+import torch
+
+from . import fx
+from .optimize import Decision, _policy
+
+# Decision records of every graph the backend compiled, in order (the newest
+# last); memslim.compile's models also keep their own (memslim.report(model)).
+_LOG: List[Decision] = []
+_BY_MODEL: "weakref.WeakKeyDictionary[Any, List[Decision]]" = weakref.WeakKeyDictionary()
+
+
+def compiled_decisions() -> List[Decision]:
+    """The decision records of every graph torch.compile(backend="memslim") compiled."""
+    return list(_LOG)
+
+
+@contextlib.contextmanager
+def _dynamic_output_shapes(fake_mode):
+    # activation_forward's exact list has a data-dependent length (an unbacked
+    # size under fake tensors). Dynamo's ShapeEnv allows such ops only with
+    # fullgraph=True; the graph memslim hands to Inductor holds them whatever
+    # the user asked for, so allow them while it is traced and compiled.
+    env = getattr(fake_mode, "shape_env", None)
+    if env is None or env.allow_dynamic_output_shape_ops:
+        yield
+        return
+    old = env.settings
+    env.settings = dataclasses.replace(old, allow_dynamic_output_shape_ops=True)
+    try:
+        yield
+    finally:
+        env.settings = old
+
+
+def _aten_graph(gm: torch.fx.GraphModule, example_inputs):
+    """Dynamo's graph as aten ops above autograd, placeholders in the same order."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    fakes = [n.meta.get("example_value") for n in placeholders]
+    if any(f is None for f in fakes):  # not from Dynamo: fake the example inputs
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        mode = detect_fake_mode(example_inputs) or FakeTensorMode(shape_env=ShapeEnv())
+        fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
+                 for t in example_inputs]
+    mode = detect_fake_mode(fakes)
+    with _dynamic_output_shapes(mode):
+        return make_fx(gm, tracing_mode="symbolic", pre_dispatch=True)(*fakes), mode
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
+            records: List[Decision] = None, **policy):
+    """The torch.compile backend (registered as "memslim")."""
+    from torch._inductor.compile_fx import compile_fx
+
+    policy = _policy(**policy)
+    try:
+        aten, mode = _aten_graph(gm, example_inputs)
+        fx.optimize(aten, **policy)
+        decisions = fx.report(aten)
+    except Exception as e:  # noqa: BLE001  (the user's training must go on)
+        if strict or os.environ.get("MEMSLIM_STRICT") == "1":
+            raise
+        warnings.warn(f"memslim: graph compiled by Inductor unchanged: {type(e).__name__}: {e}")
+        return compile_fx(gm, example_inputs)
+    _LOG.extend(decisions)
+    if records is not None:
+        records.extend(decisions)
+    if not any(d.verdict == "rewrote" for d in decisions):
+        return compile_fx(gm, example_inputs)
+    with _dynamic_output_shapes(mode):
+        return compile_fx(aten, example_inputs)
+
+
+def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=None,
+            mode=None, options=None, min_bytes: int = 1, max_added_work=None,
+            assume_numel: int = 0):
+    """torch.compile(model, backend="memslim") with memslim's policy options
+    (min_bytes, max_added_work, assume_numel: as memslim.optimize's; ValueError when
+    out of range). fullgraph / dynamic: as torch.compile's. memslim.report(result)
+    gives the decision records of the graphs compiled so far."""
+    policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work,
+                     assume_numel=assume_numel)
+    if mode is not None or options is not None:
+        raise ValueError("memslim.compile: mode/options are Inductor's; set them with "
+                         "torch._inductor.config.patch(...) around the call")
+    records: List[Decision] = []
+    be = functools.partial(backend, strict=strict, records=records, **policy)
+    compiled = torch.compile(model, backend=be, fullgraph=fullgraph, dynamic=dynamic)
+    try:
+        _BY_MODEL[compiled] = records
+    except TypeError:
+        pass
+    return compiled
+
+
+def _register() -> None:
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    if "memslim" not in _COMPILER_FNS:
+        register_backend(name="memslim")(backend)

@@ -1,0 +1,189 @@
+"""memslim's FX front end: the same decisions over aten-level FX graphs.
+
+What: `optimize(program, example_inputs=None, **policy)` takes a
+torch.export ExportedProgram or an aten-level torch.fx.GraphModule (what
+make_fx or torch.compile's backend sees), hands its nodes to the C++ decision
+core (passes/core/: the saved-tensor rules, prices and decisions the
+TorchScript passes use, behind the FX safety gate), and rewrites the chosen
+nodes to memslim ops with the same arguments. Shapes come from each node's
+`meta["val"]` (FakeTensors); with `example_inputs` and no `meta["val"]`, a
+FakeTensorProp run fills them in. Nothing is recorded or run for real.
+Why here: only reading the graph and applying a rewrite are per front end;
+what to rewrite is decided once, in C++ (passes/core/fx_front_end.cpp).
+"""
+from __future__ import annotations
+
+import operator
+import weakref
+from typing import Any, Iterable, List, Optional, Tuple
+
+import torch
+import torch.fx
+
+from . import _C
+from .optimize import Decision, _policy
+
+_REPORTS: "weakref.WeakKeyDictionary[Any, List[Decision]]" = weakref.WeakKeyDictionary()
+
+
+def _hint(x) -> Optional[int]:
+    """An int, or a SymInt's size hint (what the shape is for this trace); None if none."""
+    if isinstance(x, int):
+        return x
+    if isinstance(x, torch.SymInt):
+        hint = x.node.hint
+        return int(hint) if hint is not None else None
+    return None
+
+
+class _Serializer:
+    """The FX graph as the value and node records _C.fx_run reads
+    (passes/core/fx_graph_view.h: one prim::Param node for the placeholders, a
+    prim::ListConstruct per list argument, one prim::Return)."""
+
+    def __init__(self, graph: torch.fx.Graph):
+        self.values: List[tuple] = []
+        self.nodes: List[tuple] = []
+        self.fx_nodes: List[Optional[torch.fx.Node]] = []  # per record in self.nodes
+        self.outs: dict = {}  # fx node -> [value ids]
+        params = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
+        ids = []
+        for n in params:
+            ids.append(self._tensor_value(n.name, n.meta.get("val")))
+            self.outs[n] = [ids[-1]]
+        self._node("prim::Param", None, [], ids, None)
+        for n in graph.nodes:
+            if n.op in ("placeholder", "get_attr"):
+                continue
+            if n.op == "output":
+                self._node("prim::Return", None, self._flat_inputs(n.args), [], n)
+            elif n.op == "call_function" and n.target is operator.getitem and \
+                    isinstance(n.args[0], torch.fx.Node) and len(self.outs.get(n.args[0], [])) > 1:
+                src, i = n.args
+                self.outs[n] = [self.outs[src][i]] if isinstance(i, int) else []
+            elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+                self._op(n)
+            elif n.op in ("call_module", "call_method"):
+                raise ValueError(
+                    f"memslim.fx: node '{n.name}' is a {n.op} ({n.target}): memslim.fx reads "
+                    "aten-level graphs (torch.export.export(...), make_fx, or torch.compile("
+                    "backend='memslim')), not torch.fx.symbolic_trace's")
+            else:
+                name = getattr(n.target, "__qualname__", None) or str(n.target)
+                outs = self._outputs_of(n, None)
+                self._node("python::" + name, None, self._flat_inputs((n.args, n.kwargs)), outs, n)
+
+    def _tensor_value(self, name: str, val) -> int:
+        if isinstance(val, torch.Tensor):
+            rec = (name, True, _hint(val.numel()), val.dtype, False, None)
+        else:
+            rec = (name, False, None, None, False, None)
+        self.values.append(rec)
+        return len(self.values) - 1
+
+    def _constant(self, obj) -> int:
+        self.values.append((repr(obj)[:40], False, None, None, True, obj))
+        return len(self.values) - 1
+
+    def _node(self, kind, overload, inputs, outputs, fx_node):
+        self.nodes.append((kind, overload, inputs, outputs))
+        self.fx_nodes.append(fx_node)
+
+    def _input(self, a) -> int:
+        if isinstance(a, torch.fx.Node):
+            outs = self.outs.get(a)
+            if not outs:  # a node with no values (a tuple nobody unpacked): opaque
+                outs = self.outs[a] = [self._tensor_value(a.name, None)]
+            return outs[0]
+        if isinstance(a, (list, tuple)) and any(isinstance(e, torch.fx.Node) for e in a):
+            elems = [self._input(e) for e in a]
+            out = self._tensor_value("list", None)
+            self._node("prim::ListConstruct", None, elems, [out], None)
+            return out
+        return self._constant(a)
+
+    def _flat_inputs(self, args) -> List[int]:
+        flat = []
+        torch.fx.node.map_arg(args, lambda n: flat.append(self._input(n)))
+        return flat
+
+    def _outputs_of(self, n: torch.fx.Node, schema) -> List[int]:
+        val = n.meta.get("val")
+        if isinstance(val, (list, tuple)):
+            ids = [self._tensor_value(f"{n.name}[{i}]", v) for i, v in enumerate(val)]
+        else:
+            ids = [self._tensor_value(n.name, val)]
+        self.outs[n] = ids
+        return ids
+
+    def _op(self, n: torch.fx.Node) -> None:
+        schema = n.target._schema
+        inputs = []
+        for i, arg in enumerate(schema.arguments):
+            if i < len(n.args) and not arg.kwarg_only:
+                a = n.args[i]
+            elif arg.name in n.kwargs:
+                a = n.kwargs[arg.name]
+            elif arg.has_default_value():
+                a = arg.default_value
+            else:
+                a = None
+            inputs.append(self._input(a))
+        outs = self._outputs_of(n, schema)
+        self._node(schema.name, schema.overload_name, inputs, outs, n)
+
+
+def _graph_of(program) -> Tuple[torch.fx.GraphModule, bool]:
+    if isinstance(program, torch.export.ExportedProgram):
+        return program.graph_module, True
+    if isinstance(program, torch.fx.GraphModule):
+        return program, False
+    raise TypeError("memslim.fx.optimize: expected a torch.export.ExportedProgram or an aten-level "
+                    f"torch.fx.GraphModule, got {type(program).__name__}")
+
+
+def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
+             passes: Optional[Iterable[str]] = None, min_bytes: int = 1,
+             max_added_work: Optional[float] = None, assume_numel: int = 0):
+    """Rewrites `program` (an ExportedProgram or an aten-level GraphModule) in place
+    and returns it; `memslim.report(program)` gives the decision records.
+
+    example_inputs: only for a GraphModule whose nodes have no `meta["val"]`
+    (FakeTensorProp fills it in from them). passes: pass flags (default: the FX
+    front end's, output-saving-activations). Policy as memslim.optimize's.
+    The rewritten ExportedProgram's `.module()` trains like the original; each
+    rewritten node calls torch.ops.memslim.<op> with the aten op's arguments.
+    """
+    policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work,
+                     assume_numel=assume_numel)
+    gm, exported = _graph_of(program)
+    if example_inputs is not None and not exported:
+        if any(n.op != "output" and "val" not in n.meta for n in gm.graph.nodes):
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+            # Constants the graph holds (make_fx's _param_constant*) are real.
+            FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(
+                *example_inputs)
+    s = _Serializer(gm.graph)
+    pass_list = list(passes) if passes is not None else []
+    try:
+        records, rewrites = _C.fx_run(s.values, s.nodes, pass_list, policy)
+    except ValueError as e:
+        raise ValueError(f"memslim.fx.optimize: {e}") from None
+    for index, kind in rewrites:
+        node = s.fx_nodes[index]
+        ns, name = kind.split("::")
+        node.target = getattr(getattr(torch.ops, ns), name).default
+    if rewrites:
+        gm.recompile()
+    _REPORTS[program] = [Decision(r) for r in records]
+    return program
+
+
+def report(program) -> List[Decision]:
+    """The decision records of the optimize() call that rewrote `program`."""
+    try:
+        return list(_REPORTS[program])
+    except (KeyError, TypeError):
+        raise ValueError("memslim.report: this program was not rewritten by memslim.fx.optimize") \
+            from None
