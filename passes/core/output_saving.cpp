@@ -20,10 +20,14 @@ namespace {
 int64_t kept_bytes(Keeps k, bool x_kept_elsewhere, bool y_kept_elsewhere, int64_t x_bytes,
                    int64_t y_bytes, int64_t bits) {
   switch (k) {
-  case Keeps::Input: return x_kept_elsewhere ? 0 : x_bytes;
-  case Keeps::Output: return y_kept_elsewhere ? 0 : y_bytes;
-  case Keeps::OutputAndBits: return (y_kept_elsewhere ? 0 : y_bytes) + bits;
-  case Keeps::Bits: return bits;
+    case Keeps::Input:
+      return x_kept_elsewhere ? 0 : x_bytes;
+    case Keeps::Output:
+      return y_kept_elsewhere ? 0 : y_bytes;
+    case Keeps::OutputAndBits:
+      return (y_kept_elsewhere ? 0 : y_bytes) + bits;
+    case Keeps::Bits:
+      return bits;
   }
   return 0;
 }
@@ -101,8 +105,7 @@ OutputSavingDecision decide_output_saving(const GraphView& g, NodeRef n, const C
     if (info.aten_keeps == Keeps::Input && !p.x_kept_by.empty())
       why << "input also saved by " << p.x_kept_by;
     else if (p.y_kept_by.empty() && info.memslim_keeps != Keeps::Bits)
-      why << "output not saved by any consumer (memslim would add " << (p.ours - p.aten)
-          << " B)";
+      why << "output not saved by any consumer (memslim would add " << (p.ours - p.aten) << " B)";
     else
       why << "frees " << p.freed() << " B, below the " << policy.min_bytes << " B minimum";
     d.text = why.str();

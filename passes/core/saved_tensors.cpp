@@ -18,38 +18,81 @@ namespace {
 
 // Ops keeping none of their inputs (shape-only or linear backward).
 const std::set<std::string> kKeepsNothing = {
-    "aten::add", "aten::sub", "aten::rsub", "aten::neg", "aten::view", "aten::reshape", "aten::flatten",
-    "aten::permute", "aten::transpose", "aten::t", "aten::contiguous", "aten::unsqueeze",
-    "aten::squeeze", "aten::expand", "aten::slice", "aten::select", "aten::cat", "aten::stack",
-    "aten::chunk", "aten::split", "aten::size", "aten::sum", "aten::mean",
-    "aten::dropout", "aten::feature_dropout",
-    "aten::alpha_dropout", "aten::to", "aten::detach", "aten::clone", "aten::zeros_like",
-    "aten::ones_like", "aten::empty_like", "aten::dim", "aten::len", "aten::__getitem__",
-    "aten::Int", "aten::Float", "aten::ScalarImplicit", "aten::format", "aten::warn",
-    "aten::__is__", "aten::__isnot__", "aten::eq", "aten::ne", "aten::lt", "aten::gt",
-    "aten::le", "aten::ge", "aten::__not__", "aten::list", "aten::append",
+    "aten::add",
+    "aten::sub",
+    "aten::rsub",
+    "aten::neg",
+    "aten::view",
+    "aten::reshape",
+    "aten::flatten",
+    "aten::permute",
+    "aten::transpose",
+    "aten::t",
+    "aten::contiguous",
+    "aten::unsqueeze",
+    "aten::squeeze",
+    "aten::expand",
+    "aten::slice",
+    "aten::select",
+    "aten::cat",
+    "aten::stack",
+    "aten::chunk",
+    "aten::split",
+    "aten::size",
+    "aten::sum",
+    "aten::mean",
+    "aten::dropout",
+    "aten::feature_dropout",
+    "aten::alpha_dropout",
+    "aten::to",
+    "aten::detach",
+    "aten::clone",
+    "aten::zeros_like",
+    "aten::ones_like",
+    "aten::empty_like",
+    "aten::dim",
+    "aten::len",
+    "aten::__getitem__",
+    "aten::Int",
+    "aten::Float",
+    "aten::ScalarImplicit",
+    "aten::format",
+    "aten::warn",
+    "aten::__is__",
+    "aten::__isnot__",
+    "aten::eq",
+    "aten::ne",
+    "aten::lt",
+    "aten::gt",
+    "aten::le",
+    "aten::ge",
+    "aten::__not__",
+    "aten::list",
+    "aten::append",
 };
 // Ops keeping every tensor input.
 const std::set<std::string> kKeepsAll = {
-    "aten::mul", "aten::div", "aten::matmul", "aten::mm", "aten::bmm", "aten::linear",
-    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution", "aten::convolution",
-    "aten::conv_transpose2d", "aten::einsum", "aten::baddbmm",
+    "aten::mul",    "aten::div",          "aten::matmul",      "aten::mm",
+    "aten::bmm",    "aten::linear",       "aten::conv1d",      "aten::conv2d",
+    "aten::conv3d", "aten::_convolution", "aten::convolution", "aten::conv_transpose2d",
+    "aten::einsum", "aten::baddbmm",
 };
 // Ops keeping their first input (and possibly small statistics). Average
 // pooling: aten's backward reads the input (avg_pool2d_backward(grad, self)).
 // adaptive_avg_pool2d: see adaptive_pool_keeps_input.
 const std::set<std::string> kKeepsFirst = {
-    "aten::avg_pool2d", "aten::avg_pool1d", "aten::adaptive_avg_pool1d",
-    "aten::batch_norm", "aten::layer_norm", "aten::group_norm", "aten::instance_norm",
-    "aten::max_pool2d", "aten::max_pool1d", "aten::log",
-    "aten::abs", "aten::sin", "aten::cos", "aten::erf",
-    "aten::clamp", "aten::hardtanh", "aten::relu6", "aten::lgamma",
+    "aten::avg_pool2d",    "aten::avg_pool1d", "aten::adaptive_avg_pool1d",
+    "aten::batch_norm",    "aten::layer_norm", "aten::group_norm",
+    "aten::instance_norm", "aten::max_pool2d", "aten::max_pool1d",
+    "aten::log",           "aten::abs",        "aten::sin",
+    "aten::cos",           "aten::erf",        "aten::clamp",
+    "aten::hardtanh",      "aten::relu6",      "aten::lgamma",
 };
 // Ops keeping their output (sqrt, rsqrt, reciprocal: measured with
 // saved_tensors_hooks; they were listed as keeping their input).
 const std::set<std::string> kKeepsOutput = {
-    "aten::softmax", "aten::log_softmax", "aten::exp", "aten::sqrt", "aten::rsqrt",
-    "aten::reciprocal",
+    "aten::softmax", "aten::log_softmax", "aten::exp",
+    "aten::sqrt",    "aten::rsqrt",       "aten::reciprocal",
 };
 
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
@@ -77,8 +120,7 @@ bool adaptive_pool_keeps_input(const GraphView& g, NodeRef pool) {
   if (g.autograd() == GraphView::Autograd::Eager) return false;
   for (const Use& use : g.uses(g.output(pool, 0))) {
     const c10::FunctionSchema* s = g.schema(use.user);
-    if (g.owner(use.user) == g.owner(pool) && g.differentiable(use.user) &&
-        !(s && s->is_mutable()))
+    if (g.owner(use.user) == g.owner(pool) && g.differentiable(use.user) && !(s && s->is_mutable()))
       return true;
   }
   return false;

@@ -17,7 +17,7 @@
 namespace memslim {
 
 struct CostPolicy {
-  int64_t min_bytes = 1;  // a rewrite must free at least this many bytes
+  int64_t min_bytes = 1; // a rewrite must free at least this many bytes
   // Upper bound on a rewrite's extra work, in activation evaluations per element
   // (e.g. inverting GELU in backward costs about 2); negative: no bound.
   double max_added_work = -1;

@@ -70,8 +70,8 @@ class GraphView {
 
   // Every node, blocks included, each block's nodes in order after its owner.
   virtual std::vector<NodeRef> nodes() const = 0;
-  virtual std::string kind(NodeRef n) const = 0;                   // "aten::gelu"
-  virtual const c10::FunctionSchema* schema(NodeRef n) const = 0;  // null: none
+  virtual std::string kind(NodeRef n) const = 0;                  // "aten::gelu"
+  virtual const c10::FunctionSchema* schema(NodeRef n) const = 0; // null: none
   virtual size_t num_inputs(NodeRef n) const = 0;
   virtual ValueRef input(NodeRef n, size_t i) const = 0;
   virtual size_t num_outputs(NodeRef n) const = 0;

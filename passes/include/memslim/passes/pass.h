@@ -12,13 +12,13 @@
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/ir.h>
 
-#include "memslim/core/decision.h"
-
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "memslim/core/decision.h"
 
 namespace memslim {
 
