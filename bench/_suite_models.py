@@ -23,7 +23,8 @@ from torch.utils.checkpoint import checkpoint
 warnings.filterwarnings("ignore", message=r".*torch\.jit\..*deprecated", category=FutureWarning)
 
 # Order of the columns/rows everywhere; "eager" first: the other workers compare with it.
-VARIANTS = ("eager", "script", "memslim", "ckpt", "compile", "compile_budget")
+VARIANTS = ("eager", "script", "memslim", "ckpt", "compile", "compile_budget", "memslim_export",
+            "memslim_compile", "memslim_compile_budget")
 VARIANT_TITLES = {
     "eager": "eager",
     "script": "scripted/traced",
@@ -244,6 +245,26 @@ def script_or_trace(model: torch.nn.Module, x: torch.Tensor):
         return torch.jit.trace(model, (x,), check_trace=False), f"traced (script failed: {why})"
 
 
+def _rewrites(memslim, program) -> str:
+    """Rewrites per pass and the predicted bytes, from the decision records."""
+    counts = {}
+    for d in memslim.report(program):
+        if d.verdict == "rewrote":
+            counts[d.pass_] = counts.get(d.pass_, 0) + 1
+    done = ", ".join(f"{n} {p}" for p, n in counts.items()) or "nothing rewritten"
+    return f"{done}; predicted freed {memslim.predicted_bytes_freed(program):,} B"
+
+
+class _LazyNote:
+    """A note known after the first call (torch.compile compiles then)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __str__(self):
+        return self.fn()
+
+
 def make_variant(variant: str, model: torch.nn.Module, x: torch.Tensor):
     """Turns a freshly built `model` into the callable measured as `variant`.
 
@@ -258,23 +279,27 @@ def make_variant(variant: str, model: torch.nn.Module, x: torch.Tensor):
         import memslim
         scripted, how = script_or_trace(model, x)
         opt = memslim.optimize(scripted, (x,))
-        # Rewrites per pass, from the decision records.
-        counts = {}
-        for d in memslim.report(opt):
-            if d.verdict == "rewrote":
-                counts[d.pass_] = counts.get(d.pass_, 0) + 1
-        done = ", ".join(f"{n} {p}" for p, n in counts.items()) or "nothing rewritten"
-        return opt, f"{how}; {done}; predicted freed {memslim.predicted_bytes_freed(opt):,} B"
+        return opt, f"{how}; {_rewrites(memslim, opt)}"
     if variant == "ckpt":
         n = wrap_blocks(model)
         if n == 0:
             raise RuntimeError("no block to checkpoint")
         return model, f"{n} blocks checkpointed"
-    if variant in ("compile", "compile_budget"):
-        if variant == "compile_budget":
+    if variant == "memslim_export":
+        # The FX front end on torch.export's training IR; the module it gives trains
+        # the same Parameter objects.
+        import memslim
+        ep = memslim.fx.optimize(torch.export.export(model, (x,)))
+        return ep.module(), _rewrites(memslim, ep)
+    if variant in ("compile", "compile_budget", "memslim_compile", "memslim_compile_budget"):
+        if variant.endswith("_budget"):
             from torch._functorch import config as functorch_config
             # The min-cut partitioner then keeps at most half of what it would save and
             # recomputes the rest (a process-wide setting: one variant per process).
             functorch_config.activation_memory_budget = 0.5
+        if variant.startswith("memslim"):
+            import memslim
+            compiled = memslim.compile(model)
+            return compiled, _LazyNote(lambda: _rewrites(memslim, compiled))
         return torch.compile(model), ""
     raise ValueError(f"unknown variant {variant}")

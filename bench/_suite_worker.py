@@ -220,6 +220,7 @@ def run(a) -> dict:
         if k in (1, n_steps):
             grads[k] = _grads(params, x)
         _sgd(params)
+    res["note"] = str(note)  # memslim.compile's is known after the first call
     res["rss_step_peak_mib"] = _status_kib("VmHWM") / 1024
     res["ru_maxrss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     res["steps"] = n_steps
@@ -287,7 +288,7 @@ def sweep(a) -> dict:
     model = spec.build()
     x0, _ = spec.make_inputs(int(a.sweep.split(",")[0]))
     fn, note = make_variant(a.variant, model, x0)
-    out = {"model": a.model, "variant": a.variant, "note": note, "sweep": {}}
+    out = {"model": a.model, "variant": a.variant, "note": str(note), "sweep": {}}
     for b in [int(s) for s in a.sweep.split(",")]:
         x, _ = spec.make_inputs(b)
         if x.is_floating_point():
