@@ -326,9 +326,12 @@ const char* kUsage =
     "usage: memslim-opt INPUT [-o OUT] (--passes=a,b | --pipeline=NAME) [--remarks]\n"
     "                   [--input-shapes=AxB,C] [--verify] [--print-ir-after-all]\n"
     "                   [--split-input-file] [--list-passes] [POLICY...]\n"
-    "INPUT: TorchScript IR text (.ir, or - for stdin) or a TorchScript archive (.pt: every\n"
+    "INPUT: TorchScript IR text (.ir, or - for stdin), a TorchScript archive (.pt: every\n"
     "method is rewritten, -o writes an archive that torch.jit.load reads once memslim is\n"
-    "imported). --input-shapes: one entry per input of the graph (or of forward): a shape\n"
+    "imported) or a torch.export archive (.pt2: the FX front end, python -m memslim.opt_pt2;\n"
+    "-o writes a .pt2 that torch.export.load reads once memslim is imported; --passes,\n"
+    "--remarks and the policy flags apply).\n"
+    "--input-shapes: one entry per input of the graph (or of forward): a shape\n"
     "for a tensor (fp32 unless the signature gives a dtype; 'scalar' for 0-dim), a value\n"
     "for an int, float or bool input, 'none' for an optional one. Without it, complete\n"
     "tensor types in an IR signature (Float(8, 16, strides=[16, 1], ...)) serve. The\n"
@@ -1400,7 +1403,36 @@ int fork_server() {
 
 }  // namespace
 
+// A torch.export archive (INPUT ending in .pt2) goes to the FX front end, which
+// lives in Python: this process becomes `python -m memslim.opt_pt2 ARGS...`.
+int exec_pt2(int argc, char** argv) {
+  const char* env = std::getenv("MEMSLIM_PYTHON");
+  const std::string python = env && *env ? env : MEMSLIM_PYTHON;
+  std::vector<std::string> args = {python, "-m", "memslim.opt_pt2"};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  execv(python.c_str(), cargs.data());
+  std::fprintf(stderr, "memslim-opt: error: .pt2 input needs Python with memslim (%s): %s\n",
+               python.c_str(), std::strerror(errno));
+  return 1;
+}
+
+bool has_pt2_input(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-o") {
+      ++i; // the output's name, not an input
+      continue;
+    }
+    if (a.size() > 4 && a.compare(a.size() - 4, 4, ".pt2") == 0 && a[0] != '-') return true;
+  }
+  return false;
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--fork-server") return fork_server();
+  if (has_pt2_input(argc, argv)) return exec_pt2(argc, argv);
   return tool_main(argc, argv);
 }
