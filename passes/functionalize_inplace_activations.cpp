@@ -1,9 +1,10 @@
 //===- functionalize_inplace_activations.cpp - act_(x) -> act(x) ------------===//
 //
-// What: replaces an in-place aten activation (`aten::silu_`, `hardswish_`,
-// `relu_`, `gelu_`, ...: the ones output-saving knows) by its functional form
-// when nothing else can observe the write: its input is a fresh tensor (made by
-// an op whose schema returns no alias: not a graph input, module state or a
+// What: the TorchScript front end of the functionalize decision
+// (core/functionalize.cpp, shared with the FX front end): replaces an in-place
+// aten activation (`aten::silu_`, `hardswish_`, `relu_`, `gelu_`, ...: the ones
+// output-saving knows) by its functional form when nothing else can observe the write: its input is
+// a fresh tensor (made by an op whose schema returns no alias: not a graph input, module state or a
 // view) that has no other use — the SafetyGate proves that — and when the
 // in-place form keeps what the functional form keeps (relu_, leaky_relu_,
 // elu_, sigmoid_ ... keep their output, the functional leaky_relu/elu its
@@ -16,11 +17,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/jit/runtime/autodiff.h>
-
-#include <algorithm>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
 
-#include "memslim/passes/activation_table.h"
+#include <algorithm>
+
+#include "memslim/core/functionalize.h"
+#include "memslim/passes/jit_graph_view.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/safety_gate.h"
 
@@ -30,20 +32,6 @@ using torch::jit::Node;
 using torch::jit::Value;
 
 namespace {
-
-constexpr const char* kPass = "functionalize-inplace-activations";
-
-// The functional activation `kind` is the in-place form of, if output-saving knows it.
-std::optional<c10::Symbol> functional_of(c10::Symbol kind) {
-  if (!kind.is_aten()) return std::nullopt;
-  std::string name = kind.toUnqualString();
-  if (name.size() < 2 || name.back() != '_') return std::nullopt;
-  name.pop_back();
-  const c10::Symbol f = c10::Symbol::fromQualString("aten::" + name);
-  auto info = activation_info(f);
-  if (!info || info->aten != f) return std::nullopt;
-  return f;
-}
 
 // The functional op's output and every value the executor may compute from it
 // in the same DifferentiableGraph (chains of nodes its autodiff differentiates,
@@ -74,24 +62,18 @@ std::vector<Value*> autodiff_reach(Value* out) {
 
 void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Graph>& g,
                                            PassContext& ctx) {
-  std::vector<Node*> sites;
-  std::shared_ptr<torch::jit::Graph> gm = g;
-  torch::jit::DepthFirstGraphNodeIterator it(gm);
-  for (Node* n = it.next(); n; n = it.next())
-    if (functional_of(n->kind()) && n->outputs().size() == 1) sites.push_back(n);
-  for (Node* n : sites) {
-    const c10::Symbol f = *functional_of(n->kind());
-    const std::string site = std::string(n->kind().toQualString()) + " at %" + n->output()->debugName();
-    const ActivationInfo info = *activation_info(f);
-    if (info.inplace_keeps != info.aten_keeps) {
-      ctx.remarks.kept(kPass, site,
-                       std::string("the in-place form keeps its ") +
-                           keeps_name(info.inplace_keeps) + ", " + f.toQualString() +
-                           " would keep its " + keeps_name(info.aten_keeps));
+  const JitGraphView view(g);
+  for (NodeRef site : view.nodes()) {
+    auto d = decide_functionalize(view, site);
+    if (!d) continue;
+    if (!d->rewrite()) {
+      ctx.remarks.add(std::move(d->decision));
       continue;
     }
+    Node* n = JitGraphView::node(site);
+    const c10::Symbol f = c10::Symbol::fromQualString(d->functional);
     Proposal prop;
-    prop.site = site;
+    prop.site = d->decision.site;
     prop.covers = {n};
     // The functional op's output and what autodiff may compute from it: its
     // input has no reader but this node (the gate checks), and TorchScript's
@@ -103,7 +85,7 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
     // What TorchScript's executor may keep once the functional op joins a
     // DifferentiableGraph (its output, what such a graph computes from it) is the
     // gate's executor-chain rule; guarded here: the output itself.
-    prop.guarded = {n->output()};
+    prop.guarded = {JitGraphView::value(d->guarded)};
     const std::vector<Value*> reach = autodiff_reach(n->output());
     // TorchScript's executor fails backward from its second call when a
     // DifferentiableGraph ends in aten::chunk with an unused piece (the piece's
@@ -115,7 +97,7 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
       for (const auto& use : v->uses())
         if (use.user->kind() == c10::aten::chunk) chunked = v;
     if (chunked) {
-      ctx.remarks.kept(kPass, site,
+      ctx.remarks.kept(kFunctionalizePass, prop.site,
                        "%" + chunked->debugName() +
                            " feeds aten::chunk, whose backward TorchScript's executor gets "
                            "wrong inside a DifferentiableGraph");
@@ -127,7 +109,7 @@ void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Gra
       replace_output(*g, n, n->output(), f, n->inputs());
       return std::string();
     };
-    prop.rewrote = site + " -> " + f.toQualString() + " (its input has no other use)";
+    prop.rewrote = d->decision.text;
     ctx.gate->submit(prop);
   }
 }

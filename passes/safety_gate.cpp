@@ -16,7 +16,9 @@
 #include <limits>
 #include <unordered_map>
 
+#include "memslim/core/view_gate.h"
 #include "memslim/passes/activation_table.h"
+#include "memslim/passes/jit_graph_view.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
@@ -60,23 +62,9 @@ std::vector<Value*> same_tensor_closure(Value* v) {
 }
 
 // Why an in-place write to `w` could be observed by someone other than the
-// writer, or nullopt when it cannot.
+// writer (the core's rule, core/view_gate.cpp, shared with the FX gate).
 std::optional<std::string> write_observable(const Value* w) {
-  if (w->uses().size() != 1) return std::string("its input has another use");
-  const Node* p = w->node();
-  if (p->kind() == c10::prim::Param) return std::string("its input is a graph input");
-  if (SavedTensorAnalysis::returns_input_undeclared(p))
-    return std::string("its input may be another tensor (") + p->kind().toQualString() +
-           " returns its input when not training)";
-  if (p->kind().is_prim())
-    return std::string("its input comes from ") + p->kind().toQualString();
-  const c10::FunctionSchema* schema = p->maybeSchema();
-  if (!schema)
-    return std::string("its input comes from ") + p->kind().toQualString() + " (no schema)";
-  for (const auto& r : schema->returns())
-    if (r.alias_info())
-      return std::string("its input may alias another tensor (") + p->kind().toQualString() + ")";
-  return std::nullopt;
+  return memslim::write_observable(JitGraphView(), JitGraphView::ref(w));
 }
 
 // relu6 and hardtanh: the executor differentiates them, although

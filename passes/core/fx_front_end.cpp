@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "memslim/core/functionalize.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/view_gate.h"
 #include "memslim/passes/pass.h"
@@ -32,10 +33,32 @@ void output_saving(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
   }
 }
 
+// functionalize-inplace-activations: act_(x) -> act(x) where the gate proves
+// nobody observes the write.
+void functionalize(FxGraphView& g, FxResult& out) {
+  for (NodeRef n : g.nodes()) {
+    auto d = decide_functionalize(g, n);
+    if (!d) continue;
+    if (d->rewrite()) {
+      const ViewGate gate(g);
+      std::string why = gate.check_removed_write(n, d->written);
+      if (why.empty()) why = gate.check(n, {d->guarded});
+      if (!why.empty()) {
+        d->decision.verdict = Decision::Verdict::Kept;
+        d->decision.text = why;
+      } else {
+        g.set_kind(g.id(n), d->functional);
+        out.rewrites.push_back({g.id(n), d->functional});
+      }
+    }
+    out.decisions.push_back(std::move(d->decision));
+  }
+}
+
 } // namespace
 
 const std::vector<std::string>& fx_default_passes() {
-  static const std::vector<std::string> passes = {kOutputSavingPass};
+  static const std::vector<std::string> passes = {kFunctionalizePass, kOutputSavingPass};
   return passes;
 }
 
@@ -44,6 +67,8 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
   for (const std::string& p : passes) {
     if (p == kOutputSavingPass) {
       output_saving(g, policy, out);
+    } else if (p == kFunctionalizePass) {
+      functionalize(g, out);
     } else if (find_pass(p)) {
       out.decisions.push_back({p,
                                Decision::Verdict::Note,

@@ -61,4 +61,23 @@ std::string ViewGate::check(NodeRef site, const std::vector<ValueRef>& guarded) 
   return "";
 }
 
+std::optional<std::string> write_observable(const GraphView& g, ValueRef w) {
+  if (g.uses(w).size() != 1) return std::string("its input has another use");
+  const NodeRef p = g.producer(w);
+  if (!p || g.kind(p) == "prim::Param") return std::string("its input is a graph input");
+  if (may_return_input(g, p))
+    return "its input may be another tensor (" + g.kind(p) +
+           " returns its input when not training)";
+  if (g.kind(p).rfind("prim::", 0) == 0) return "its input comes from " + g.kind(p);
+  const c10::FunctionSchema* schema = g.schema(p);
+  if (!schema) return "its input comes from " + g.kind(p) + " (no schema)";
+  for (const auto& r : schema->returns())
+    if (r.alias_info()) return "its input may alias another tensor (" + g.kind(p) + ")";
+  return std::nullopt;
+}
+
+std::string ViewGate::check_removed_write(NodeRef, ValueRef written) const {
+  return write_observable(g_, written).value_or("");
+}
+
 } // namespace memslim

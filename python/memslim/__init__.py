@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from ._library import activation_table, library_path, load_library
+from ._library import activation_table, library_path, load_library, package_path
+
+__path__ = package_path(__path__)  # noqa: F821  (a source checkout's build/python/memslim)
 from .measure import saved_bytes
 
 load_library()

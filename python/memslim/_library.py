@@ -14,12 +14,35 @@ _TABLE = None
 _LIB_NAME = "libmemslim_runtime.so"
 
 
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def build_dir() -> Path:
+    """A source checkout's CMake build tree: $MEMSLIM_BUILD_DIR, else <checkout>/build."""
+    env = os.environ.get("MEMSLIM_BUILD_DIR")
+    return Path(env) if env else _PACKAGE.parent.parent / "build"
+
+
+def package_path(path: list) -> list:
+    """The package's __path__ plus, in a source checkout, the build tree's copy of it
+    (build/python/memslim holds _C*.so: the build writes nothing into the sources).
+    Installed (pip install .), _C sits in the package itself."""
+    extra = build_dir() / "python" / "memslim"
+    if not any(_PACKAGE.glob("_C*.so")) and extra.is_dir():
+        path.append(str(extra))
+    return path
+
+
 def library_path() -> Path:
-    """The runtime library: $MEMSLIM_LIBRARY, else the copy the build puts in memslim/lib."""
+    """The runtime library: $MEMSLIM_LIBRARY, else the package's lib/ (installed), else
+    the build tree's lib/ (a source checkout)."""
     env = os.environ.get("MEMSLIM_LIBRARY")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent / "lib" / _LIB_NAME
+    installed = _PACKAGE / "lib" / _LIB_NAME
+    if installed.is_file():
+        return installed
+    return build_dir() / "lib" / _LIB_NAME
 
 
 def activation_table() -> dict:

@@ -46,6 +46,28 @@ class MLP(nn.Module):
         return self.c(F.silu(self.b(F.gelu(self.a(x), approximate="tanh"))))
 
 
+class InplaceNet(nn.Module):
+    """torchvision's in-place activations (EfficientNet's SiLU, MobileNetV3's Hardswish),
+    one whose input is read elsewhere and relu_, which keeps its output either way.
+    (A read of the written tensor *after* the write differs between the front ends, and
+    rightly: TorchScript's graph reads the aliased value, so its gate must keep the site;
+    torch.export's graph reads the in-place op's result, so the FX rewrite is exact.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.c3 = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        h = F.silu(self.c1(x), inplace=True)
+        h = F.hardswish(self.c2(h), inplace=True)
+        r = self.c3(h)
+        t = r.mean((2, 3))  # r is also read: both gates keep the in-place form
+        s = F.silu(r, inplace=True)
+        return F.relu(self.c3(s), inplace=True).mean((2, 3)) + t
+
+
 def _grads(model, x):
     for p in model.parameters():
         p.grad = None
@@ -70,17 +92,22 @@ def _key(d):
     return (d.pass_, d.verdict, op, d.bytes_before, d.bytes_after, d.added_work, why)
 
 
-@pytest.mark.parametrize("model_fn,shape", [(Net, (2, 3, 8, 8)), (MLP, (16, 32))])
+@pytest.mark.parametrize("model_fn,shape", [(Net, (2, 3, 8, 8)), (MLP, (16, 32)),
+                                            (InplaceNet, (2, 3, 8, 8))])
 def test_both_front_ends_make_the_same_decisions(model_fn, shape):
     model = model_fn().train()
     x = torch.randn(shape)
-    ts = memslim.optimize(model, (x,), passes=["output-saving-activations"])
-    ep = memslim.fx.optimize(torch.export.export(model, (x,)))
+    passes = ["functionalize-inplace-activations", "output-saving-activations"]
+    ts = memslim.optimize(model, (x,), passes=passes)
+    ep = memslim.fx.optimize(torch.export.export(model, (x,)), passes=passes)
     script = [_key(d) for d in memslim.report(ts)]
     fx = [_key(d) for d in memslim.report(ep)]
     assert script == fx
     assert any(k[1] == "rewrote" for k in fx)
     assert model_fn is MLP or any(k[1] == "kept" for k in fx)
+    if model_fn is InplaceNet:
+        ops = [k[2] for k in fx if k[1] == "rewrote"]
+        assert ops.count("aten::silu_") == 1 and "aten::hardswish_" in ops
 
 
 def test_exported_program_trains_like_the_original_and_keeps_less():

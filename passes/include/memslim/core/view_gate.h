@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,11 +21,21 @@
 
 namespace memslim {
 
+// Why an in-place write to `w` could be observed by someone other than the
+// writer, or nullopt when it cannot: `w` has another use, is a graph input,
+// or may share storage with another tensor by its producer's schema (or a
+// dropout's undeclared alias). Both front ends' gates ask this before a
+// rewrite removes a write.
+std::optional<std::string> write_observable(const GraphView& g, ValueRef w);
+
 class ViewGate {
  public:
   explicit ViewGate(const GraphView& g) : g_(g), order_(g.nodes()) {}
   // "" when the rewrite at `site` guarding `guarded` may be applied; else why not.
   std::string check(NodeRef site, const std::vector<ValueRef>& guarded) const;
+  // "" when removing `site`'s in-place write to `written` is unobservable
+  // (write_observable).
+  std::string check_removed_write(NodeRef site, ValueRef written) const;
   // The tensor whose storage `v` is.
   ValueRef storage_root(ValueRef v) const;
 
