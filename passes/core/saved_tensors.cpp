@@ -126,6 +126,18 @@ bool adaptive_pool_keeps_input(const GraphView& g, NodeRef pool) {
   return false;
 }
 
+// A functional dropout whose constant arguments make it return its input.
+bool returns_input(const GraphView& g, NodeRef d) {
+  const std::string k = g.kind(d);
+  if (k != "aten::dropout" && k != "aten::feature_dropout" && k != "aten::alpha_dropout" &&
+      k != "aten::feature_alpha_dropout")
+    return false;
+  if (g.num_inputs(d) < 3) return false;
+  const auto p = g.constant(g.input(d, 1));
+  const auto train = g.constant(g.input(d, 2));
+  return (p && p->isDouble() && p->toDouble() == 0) || (train && train->isBool() && !train->toBool());
+}
+
 std::optional<ActivationInfo> activation_of(const std::string& kind) {
   return activation_info(c10::Symbol::fromQualString(kind));
 }
@@ -216,8 +228,13 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::s
       continue;
     }
     // A view shares the storage: keeping the view keeps these bytes (GPT-2's
-    // Conv1D: addmm keeps `x.view(-1, n)` of the GELU's output).
-    if (is_view_of_input(g, u, use.index)) {
+    // Conv1D: addmm keeps `x.view(-1, n)` of the GELU's output). So does a
+    // dropout that returns its input in eager autograd (p == 0 or not training:
+    // ATen's _dropout_impl returns `input` itself; ViT's MLP dropout at p = 0).
+    // Not under TorchScript's executor, whose DifferentiableGraphs run dropout
+    // as native_dropout, a new tensor.
+    if (is_view_of_input(g, u, use.index) ||
+        (use.index == 0 && g.autograd() == GraphView::Autograd::Eager && returns_input(g, u))) {
       for (size_t o = 0; o < g.num_outputs(u); ++o) {
         const ValueRef out = g.output(u, o);
         if (g.is_tensor(out) && kept_by_other(g, out, except, who)) return true;

@@ -63,7 +63,8 @@ def _dynamic_output_shapes(fake_mode):
 
 
 def _aten_graph(gm: torch.fx.GraphModule, example_inputs):
-    """Dynamo's graph as aten ops above autograd, placeholders in the same order."""
+    """Dynamo's graph as aten ops above autograd, placeholders in the same order; the
+    fake mode and the fake inputs it was traced with."""
     from torch._guards import detect_fake_mode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -77,19 +78,72 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs):
                  for t in example_inputs]
     mode = detect_fake_mode(fakes)
     with _dynamic_output_shapes(mode):
-        return make_fx(gm, tracing_mode="symbolic", pre_dispatch=True)(*fakes), mode
+        return make_fx(gm, tracing_mode="symbolic", pre_dispatch=True)(*fakes), mode, fakes
+
+
+def _nbytes(val) -> int:
+    if not isinstance(val, torch.Tensor):
+        return 0
+    n = fx._hint(val.numel())
+    return (n or 0) * val.element_size()
+
+
+def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes) -> int:
+    """What Inductor's partitioner keeps for backward on `graph`: AOTAutograd traces the
+    joint graph and Inductor's partition_fn (its joint passes, then the min-cut
+    rematerialization) splits it; no code is generated. The bytes of the backward
+    graph's inputs other than the incoming gradients (parameters count on both sides)."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._inductor.compile_fx import partition_fn
+    from torch._inductor.decomposition import select_decomp_table
+
+    box = {}
+
+    def partition(joint, joint_inputs, **kwargs):
+        fw, bw = partition_fn(joint, joint_inputs, **kwargs)
+        box["bytes"] = sum(_nbytes(n.meta.get("val")) for n in bw.graph.find_nodes(op="placeholder")
+                           if not n.name.startswith("tangents"))
+        return fw, bw
+
+    aot_module_simplified(graph, fakes, fw_compiler=lambda g, _: g,
+                          bw_compiler=lambda g, _: g, partition_fn=partition,
+                          decompositions=select_decomp_table())
+    return box.get("bytes", 0)
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
             records: List[Decision] = None, **policy):
-    """The torch.compile backend (registered as "memslim")."""
+    """The torch.compile backend (registered as "memslim").
+
+    Inductor's partitioner itself recomputes pointwise ops (every activation is on its
+    list), so a rewrite that pays in eager may not pay here: when the graph needs
+    gradients, both versions are partitioned (no code generated) and the rewritten one is
+    compiled only if Inductor then keeps fewer bytes for backward; otherwise the graph goes
+    to Inductor unchanged and one "note" record says so."""
     from torch._inductor.compile_fx import compile_fx
 
     policy = _policy(**policy)
     try:
-        aten, mode = _aten_graph(gm, example_inputs)
+        aten, mode, fakes = _aten_graph(gm, example_inputs)
         fx.optimize(aten, **policy)
         decisions = fx.report(aten)
+        rewrote = any(d.verdict == "rewrote" for d in decisions)
+        if rewrote and torch.is_grad_enabled() and any(
+                isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+            original = _aten_graph(gm, example_inputs)[0]
+            with _dynamic_output_shapes(mode):
+                before = _partitioned_saved_bytes(original, fakes)
+                after = _partitioned_saved_bytes(aten, fakes)
+            verdict = "keeps" if after < before else "leaves the graph to Inductor:"
+            decisions.append(Decision({
+                "pass": "inductor-partition", "verdict": "note", "site": "",
+                "text": f"memslim's rewrites {verdict} Inductor's partitioner keeps "
+                        f"{before} B without them, {after} B with them",
+                "line": f"remark: inductor-partition: Inductor's partitioner keeps {before} B "
+                        f"without memslim's rewrites, {after} B with them: "
+                        + ("rewrites kept" if after < before else "graph left to Inductor"),
+                "bytes_before": before, "bytes_after": after, "added_work": None}))
+            rewrote = after < before
     except Exception as e:  # noqa: BLE001  (the user's training must go on)
         if strict or os.environ.get("MEMSLIM_STRICT") == "1":
             raise
@@ -98,7 +152,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     _LOG.extend(decisions)
     if records is not None:
         records.extend(decisions)
-    if not any(d.verdict == "rewrote" for d in decisions):
+    if not rewrote:
         return compile_fx(gm, example_inputs)
     with _dynamic_output_shapes(mode):
         return compile_fx(aten, example_inputs)
