@@ -1,4 +1,4 @@
-"""Writes the per-op, per-dtype input-gradient error table (README "Numerics").
+"""Writes the per-op, per-dtype input-gradient error table (docs/measurements.md "Numerics").
 
 Errors are max |dL/dx - reference| with grad_out = 1 (i.e. relative to
 |grad_out|); the reference is aten's autograd in float64 on the same rounded

@@ -333,7 +333,7 @@ def write_outputs(meta, rows, sweep_rows, plot_notes):
         "MobileNet projections). Other large ones are BatchNorm biases, whose gradient is a "
         "sum over batch and pixels that mostly cancels (resnet50 layer1.2.bn2.bias: norm 1.1, against 94.6 "
         "for the same sum of the terms' magnitudes), so any change in reduction order shows up large "
-        "relative to it; and training these randomly initialised nets at this batch is chaotic (README: a "
+        "relative to it; and training these randomly initialised nets at this batch is chaotic (docs/measurements.md: a "
         "1e-6 perturbation grows to 100% in four steps), so the after-3-steps column grows from whatever "
         "step 1 differs. The FracAct models' own eager gradients are not finite from the second step (the "
         "order parameter starts at a = 1.16 > 1, so x^(1-a) is singular at 0+; its gradient is ~6e24 and one "

@@ -23,7 +23,7 @@ def test_cuda_matches_cpu(name, dtype):
     (y0, g0), (y1, g1) = outs
     tol = {torch.float32: 1e-5, torch.float64: 1e-12}.get(dtype, 1e-2)
     torch.testing.assert_close(y1, y0, rtol=tol, atol=tol)
-    # fp64 gradients near a minimum invert a rounded output: the README's bound is
+    # fp64 gradients near a minimum invert a rounded output: docs/measurements.md's bound is
     # 3.5e-16 / |x - x*| outside the 1e-6 band (measured on an H100: 1.5e-11 at one of
     # 10,007 points of gelu, the only difference in 73 cases).
     gtol = 1e-10 if dtype == torch.float64 else 10 * tol

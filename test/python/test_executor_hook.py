@@ -1,5 +1,5 @@
 """Which torch.jit executor modes run memslim's registered pre/post passes, and
-whether that changes what training saves (the README's executor table).
+whether that changes what training saves (docs/measurements.md's executor table).
 
 Runs in a subprocess: executor mode switches and pass registrations are global.
 Measured on torch 2.14 with a scripted Linear(256,1024) -> GELU -> Linear MLP,

@@ -102,7 +102,7 @@ def make():
 # draws the two masks in swapped order (its outputs equal eager's with the two dropout
 # lines swapped; the unmodified scripted module keeps eager's order; with
 # torch.jit.optimized_execution(False) every call matches eager). Not a wrong result:
-# the executor's doing, reproduced without memslim (README, facts learned).
+# the executor's doing, reproduced without memslim (docs/facts.md).
 DROPOUT_ORDER = """
 class P(torch.nn.Module):
     def __init__(self):
@@ -1154,7 +1154,7 @@ def test_verify_runs_rewritten_loop_graph(session):
 
 def test_dropout_mask_order_is_rng_order_only(session):
     """TorchScript's optimizing executor moves independent dropouts around nodes autodiff
-    cannot differentiate (README, facts learned); memslim's ops are such nodes. Allowed:
+    cannot differentiate (docs/facts.md); memslim's ops are such nodes. Allowed:
     the masks may come in another order, but with the executor not optimizing every call
     must match eager (the runner's rng-order class checks exactly that)."""
     res = session.run({"id": "regression", "source": HEADER + DROPOUT_ORDER})

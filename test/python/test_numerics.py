@@ -1,4 +1,4 @@
-"""Input-gradient exactness of the output-saving ops (the README numerics table).
+"""Input-gradient exactness of the output-saving ops (docs/measurements.md's numerics table).
 
 fp32: dense sweep of [-20, 20] (400k points), 200k N(0,1) samples, and 400k
 points around each non-monotonic function's minimum; error relative to
