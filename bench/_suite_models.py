@@ -32,6 +32,9 @@ VARIANT_TITLES = {
     "ckpt": "checkpoint per block",
     "compile": "torch.compile",
     "compile_budget": "torch.compile, budget 0.5",
+    "memslim_export": "memslim.fx.optimize (torch.export)",
+    "memslim_compile": "torch.compile(backend=memslim)",
+    "memslim_compile_budget": "torch.compile(backend=memslim), budget 0.5",
 }
 
 # Block classes wrapped by the "ckpt" variant: one checkpoint per residual block /
