@@ -1,0 +1,184 @@
+//===- core_test.cpp - unit tests of the front-end-neutral decision core ---===//
+//
+// What: the saved-tensor rules, the output-saving and functionalize decisions,
+// the view gate and run_fx over hand-built FxGraphViews (no Python, no FX), and
+// the same decision over a JitGraphView of the equivalent TorchScript graph:
+// both views give the same record.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/script.h>
+
+#include "memslim/core/functionalize.h"
+#include "memslim/core/fx_front_end.h"
+#include "memslim/core/fx_graph_view.h"
+#include "memslim/core/output_saving.h"
+#include "memslim/core/saved_tensors.h"
+#include "memslim/core/view_gate.h"
+#include "memslim/passes/jit_graph_view.h"
+
+namespace {
+
+using memslim::Decision;
+using memslim::FxGraphView;
+
+// A small FX-like graph builder: tensors of n fp32 elements, constants.
+struct Builder {
+  FxGraphView g;
+  std::vector<size_t> params;
+  size_t tensor(const std::string& name, int64_t n = 64) {
+    FxGraphView::Value v;
+    v.name = name;
+    v.tensor = true;
+    v.numel = n;
+    v.dtype = at::kFloat;
+    return g.add_value(v);
+  }
+  size_t constant(c10::IValue c) {
+    FxGraphView::Value v;
+    v.name = "c";
+    v.constant = std::move(c);
+    return g.add_value(v);
+  }
+  size_t none() { return constant(c10::IValue()); }
+  size_t op(const std::string& kind, const std::string& overload, std::vector<size_t> in,
+            const std::string& out, int64_t n = 64) {
+    const size_t o = tensor(out, n);
+    g.add_node(kind, overload, in, {o});
+    return o;
+  }
+  void inputs(std::vector<size_t> vs) { g.add_node("prim::Param", std::nullopt, {}, vs); }
+  void ret(std::vector<size_t> vs) { g.add_node("prim::Return", std::nullopt, vs, {}); }
+};
+
+// linear -> gelu -> linear: x is kept by nobody else, y by the second linear.
+struct Mlp : Builder {
+  size_t x, w1, w2, h, y, out;
+  Mlp() {
+    x = tensor("x");
+    w1 = tensor("w1");
+    w2 = tensor("w2");
+    inputs({x, w1, w2});
+    h = op("aten::linear", "", {x, w1, none()}, "h");
+    y = op("aten::gelu", "", {h, constant(std::string("none"))}, "gelu");
+    out = op("aten::linear", "", {y, w2, none()}, "out");
+  }
+};
+
+memslim::NodeRef node_named(const FxGraphView& g, const std::string& kind) {
+  for (auto n : g.nodes())
+    if (g.kind(n) == kind) return n;
+  return {};
+}
+
+TEST(Core, SavedTensorRulesOverAnFxView) {
+  Mlp m;
+  m.ret({m.out});
+  const auto gelu = node_named(m.g, "aten::gelu");
+  EXPECT_TRUE(memslim::saved::keeps_input(m.g, gelu, 0));
+  std::string who;
+  EXPECT_TRUE(memslim::saved::kept_by_other(m.g, m.g.value_ref(m.y), {gelu}, &who));
+  EXPECT_EQ(who, "aten::linear");
+  EXPECT_FALSE(memslim::saved::kept_by_other(m.g, m.g.value_ref(m.h), {gelu}));
+}
+
+TEST(Core, OutputSavingDecisionAndPrice) {
+  Mlp m;
+  m.ret({m.out});
+  const auto d = memslim::decide_output_saving(m.g, node_named(m.g, "aten::gelu"), {});
+  ASSERT_TRUE(d.rewrite());
+  EXPECT_EQ(d.memslim_kind, "memslim::gelu");
+  EXPECT_EQ(*d.decision.price.before, 256); // x: 64 fp32
+  EXPECT_EQ(*d.decision.price.after, 8);    // 64 bits
+  EXPECT_EQ(d.decision.render(),
+            "remark: output-saving-activations: rewrote aten::gelu at %gelu: keeps output + bits "
+            "instead of input, frees 248 B (256 -> 8)");
+  memslim::CostPolicy p;
+  p.max_added_work = 1;
+  const auto kept = memslim::decide_output_saving(m.g, node_named(m.g, "aten::gelu"), p);
+  EXPECT_EQ(kept.decision.verdict, Decision::Verdict::Kept);
+  EXPECT_NE(kept.decision.text.find("above the maximum"), std::string::npos);
+}
+
+TEST(Core, ZeroDropoutPassesItsKeeperBack) {
+  // gelu -> dropout(p=0, train) -> linear: eager's dropout returns its input, so
+  // the linear keeps the gelu's output.
+  Builder b;
+  const size_t x = b.tensor("x"), w = b.tensor("w");
+  b.inputs({x, w});
+  const size_t y = b.op("aten::gelu", "", {x, b.constant(std::string("none"))}, "gelu");
+  const size_t d = b.op("aten::dropout", "", {y, b.constant(0.0), b.constant(true)}, "drop");
+  b.ret({b.op("aten::linear", "", {d, w, b.none()}, "out")});
+  const auto gelu = node_named(b.g, "aten::gelu");
+  EXPECT_TRUE(memslim::saved::kept_by_other(b.g, b.g.value_ref(y), {gelu}));
+}
+
+TEST(Core, ViewGateRefusesALaterWriteThroughAView) {
+  Mlp m;
+  const size_t view = m.op("aten::view", "", {m.y, m.constant(std::vector<int64_t>{-1})}, "v");
+  m.op("aten::add_", "Tensor", {view, m.constant(1.0), m.constant(int64_t(1))}, "add_");
+  m.ret({m.out});
+  memslim::FxResult r = memslim::run_fx(m.g, memslim::fx_default_passes(), {});
+  ASSERT_EQ(r.decisions.size(), 1u);
+  EXPECT_EQ(r.decisions[0].verdict, Decision::Verdict::Kept);
+  EXPECT_NE(r.decisions[0].text.find("written in place afterwards by aten::add_"),
+            std::string::npos);
+  EXPECT_TRUE(r.rewrites.empty());
+}
+
+TEST(Core, FunctionalizeNeedsAFreshUnsharedInput) {
+  Builder b;
+  const size_t x = b.tensor("x"), w = b.tensor("w"), z = b.tensor("z");
+  b.inputs({x, w, z});
+  const size_t h = b.op("aten::linear", "", {x, w, b.none()}, "h");
+  const size_t s = b.op("aten::silu_", "", {h}, "silu_");
+  const size_t gx = b.op("aten::silu_", "", {z}, "silu_z"); // a graph input: the caller sees it
+  b.ret({b.op("aten::linear", "", {s, w, b.none()}, "out"), gx});
+  memslim::FxResult r = memslim::run_fx(b.g, {memslim::kFunctionalizePass}, {});
+  ASSERT_EQ(r.decisions.size(), 2u);
+  EXPECT_EQ(r.decisions[0].verdict, Decision::Verdict::Rewrote);
+  EXPECT_EQ(r.decisions[1].verdict, Decision::Verdict::Kept);
+  EXPECT_EQ(r.decisions[1].text, "its input is a graph input");
+  ASSERT_EQ(r.rewrites.size(), 1u);
+  EXPECT_EQ(r.rewrites[0].kind, "aten::silu");
+}
+
+TEST(Core, BadFxRecordsAreErrors) {
+  FxGraphView g;
+  EXPECT_THROW(g.add_node("aten::no_such_op", "", {}, {}), std::invalid_argument);
+  EXPECT_THROW(g.add_node("prim::Return", std::nullopt, {7}, {}), std::invalid_argument);
+}
+
+TEST(Core, BothViewsDecideAlike) {
+  // The Mlp above as TorchScript IR: the JitGraphView gives the same record.
+  auto graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(R"IR(
+graph(%x : Float(8, 8, strides=[8, 1], device=cpu),
+      %w1 : Float(8, 8, strides=[8, 1], device=cpu),
+      %w2 : Float(8, 8, strides=[8, 1], device=cpu)):
+  %none : NoneType = prim::Constant()
+  %approx : str = prim::Constant[value="none"]()
+  %h : Float(8, 8, strides=[8, 1], device=cpu) = aten::linear(%x, %w1, %none)
+  %gelu : Float(8, 8, strides=[8, 1], device=cpu) = aten::gelu(%h, %approx)
+  %out : Float(8, 8, strides=[8, 1], device=cpu) = aten::linear(%gelu, %w2, %none)
+  return (%out))IR",
+                      graph.get());
+  const memslim::JitGraphView jv(graph);
+  memslim::NodeRef site;
+  for (auto n : jv.nodes())
+    if (jv.kind(n) == "aten::gelu") site = n;
+  Mlp m;
+  m.ret({m.out});
+  const auto a = memslim::decide_output_saving(jv, site, {});
+  const auto b = memslim::decide_output_saving(m.g, node_named(m.g, "aten::gelu"), {});
+  // Value names are each front end's (parseIR numbers them); the rest is one record.
+  EXPECT_EQ(a.decision.verdict, b.decision.verdict);
+  EXPECT_EQ(a.decision.price.before, b.decision.price.before);
+  EXPECT_EQ(a.decision.price.after, b.decision.price.after);
+  EXPECT_EQ(a.decision.price.added_work, b.decision.price.added_work);
+  const auto tail = [](const std::string& t) { return t.substr(t.find(": ")); };
+  EXPECT_EQ(tail(a.decision.text), tail(b.decision.text));
+}
+
+} // namespace
