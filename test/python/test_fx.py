@@ -219,3 +219,19 @@ def test_compile_leaves_a_graph_to_inductor_when_its_partitioner_keeps_less():
     [note] = [d for d in memslim.report(ours) if d.pass_ == "inductor-partition"]
     assert note.bytes_after >= note.bytes_before and "graph left to Inductor" in note
     assert saved_bytes(ours, x) <= saved_bytes(plain, x)
+
+
+def test_compile_under_an_activation_memory_budget():
+    # With a budget, the partitioner may recompute memslim's forward in the lazily
+    # compiled backward (resnet50_gelu at 0.5 failed with DynamicOutputShapeException
+    # before the frame's ShapeEnv kept allowing data-dependent sizes).
+    from torch._functorch import config as functorch_config
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GELU(), nn.Conv2d(8, 8, 3, padding=1),
+                          nn.GELU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 32), nn.GELU(),
+                          nn.Linear(32, 4)).train()
+    x = torch.randn(4, 3, 8, 8)
+    with functorch_config.patch(activation_memory_budget=0.5):
+        plain, ours = _compile_pair(model)
+        want = _grads(model, x)
+        _close(_grads(ours, x), want, 1e-5)
+        assert saved_bytes(ours, x) <= saved_bytes(plain, x)
