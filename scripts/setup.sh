@@ -22,7 +22,7 @@ fi
 
 # 2. Python environment.
 [ -x .venv/bin/python ] || python3 -m venv .venv
-if ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest; assert torch.__version__.startswith('2.14.1')" 2>/dev/null; then
+if ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest, scikit_build_core; assert torch.__version__.startswith('2.14.1')" 2>/dev/null; then
   echo "setup: installing Python packages (requirements.txt)"
   .venv/bin/pip install -q -r requirements.txt
 fi
