@@ -109,6 +109,12 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes) -> int:
     return box.get("bytes", 0)
 
 
+def _note(text: str, before, after) -> Decision:
+    return Decision({"pass": "inductor-partition", "verdict": "note", "site": "", "text": text,
+                     "line": "remark: inductor-partition: " + text, "bytes_before": before,
+                     "bytes_after": after, "added_work": None})
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
             records: List[Decision] = None, **policy):
     """The torch.compile backend (registered as "memslim").
@@ -126,22 +132,24 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
         fx.optimize(aten, **policy)
         decisions = fx.report(aten)
         rewrote = any(d.verdict == "rewrote" for d in decisions)
-        if rewrote and torch.is_grad_enabled() and any(
-                isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        needs_grad = torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+        if rewrote and needs_grad:
             original = _aten_graph(gm, example_inputs)[0]
             with _dynamic_output_shapes(mode):
                 before = _partitioned_saved_bytes(original, fakes)
                 after = _partitioned_saved_bytes(aten, fakes)
-            verdict = "keeps" if after < before else "leaves the graph to Inductor:"
-            decisions.append(Decision({
-                "pass": "inductor-partition", "verdict": "note", "site": "",
-                "text": f"memslim's rewrites {verdict} Inductor's partitioner keeps "
-                        f"{before} B without them, {after} B with them",
-                "line": f"remark: inductor-partition: Inductor's partitioner keeps {before} B "
-                        f"without memslim's rewrites, {after} B with them: "
-                        + ("rewrites kept" if after < before else "graph left to Inductor"),
-                "bytes_before": before, "bytes_after": after, "added_work": None}))
             rewrote = after < before
+            decisions.append(_note(
+                f"Inductor's partitioner keeps {before} B without memslim's rewrites, {after} B "
+                f"with them: " + ("rewrites kept" if rewrote else "graph left to Inductor"),
+                before, after))
+        elif rewrote:
+            # Nothing is kept for backward in a graph without gradients: the memslim ops
+            # would only replace Inductor's fused activations by library calls.
+            rewrote = False
+            decisions.append(_note("no gradients in this graph (nothing is kept for backward): "
+                                   "graph left to Inductor", None, None))
     except Exception as e:  # noqa: BLE001  (the user's training must go on)
         if strict or os.environ.get("MEMSLIM_STRICT") == "1":
             raise

@@ -235,3 +235,14 @@ def test_compile_under_an_activation_memory_budget():
         want = _grads(model, x)
         _close(_grads(ours, x), want, 1e-5)
         assert saved_bytes(ours, x) <= saved_bytes(plain, x)
+
+
+def test_compile_leaves_graphs_without_gradients_to_inductor():
+    model = MLP()
+    x = torch.randn(4, 32)
+    torch._dynamo.reset()
+    ours = memslim.compile(model)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), model(x))
+    notes = [d for d in memslim.report(ours) if d.pass_ == "inductor-partition"]
+    assert notes and "no gradients in this graph" in notes[-1]
