@@ -63,8 +63,14 @@ def summarize(results: list, out=sys.stdout):
     print("programs: %d  %s" % (len(results), "  ".join("%s=%d" % kv for kv in sorted(counts.items()))), file=out)
     print("  by stage: " + ", ".join("%s@%s=%d" % (c, s, n) for (c, s), n in sorted(stages.items())), file=out)
     print("  memslim-opt stage: " + ", ".join("%s=%d" % kv for kv in sorted(cli.items())), file=out)
+    fx = collections.Counter(r.get("stages", {}).get("fx", "-").split(":")[0] for r in results
+                             if r["class"] != "invalid")
+    print("  FX stage (torch.export + memslim.fx.optimize): " +
+          ", ".join("%s=%d" % kv for kv in sorted(fx.items())), file=out)
     rew = sum(1 for r in results if r.get("rewrites"))
     print("  programs with >= 1 rewrite by memslim.optimize: %d" % rew, file=out)
+    rew = sum(1 for r in results if r.get("fx_rewrites"))
+    print("  programs with >= 1 rewrite by memslim.fx.optimize: %d" % rew, file=out)
     return counts
 
 
