@@ -57,23 +57,11 @@ bool SavedTensorAnalysis::is_view_of_input(const Node* n, size_t index) {
 
 namespace {
 
-// aten's dropouts, functional or in place (one table): ATen's _dropout_impl
-// returns its input untouched when p == 0 or not training.
+// aten's dropouts, functional or in place (the core's table,
+// saved::is_dropout_kind): ATen's _dropout_impl returns its input untouched
+// when p == 0 or not training.
 bool is_dropout(const Node* n, bool inplace) {
-  static const char* names[] = {"dropout", "feature_dropout", "alpha_dropout",
-                                "feature_alpha_dropout"};
-  static const auto kinds = [] {
-    std::vector<std::pair<c10::Symbol, bool>> k;
-    for (const char* name : names)
-      for (bool in_place : {false, true})
-        k.emplace_back(
-            c10::Symbol::fromQualString(std::string("aten::") + name + (in_place ? "_" : "")),
-            in_place);
-    return k;
-  }();
-  for (const auto& [k, in_place] : kinds)
-    if (n->kind() == k) return in_place == inplace;
-  return false;
+  return saved::is_dropout_kind(n->kind().toQualString(), inplace);
 }
 
 // A dropout's constant p and train arguments, where they are constants.
@@ -153,10 +141,7 @@ const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dro
       continue;
     }
     // An in-place op returns the tensor it wrote (`Tensor(a!) self -> Tensor(a!)`).
-    const c10::FunctionSchema* s = p->maybeSchema();
-    if (s && !s->returns().empty() && !s->arguments().empty() && !p->inputs().empty() &&
-        s->returns()[0].alias_info() && s->returns()[0].alias_info()->isWrite() &&
-        s->arguments()[0].alias_info() && s->arguments()[0].alias_info()->isWrite()) {
+    if (!p->inputs().empty() && saved::returns_written_first(p->maybeSchema())) {
       v = p->input(0);
       continue;
     }
@@ -205,9 +190,7 @@ bool SavedTensorAnalysis::draws_random(const Node* n) {
 }
 
 bool SavedTensorAnalysis::writes_nothing(const Node* n) {
-  if (!is_dropout(n, true)) return false;
-  const DropoutArgs a = dropout_args(n);
-  return (a.p && *a.p == 0) || (a.train && !*a.train);
+  return is_dropout(n, true) && saved::dropout_is_identity(view(), JitGraphView::ref(n));
 }
 
 bool SavedTensorAnalysis::has_effects(const Node* n) {

@@ -12,23 +12,31 @@ namespace memslim {
 
 namespace {
 
+// A Rewrote decision the gate refused (`why` not empty) becomes Kept with the
+// gate's reason; otherwise node `n` becomes `kind` in the view (later decisions
+// see the graph as it will be) and in the rewrites handed back.
+void apply_or_keep(FxGraphView& g, NodeRef n, Decision& d, const std::string& kind,
+                   const std::string& why, FxResult& out) {
+  if (!why.empty()) {
+    d.verdict = Decision::Verdict::Kept;
+    d.text = why;
+    return;
+  }
+  g.set_kind(g.id(n), kind);
+  out.rewrites.push_back({g.id(n), kind});
+}
+
 // output-saving-activations: the TorchScript pass's loop with the view gate.
 void output_saving(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
+  const ViewGate gate(g);
   std::vector<NodeRef> sites;
   for (NodeRef n : g.nodes())
     if (is_output_saving_site(g, n)) sites.push_back(n);
   for (NodeRef n : sites) {
     OutputSavingDecision d = decide_output_saving(g, n, policy);
-    if (d.rewrite()) {
-      const std::string why = ViewGate(g).check(n, {d.guarded[0], d.guarded[1]});
-      if (!why.empty()) {
-        d.decision.verdict = Decision::Verdict::Kept;
-        d.decision.text = why;
-      } else {
-        g.set_kind(g.id(n), d.memslim_kind);
-        out.rewrites.push_back({g.id(n), d.memslim_kind});
-      }
-    }
+    if (d.rewrite())
+      apply_or_keep(g, n, d.decision, d.memslim_kind, gate.check(n, {d.guarded[0], d.guarded[1]}),
+                    out);
     out.decisions.push_back(std::move(d.decision));
   }
 }
@@ -36,20 +44,14 @@ void output_saving(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
 // functionalize-inplace-activations: act_(x) -> act(x) where the gate proves
 // nobody observes the write.
 void functionalize(FxGraphView& g, FxResult& out) {
+  const ViewGate gate(g);
   for (NodeRef n : g.nodes()) {
     auto d = decide_functionalize(g, n);
     if (!d) continue;
     if (d->rewrite()) {
-      const ViewGate gate(g);
       std::string why = gate.check_removed_write(n, d->written);
       if (why.empty()) why = gate.check(n, {d->guarded});
-      if (!why.empty()) {
-        d->decision.verdict = Decision::Verdict::Kept;
-        d->decision.text = why;
-      } else {
-        g.set_kind(g.id(n), d->functional);
-        out.rewrites.push_back({g.id(n), d->functional});
-      }
+      apply_or_keep(g, n, d->decision, d->functional, why, out);
     }
     out.decisions.push_back(std::move(d->decision));
   }

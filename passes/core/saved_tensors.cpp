@@ -128,14 +128,7 @@ bool adaptive_pool_keeps_input(const GraphView& g, NodeRef pool) {
 
 // A functional dropout whose constant arguments make it return its input.
 bool returns_input(const GraphView& g, NodeRef d) {
-  const std::string k = g.kind(d);
-  if (k != "aten::dropout" && k != "aten::feature_dropout" && k != "aten::alpha_dropout" &&
-      k != "aten::feature_alpha_dropout")
-    return false;
-  if (g.num_inputs(d) < 3) return false;
-  const auto p = g.constant(g.input(d, 1));
-  const auto train = g.constant(g.input(d, 2));
-  return (p && p->isDouble() && p->toDouble() == 0) || (train && train->isBool() && !train->toBool());
+  return is_dropout_kind(g.kind(d), /*inplace=*/false) && dropout_is_identity(g, d);
 }
 
 std::optional<ActivationInfo> activation_of(const std::string& kind) {
@@ -250,6 +243,30 @@ bool is_view_of_input(const GraphView& g, NodeRef n, size_t index) {
   const c10::AliasInfo* out = s->returns()[0].alias_info();
   const c10::AliasInfo* in = s->arguments()[index].alias_info();
   return out && in && !out->isWrite() && !in->isWrite() && out->beforeSets() == in->beforeSets();
+}
+
+bool returns_written_first(const c10::FunctionSchema* s) {
+  return s && !s->returns().empty() && !s->arguments().empty() && s->returns()[0].alias_info() &&
+         s->returns()[0].alias_info()->isWrite() && s->arguments()[0].alias_info() &&
+         s->arguments()[0].alias_info()->isWrite();
+}
+
+bool is_dropout_kind(const std::string& kind, bool inplace) {
+  static const char* names[] = {"aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
+                                "aten::feature_alpha_dropout"};
+  const size_t base = kind.size() - (inplace ? 1 : 0); // the name without its `_`
+  if (inplace && (kind.empty() || kind.back() != '_')) return false;
+  for (const char* n : names)
+    if (kind.compare(0, base, n) == 0 && std::char_traits<char>::length(n) == base) return true;
+  return false;
+}
+
+bool dropout_is_identity(const GraphView& g, NodeRef d) {
+  if (g.num_inputs(d) < 3) return false;
+  const auto p = g.constant(g.input(d, 1));
+  const auto train = g.constant(g.input(d, 2));
+  return (p && p->isDouble() && p->toDouble() == 0) ||
+         (train && train->isBool() && !train->toBool());
 }
 
 } // namespace memslim::saved

@@ -6,19 +6,10 @@
 namespace memslim {
 
 namespace {
+// A dropout may return its input (p == 0 or not training, unless its constants
+// say otherwise): the same storage under another name.
 bool may_return_input(const GraphView& g, NodeRef n) {
-  static const char* kinds[] = {"aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
-                                "aten::feature_alpha_dropout"};
-  const std::string k = g.kind(n);
-  for (const char* d : kinds)
-    if (k == d) return true;
-  return false;
-}
-
-bool writes_first_and_returns_it(const c10::FunctionSchema* s) {
-  return s && !s->returns().empty() && !s->arguments().empty() && s->returns()[0].alias_info() &&
-         s->returns()[0].alias_info()->isWrite() && s->arguments()[0].alias_info() &&
-         s->arguments()[0].alias_info()->isWrite();
+  return saved::is_dropout_kind(g.kind(n), /*inplace=*/false);
 }
 } // namespace
 
@@ -27,7 +18,7 @@ ValueRef ViewGate::storage_root(ValueRef v) const {
     const NodeRef p = g_.producer(v);
     if (!p || g_.is_input(v) || g_.num_inputs(p) == 0) return v;
     if (saved::is_view_of_input(g_, p, 0) || may_return_input(g_, p) ||
-        writes_first_and_returns_it(g_.schema(p))) {
+        saved::returns_written_first(g_.schema(p))) {
       v = g_.input(p, 0);
       continue;
     }

@@ -191,6 +191,15 @@ PYBIND11_MODULE(_C, m) {
         return py::make_tuple(decision_dicts(r.decisions), rewrites);
       },
       py::arg("values"), py::arg("nodes"), py::arg("passes"), py::arg("policy"));
+  // A policy flag's text as memslim-opt reads it (PolicyValue::parse: an
+  // integer, else a number, else the text), for memslim.opt_pt2's flags.
+  m.def("parse_policy_value", [](const std::string& text) -> py::object {
+    const memslim::PolicyValue v = memslim::PolicyValue::parse(text);
+    using K = memslim::PolicyValue::Kind;
+    if (v.kind == K::Int) return py::cast(v.i);
+    if (v.kind == K::Double) return py::cast(v.d);
+    return py::cast(text);
+  });
   m.def("check_policy", [](const py::dict& policy) { policy_from_dict(policy); });
   m.def("policy_options", []() {
     py::list out;

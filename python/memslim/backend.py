@@ -129,15 +129,15 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     policy = _policy(**policy)
     try:
         aten, mode, fakes = _aten_graph(gm, example_inputs)
-        fx.optimize(aten, **policy)
-        decisions = fx.report(aten)
+        decisions, apply = fx._plan(aten, None, policy)
         rewrote = any(d.verdict == "rewrote" for d in decisions)
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
         if rewrote and needs_grad:
-            original = _aten_graph(gm, example_inputs)[0]
+            # One trace: partitioned as it is, then with the rewrites applied.
             with _dynamic_output_shapes(mode):
-                before = _partitioned_saved_bytes(original, fakes)
+                before = _partitioned_saved_bytes(aten, fakes)
+                apply()
                 after = _partitioned_saved_bytes(aten, fakes)
             rewrote = after < before
             decisions.append(_note(

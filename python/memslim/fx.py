@@ -70,7 +70,7 @@ class _Serializer:
                     "backend='memslim')), not torch.fx.symbolic_trace's")
             else:
                 name = getattr(n.target, "__qualname__", None) or str(n.target)
-                outs = self._outputs_of(n, None)
+                outs = self._outputs_of(n)
                 self._node("python::" + name, None, self._flat_inputs((n.args, n.kwargs)), outs, n)
 
     def _tensor_value(self, name: str, val) -> int:
@@ -107,7 +107,7 @@ class _Serializer:
         torch.fx.node.map_arg(args, lambda n: flat.append(self._input(n)))
         return flat
 
-    def _outputs_of(self, n: torch.fx.Node, schema) -> List[int]:
+    def _outputs_of(self, n: torch.fx.Node) -> List[int]:
         val = n.meta.get("val")
         if isinstance(val, (list, tuple)):
             ids = [self._tensor_value(f"{n.name}[{i}]", v) for i, v in enumerate(val)]
@@ -129,7 +129,7 @@ class _Serializer:
             else:
                 a = None
             inputs.append(self._input(a))
-        outs = self._outputs_of(n, schema)
+        outs = self._outputs_of(n)
         self._node(schema.name, schema.overload_name, inputs, outs, n)
 
 
@@ -164,20 +164,31 @@ def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
             # Constants the graph holds (make_fx's _param_constant*) are real.
             FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(
                 *example_inputs)
+    decisions, apply = _plan(gm, passes, policy)
+    apply()
+    _REPORTS[program] = decisions
+    return program
+
+
+def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dict):
+    """The decisions on `gm` (its nodes need `meta["val"]`) and a function that applies
+    them; `gm` is left as it is until that function is called (memslim's torch.compile
+    backend partitions the graph in between)."""
     s = _Serializer(gm.graph)
     pass_list = list(passes) if passes is not None else []
     try:
         records, rewrites = _C.fx_run(s.values, s.nodes, pass_list, policy)
     except ValueError as e:
         raise ValueError(f"memslim.fx.optimize: {e}") from None
-    for index, kind in rewrites:
-        node = s.fx_nodes[index]
-        ns, name = kind.split("::")
-        node.target = getattr(getattr(torch.ops, ns), name).default
-    if rewrites:
-        gm.recompile()
-    _REPORTS[program] = [Decision(r) for r in records]
-    return program
+
+    def apply() -> None:
+        for index, kind in rewrites:
+            ns, name = kind.split("::")
+            s.fx_nodes[index].target = getattr(getattr(torch.ops, ns), name).default
+        if rewrites:
+            gm.recompile()
+
+    return [Decision(r) for r in records], apply
 
 
 def report(program) -> List[Decision]:

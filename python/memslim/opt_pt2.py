@@ -45,14 +45,7 @@ def main(argv) -> int:
             if "=" not in a:
                 _fail(f"{a} needs a value ({a}=VALUE)")
             flag, text = a.split("=", 1)
-            try:
-                value = int(text)
-            except ValueError:
-                try:
-                    value = float(text)
-                except ValueError:
-                    value = text
-            policy[options[flag]] = value
+            policy[options[flag]] = _C.parse_policy_value(text)  # as memslim-opt reads flags
         elif a.startswith("-") and a != "-":
             _fail(f"unknown or unsupported option for .pt2 input: {a}")
         elif inp is None:

@@ -144,6 +144,15 @@ TEST(Core, FunctionalizeNeedsAFreshUnsharedInput) {
   EXPECT_EQ(r.rewrites[0].kind, "aten::silu");
 }
 
+TEST(Core, DropoutKindsAreOneTable) {
+  EXPECT_TRUE(memslim::saved::is_dropout_kind("aten::dropout", false));
+  EXPECT_TRUE(memslim::saved::is_dropout_kind("aten::feature_alpha_dropout_", true));
+  EXPECT_FALSE(memslim::saved::is_dropout_kind("aten::dropout_", false));
+  EXPECT_FALSE(memslim::saved::is_dropout_kind("aten::dropout", true));
+  EXPECT_FALSE(memslim::saved::is_dropout_kind("aten::dropou", false));
+  EXPECT_FALSE(memslim::saved::is_dropout_kind("", true));
+}
+
 TEST(Core, BadFxRecordsAreErrors) {
   FxGraphView g;
   EXPECT_THROW(g.add_node("aten::no_such_op", "", {}, {}), std::invalid_argument);

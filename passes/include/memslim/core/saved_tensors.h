@@ -32,5 +32,17 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except,
 // Whether `n`'s output is a view of (shares storage with) its input `index`,
 // by its schema's alias annotations (view, reshape, transpose, select...).
 bool is_view_of_input(const GraphView& g, NodeRef n, size_t index);
+// Whether a schema writes its first argument in place and returns it
+// (`Tensor(a!) self -> Tensor(a!)`).
+bool returns_written_first(const c10::FunctionSchema* s);
+
+// aten's dropouts (one table): `kind` is aten::dropout, feature_dropout,
+// alpha_dropout or feature_alpha_dropout, in place (`_`) or not as asked.
+// ATen's _dropout_impl returns its input untouched when p == 0 or not training
+// (an alias no schema declares).
+bool is_dropout_kind(const std::string& kind, bool inplace);
+// Whether dropout node `d` (either form) provably does nothing: a constant
+// p == 0 or a constant train == false.
+bool dropout_is_identity(const GraphView& g, NodeRef d);
 
 } // namespace memslim::saved

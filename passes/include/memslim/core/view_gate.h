@@ -28,6 +28,8 @@ namespace memslim {
 // rewrite removes a write.
 std::optional<std::string> write_observable(const GraphView& g, ValueRef w);
 
+// One per pass over a graph: it holds the node order (rewrites change kinds,
+// which it reads live, not the order).
 class ViewGate {
  public:
   explicit ViewGate(const GraphView& g) : g_(g), order_(g.nodes()) {}
