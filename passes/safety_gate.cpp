@@ -87,6 +87,22 @@ bool executor_differentiates(const Node* n) {
   return clamping_activation(n) || torch::jit::isDifferentiable(const_cast<Node*>(n));
 }
 
+// Activations whose symbolic gradient reads their output where aten's reads
+// their input: an in-place write to that output after them raises in backward
+// whenever the executor puts them in a DifferentiableGraph (and trains in
+// eager). Measured on torch 2.14 with `v = (x * 2 + 1); a = act(v); b = a * 3;
+// a.add_(1)` scripted: softplus, hardswish, leaky_relu, relu6 fail from the
+// second call; gelu, silu, mish, hardsigmoid, elu, celu, selu, hardtanh,
+// logsigmoid, abs, clamp train (sigmoid, tanh, relu, exp fail in eager too).
+bool symbolic_gradient_reads_output(const Node* n) {
+  static const c10::Symbol kinds[] = {
+      c10::Symbol::fromQualString("aten::softplus"), c10::Symbol::fromQualString("aten::hardswish"),
+      c10::Symbol::fromQualString("aten::leaky_relu"), c10::Symbol::fromQualString("aten::relu6")};
+  for (c10::Symbol k : kinds)
+    if (n->kind() == k) return true;
+  return false;
+}
+
 // TorchScript's executor runs chains of nodes its autodiff differentiates (in
 // one block, linked producer -> consumer) as DifferentiableGraphs, which keep
 // what their backward formulas read, their outputs included. A rewrite changes
@@ -97,6 +113,19 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
                                         const std::unordered_set<const Node*>& members,
                                         const std::shared_ptr<Graph>& graph) {
   const Block* block = covers.front()->owningBlock();
+  // The blocks around the covered nodes count too: a rewrite inside an If's
+  // branch changes how the executor sees the values it reads from outside
+  // (a region's Tensor[] input is a wildcard to AliasDb, so CSE stops merging
+  // them, and the outer block's chain grows past the executor's inlining
+  // threshold). Long-fuzz seed 363139: a region in an else-branch reading
+  // `v3 * 1.0` and a view of x made unsqueeze -> squeeze -> mul, softplus one
+  // graph keeping softplus's output, which tanh_ then wrote.
+  std::unordered_set<const Block*> blocks;
+  for (const Block* b = block; b;) {
+    blocks.insert(b);
+    const Node* owner = b->owningNode();
+    b = owner ? owner->owningBlock() : nullptr;
+  }
   // In-place ops stay out of those graphs (seen in the executor's plans; autodiff
   // has formulas for some of them, e.g. add_).
   // aten::chunk and its unpacking are linked too: the executor turns them into
@@ -110,7 +139,7 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
   // `for i in range(2): v2 = v0 * (i + 1); mish(v2)` regrouped the unrolled body
   // into a graph keeping v0 * 1, which the executor folds to v0).
   auto unrolled = [&](const Node* n) {
-    if (n->kind() != c10::prim::Loop || n->owningBlock() != block) return false;
+    if (n->kind() != c10::prim::Loop || !blocks.count(n->owningBlock())) return false;
     const auto trips = torch::jit::constant_as<int64_t>(n->input(0));
     const auto cond = torch::jit::constant_as<bool>(n->input(1));
     return trips && cond && *cond;
@@ -118,7 +147,7 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
   auto linked = [&](const Node* n) {
     if (unrolled(n)) return true;
     const Node* owner = n->owningBlock()->owningNode();
-    if (n->owningBlock() != block && !(owner && unrolled(owner))) return false;
+    if (!blocks.count(n->owningBlock()) && !(owner && unrolled(owner))) return false;
     if (members.count(n) || n->kind() == c10::aten::chunk || is_chunk_unpack(n)) return true;
     const c10::FunctionSchema* s = n->maybeSchema();
     if (s && s->is_mutable()) return false;
@@ -371,6 +400,14 @@ const std::optional<std::string>& SafetyGate::hidden_alias_read() {
 //    (`v3 = v0 * 2; silu_(v3.t())` fails without memslim when t joins the mul's
 //    graph; long-fuzz seed 315436: a region after silu_(where(...).t()) made
 //    the executor cut the nodes before it that way).
+//  - An in-place write to the output of an activation whose symbolic gradient
+//    reads it (symbolic_gradient_reads_output): a graph holding the activation
+//    keeps that output, and the write raises in backward. Long-fuzz seed
+//    363139: `v5 = softplus(v3); v5.tanh_()` trained scripted because torch's
+//    CSE and the executor's inlining threshold left softplus outside any
+//    graph; a recompute region after an If reading a value derived from v5
+//    (a Tensor[] input, a wildcard to AliasDb) stopped that CSE, and
+//    unsqueeze -> squeeze -> softplus, mul became a graph keeping v5.
 //  - An aten::chunk piece whose value reaches no result: the executor's chunk
 //    backward then gets an undefined gradient and raises "tensor does not have
 //    a device" (`a, b = y.chunk(2, 1); return x + silu(b).mean()` fails without
@@ -401,7 +438,16 @@ const std::optional<std::string>& SafetyGate::executor_hazard() {
         }
     }
     if (SavedTensorAnalysis::writes_nothing(m)) continue;
-    for (const Value* w : SavedTensorAnalysis::written_inputs(m))
+    for (const Value* w : SavedTensorAnalysis::written_inputs(m)) {
+      const Node* producer = SavedTensorAnalysis::storage_root(w)->node();
+      if (symbolic_gradient_reads_output(producer)) {
+        executor_hazard_->emplace(
+            std::string(m->kind().toQualString()) + " writes " + name_of(w) + ", the output of " +
+            producer->kind().toQualString() +
+            ", in place: TorchScript's symbolic gradient of that op reads its output, so the "
+            "write raises in backward once any rewrite puts it in a DifferentiableGraph");
+        return *executor_hazard_;
+      }
       for (const Value* v = w; SavedTensorAnalysis::is_view_of_input(v->node(), 0);
            v = v->node()->input(0)) {
         const Node* view = v->node();
@@ -417,6 +463,7 @@ const std::optional<std::string>& SafetyGate::executor_hazard() {
             "once any rewrite changes its graphs, and the write then raises");
         return *executor_hazard_;
       }
+    }
   }
   return *executor_hazard_;
 }

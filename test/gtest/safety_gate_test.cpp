@@ -565,6 +565,68 @@ graph(%x : Tensor, %y : Tensor):
   EXPECT_FALSE(refusal(variant("%y", "%a")).has_value());
 }
 
+TEST(SafetyGate, WriteToOutputTorchScriptKeepsIsAHazard) {
+  // Long-fuzz seed 363139: an in-place write to softplus's output trains in eager
+  // (softplus keeps its input) and raises scripted once the executor puts softplus
+  // in a DifferentiableGraph (its symbolic gradient reads the output). Every
+  // rewrite is kept; hardsigmoid's symbolic gradient reads its input: no hazard.
+  const char* ir = R"IR(
+graph(%x : Tensor, %y : Tensor):
+  %one : float = prim::Constant[value=1.]()
+  %i1 : int = prim::Constant[value=1]()
+  %a : Tensor = ACT(%x)
+  %w : Tensor = aten::add_(%a, %one, %i1)
+  %s : Tensor = aten::sigmoid(%y)
+  return (%w, %s))IR";
+  Remarks remarks;
+  auto refusal = [&](const char* act) {
+    std::string s = ir;
+    s.replace(s.find("ACT"), 3, act);
+    auto g = parse(s);
+    SafetyGate gate(g, "test", remarks);
+    return gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
+  };
+  auto why = refusal("aten::hardswish");
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find(", the output of aten::hardswish, in place"), std::string::npos) << *why;
+  EXPECT_FALSE(refusal("aten::hardsigmoid").has_value());
+}
+
+TEST(SafetyGate, ExecutorChainReachesEnclosingBlocks) {
+  // A rewrite inside an If's branch reading a value of the block around it: that
+  // block's chain counts (seed 363139: a region in an else-branch regrouped the
+  // outer softplus into a graph keeping the output a later write touched).
+  // Without the outer write (WRITE -> a plain read) nothing is kept.
+  const char* ir = R"IR(
+graph(%x : Tensor, %c : bool):
+  %one : float = prim::Constant[value=1.]()
+  %i1 : int = prim::Constant[value=1]()
+  %m : Tensor = aten::mul(%x, %one)
+  %a : Tensor = aten::gelu(%m, %none)
+  %w : Tensor = WRITE(%a, %one, %i1)
+  %r : Tensor = prim::If(%c)
+    block0():
+      -> (%w)
+    block1():
+      %s : Tensor = aten::sigmoid(%m)
+      -> (%s)
+  return (%r))IR";
+  Remarks remarks;
+  auto refusal = [&](const char* write) {
+    std::string s = ir;
+    s.replace(s.find("WRITE"), 5, write);
+    s.replace(s.find("%none)"), 5, "%nn");
+    s.insert(s.find("  %one"), "  %nn : str = prim::Constant[value=\"none\"]()\n");
+    auto g = parse(s);
+    SafetyGate gate(g, "test", remarks);
+    return gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
+  };
+  auto why = refusal("aten::add_");
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("DifferentiableGraph"), std::string::npos) << *why;
+  EXPECT_FALSE(refusal("aten::add").has_value());
+}
+
 // The policy table (passes/policy.cpp): flag text reads as a typed value, and
 // a CostPolicy set field by field is checked by the same rows.
 TEST(Policy, OneTableParsesAndChecks) {
