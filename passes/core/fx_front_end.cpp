@@ -2,7 +2,9 @@
 #include "memslim/core/fx_front_end.h"
 
 #include <stdexcept>
+#include <unordered_set>
 
+#include "memslim/core/canonicalize.h"
 #include "memslim/core/functionalize.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/view_gate.h"
@@ -23,7 +25,51 @@ void apply_or_keep(FxGraphView& g, NodeRef n, Decision& d, const std::string& ki
     return;
   }
   g.set_kind(g.id(n), kind);
-  out.rewrites.push_back({g.id(n), kind});
+  out.rewrites.push_back({g.id(n), kind, "", std::nullopt, {}});
+}
+
+// canonicalize-activations: a hand-written formula's root becomes the aten op
+// of its input; the formula's nodes nobody reads any more go.
+void canonicalize(FxGraphView& g, FxResult& out) {
+  const ViewGate gate(g);
+  std::unordered_set<size_t> gone;
+  for (NodeRef root : canonicalize_roots(g)) {
+    if (gone.count(g.id(root))) continue;
+    auto d = decide_canonicalize(g, root);
+    if (!d) continue;
+    if (d->rewrite()) {
+      std::string why = gate.check_between(d->covers);
+      if (why.empty()) why = gate.check(root, {d->x, g.output(root, 0)});
+      if (!why.empty()) {
+        d->decision.verdict = Decision::Verdict::Kept;
+        d->decision.text = why;
+      } else {
+        FxRewrite rw{g.id(root), d->op, "", std::vector<FxArg>{{g.id(d->x), {}}}, {}};
+        std::vector<size_t> inputs{g.id(d->x)};
+        if (!d->approximate.empty()) {
+          FxGraphView::Value c;
+          c.name = "'" + d->approximate + "'";
+          c.constant = c10::IValue(d->approximate);
+          inputs.push_back(g.add_value(std::move(c)));
+          rw.args->push_back({std::nullopt, c10::IValue(d->approximate)});
+        }
+        g.rewrite_node(g.id(root), d->op, "", inputs);
+        // Consumers before producers (covers lists producers first).
+        for (auto it = d->covers.rbegin(); it != d->covers.rend(); ++it) {
+          if (*it == root) continue;
+          bool used = false;
+          for (size_t o = 0; o < g.num_outputs(*it); ++o)
+            used = used || !g.uses(g.output(*it, o)).empty();
+          if (used) continue;
+          rw.erased.push_back(g.id(*it));
+          gone.insert(g.id(*it));
+          g.erase_node(g.id(*it));
+        }
+        out.rewrites.push_back(std::move(rw));
+      }
+    }
+    out.decisions.push_back(std::move(d->decision));
+  }
 }
 
 // output-saving-activations: the TorchScript pass's loop with the view gate.
@@ -60,7 +106,8 @@ void functionalize(FxGraphView& g, FxResult& out) {
 } // namespace
 
 const std::vector<std::string>& fx_default_passes() {
-  static const std::vector<std::string> passes = {kFunctionalizePass, kOutputSavingPass};
+  static const std::vector<std::string> passes = {kFunctionalizePass, kCanonicalizePass,
+                                                  kOutputSavingPass};
   return passes;
 }
 
@@ -71,6 +118,8 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
       output_saving(g, policy, out);
     } else if (p == kFunctionalizePass) {
       functionalize(g, out);
+    } else if (p == kCanonicalizePass) {
+      canonicalize(g, out);
     } else if (find_pass(p)) {
       out.decisions.push_back({p,
                                Decision::Verdict::Note,

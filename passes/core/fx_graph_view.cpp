@@ -3,6 +3,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace memslim {
@@ -15,19 +16,23 @@ size_t FxGraphView::add_value(Value v) {
   return values_.size() - 1;
 }
 
+namespace {
+const c10::FunctionSchema* registered_schema(const std::string& kind, const std::string& overload) {
+  auto op = c10::Dispatcher::singleton().findSchema({kind, overload});
+  if (!op)
+    throw std::invalid_argument("memslim.fx: unknown op " + kind +
+                                (overload.empty() ? "" : "." + overload));
+  return &op->schema();
+}
+} // namespace
+
 size_t FxGraphView::add_node(const std::string& kind, const std::optional<std::string>& overload,
                              const std::vector<size_t>& inputs,
                              const std::vector<size_t>& outputs) {
   Node n;
   n.id = nodes_.size();
   n.kind = kind;
-  if (overload) {
-    auto op = c10::Dispatcher::singleton().findSchema({kind, *overload});
-    if (!op)
-      throw std::invalid_argument("memslim.fx: unknown op " + kind +
-                                  (overload->empty() ? "" : "." + *overload));
-    n.schema = &op->schema();
-  }
+  if (overload) n.schema = registered_schema(kind, *overload);
   for (size_t v : inputs)
     if (v >= values_.size()) throw std::invalid_argument("memslim.fx: bad input value id");
   for (size_t v : outputs)
@@ -46,10 +51,40 @@ size_t FxGraphView::add_node(const std::string& kind, const std::optional<std::s
   return added.id;
 }
 
+void FxGraphView::rewrite_node(size_t id, const std::string& kind, const std::string& overload,
+                               const std::vector<size_t>& inputs) {
+  Node& n = nodes_.at(id);
+  for (size_t v : inputs)
+    if (v >= values_.size()) throw std::invalid_argument("memslim.fx: bad input value id");
+  n.schema = registered_schema(kind, overload);
+  n.kind = kind;
+  for (size_t v : n.inputs) {
+    auto& uses = values_[v].uses;
+    uses.erase(std::remove_if(uses.begin(), uses.end(),
+                              [&](const Use& u) { return u.user == NodeRef{&n}; }),
+               uses.end());
+  }
+  n.inputs = inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) values_[inputs[i]].uses.push_back({NodeRef{&n}, i});
+}
+
+void FxGraphView::erase_node(size_t id) {
+  Node& n = nodes_.at(id);
+  for (size_t v : n.inputs) {
+    auto& uses = values_[v].uses;
+    uses.erase(std::remove_if(uses.begin(), uses.end(),
+                              [&](const Use& u) { return u.user == NodeRef{&n}; }),
+               uses.end());
+  }
+  n.inputs.clear();
+  n.erased = true;
+}
+
 std::vector<NodeRef> FxGraphView::nodes() const {
   std::vector<NodeRef> out;
   out.reserve(nodes_.size());
-  for (const Node& n : nodes_) out.push_back(NodeRef{&n});
+  for (const Node& n : nodes_)
+    if (!n.erased) out.push_back(NodeRef{&n});
   return out;
 }
 

@@ -1,6 +1,8 @@
 //===- view_gate.cpp - the FX front end's safety gate, over a GraphView ----===//
 #include "memslim/core/view_gate.h"
 
+#include <algorithm>
+
 #include "memslim/core/saved_tensors.h"
 
 namespace memslim {
@@ -47,6 +49,35 @@ std::string ViewGate::check(NodeRef site, const std::vector<ValueRef>& guarded) 
         if (r == root)
           return "written in place afterwards by " + g_.kind(n) +
                  (g_.num_outputs(n) ? " at " + g_.name(g_.output(n, 0)) : std::string());
+    }
+  }
+  return "";
+}
+
+std::string ViewGate::check_between(const std::vector<NodeRef>& covers) const {
+  auto covered = [&](NodeRef n) {
+    return std::find(covers.begin(), covers.end(), n) != covers.end();
+  };
+  std::vector<ValueRef> read;
+  for (NodeRef c : covers)
+    for (size_t i = 0; i < g_.num_inputs(c); ++i)
+      if (g_.is_tensor(g_.input(c, i))) read.push_back(storage_root(g_.input(c, i)));
+  size_t left = covers.size();
+  bool inside = false;
+  for (NodeRef n : order_) {
+    if (covered(n)) {
+      inside = true;
+      if (--left == 0) break;
+      continue;
+    }
+    const c10::FunctionSchema* s = g_.schema(n);
+    if (!inside || !s || !s->is_mutable()) continue;
+    for (size_t i = 0; i < s->arguments().size() && i < g_.num_inputs(n); ++i) {
+      const c10::AliasInfo* a = s->arguments()[i].alias_info();
+      if (!a || !a->isWrite() || !g_.is_tensor(g_.input(n, i))) continue;
+      const ValueRef r = storage_root(g_.input(n, i));
+      if (std::find(read.begin(), read.end(), r) != read.end())
+        return g_.kind(n) + " writes " + g_.name(g_.input(n, i)) + " in place between its nodes";
     }
   }
   return "";

@@ -187,7 +187,21 @@ PYBIND11_MODULE(_C, m) {
         const auto r = memslim::run_fx(g, passes.empty() ? memslim::fx_default_passes() : passes,
                                        policy_from_dict(policy));
         py::list rewrites;
-        for (const auto& rw : r.rewrites) rewrites.append(py::make_tuple(rw.node, rw.kind));
+        // (node index, op name, overload, args or None, erased node indices);
+        // args: ("v", value id) or ("c", constant).
+        for (const auto& rw : r.rewrites) {
+          py::object args = py::none();
+          if (rw.args) {
+            py::list a;
+            for (const auto& arg : *rw.args)
+              if (arg.value)
+                a.append(py::make_tuple("v", *arg.value));
+              else
+                a.append(py::make_tuple("c", torch::jit::toPyObject(arg.constant)));
+            args = a;
+          }
+          rewrites.append(py::make_tuple(rw.node, rw.kind, rw.overload, args, rw.erased));
+        }
         return py::make_tuple(decision_dicts(r.decisions), rewrites);
       },
       py::arg("values"), py::arg("nodes"), py::arg("passes"), py::arg("policy"));

@@ -182,9 +182,24 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
         raise ValueError(f"memslim.fx.optimize: {e}") from None
 
     def apply() -> None:
-        for index, kind in rewrites:
+        # Which fx node (or getitem of one) carries each value id.
+        carrier = {}
+        for node, ids in s.outs.items():
+            if len(ids) == 1:
+                carrier.setdefault(ids[0], node)
+        for index, kind, overload, args, erased in rewrites:
             ns, name = kind.split("::")
-            s.fx_nodes[index].target = getattr(getattr(torch.ops, ns), name).default
+            node = s.fx_nodes[index]
+            node.target = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+            if args is not None:  # by the new op's schema: keyword-only ones as kwargs
+                values = [carrier[v] if tag == "v" else v for tag, v in args]
+                params = node.target._schema.arguments
+                node.args = tuple(v for v, a in zip(values, params) if not a.kwarg_only)
+                node.kwargs = {a.name: v for v, a in zip(values, params) if a.kwarg_only}
+            for gone in erased:
+                dead = s.fx_nodes[gone]
+                if not dead.users:
+                    gm.graph.erase_node(dead)
         if rewrites:
             gm.recompile()
 

@@ -191,3 +191,37 @@ graph(%x : Float(8, 8, strides=[8, 1], device=cpu),
 }
 
 } // namespace
+
+namespace {
+TEST(Core, CanonicalizeRewritesTheFormulaAndDropsItsNodes) {
+  // linear -> x * sigmoid(x) -> linear: the root becomes aten::silu(x), the
+  // sigmoid goes (from nodes() and from x's uses), and output-saving, run
+  // after it, sees the silu with one use of x.
+  Builder b;
+  const size_t x0 = b.tensor("x0"), w = b.tensor("w");
+  b.inputs({x0, w});
+  const size_t h = b.op("aten::linear", "", {x0, w, b.none()}, "h");
+  const size_t s = b.op("aten::sigmoid", "", {h}, "s");
+  const size_t r = b.op("aten::mul", "Tensor", {h, s}, "r");
+  const size_t out = b.op("aten::linear", "", {r, w, b.none()}, "out");
+  b.ret({out});
+  const auto res = memslim::run_fx(b.g, {"canonicalize-activations", "output-saving-activations"},
+                                   memslim::CostPolicy{});
+  ASSERT_EQ(res.decisions.size(), 2u);
+  EXPECT_EQ(res.decisions[0].verdict, Decision::Verdict::Rewrote);
+  EXPECT_EQ(res.decisions[0].site, "x * sigmoid(x) at %r");
+  EXPECT_EQ(res.decisions[1].verdict, Decision::Verdict::Rewrote) << res.decisions[1].text;
+  ASSERT_EQ(res.rewrites.size(), 2u);
+  const auto& canon = res.rewrites[0];
+  EXPECT_EQ(canon.kind, "aten::silu");
+  ASSERT_TRUE(canon.args.has_value());
+  ASSERT_EQ(canon.args->size(), 1u);
+  EXPECT_EQ(*(*canon.args)[0].value, h);
+  ASSERT_EQ(canon.erased.size(), 1u);
+  EXPECT_EQ(b.g.kind(b.g.producer(b.g.value_ref(s))), "aten::sigmoid");
+  EXPECT_FALSE(node_named(b.g, "aten::sigmoid"));
+  EXPECT_EQ(b.g.uses(b.g.value_ref(h)).size(), 1u);
+  EXPECT_EQ(res.rewrites[1].kind, "memslim::silu");
+  EXPECT_EQ(b.g.kind(b.g.producer(b.g.value_ref(r))), "memslim::silu");
+}
+} // namespace

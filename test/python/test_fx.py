@@ -1,6 +1,8 @@
 """The FX front end: memslim.fx.optimize on ExportedPrograms and GraphModules,
 torch.compile(backend="memslim"), and the same decisions as the TorchScript
 front end (both call the C++ decision core)."""
+import math
+
 import pytest
 import torch
 import torch.nn as nn
@@ -68,6 +70,32 @@ class InplaceNet(nn.Module):
         return F.relu(self.c3(s), inplace=True).mean((2, 3)) + t
 
 
+class HandWritten(nn.Module):
+    """Activations written out by hand: GPT-2's gelu_new, x * sigmoid(x), the hardswish
+    formula in aten's order, x * tanh(softplus(x)), and the erf GELU (matched and left as
+    written: aten::gelu is less accurate than the formula on the CPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 32)
+        self.c = nn.Linear(32, 32)
+        self.d = nn.Linear(32, 32)
+        self.e = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        h = self.b(h)
+        h = h * torch.sigmoid(h)
+        h = self.c(h)
+        h = h * F.relu6(h + 3) / 6
+        h = self.d(h)
+        h = h * torch.tanh(F.softplus(h))
+        h = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))
+        return self.e(h)
+
+
 def _grads(model, x):
     for p in model.parameters():
         p.grad = None
@@ -93,11 +121,12 @@ def _key(d):
 
 
 @pytest.mark.parametrize("model_fn,shape", [(Net, (2, 3, 8, 8)), (MLP, (16, 32)),
-                                            (InplaceNet, (2, 3, 8, 8))])
+                                            (InplaceNet, (2, 3, 8, 8)), (HandWritten, (8, 16))])
 def test_both_front_ends_make_the_same_decisions(model_fn, shape):
     model = model_fn().train()
     x = torch.randn(shape)
-    passes = ["functionalize-inplace-activations", "output-saving-activations"]
+    passes = ["functionalize-inplace-activations", "canonicalize-activations",
+              "output-saving-activations"]
     ts = memslim.optimize(model, (x,), passes=passes)
     ep = memslim.fx.optimize(torch.export.export(model, (x,)), passes=passes)
     script = [_key(d) for d in memslim.report(ts)]
@@ -105,6 +134,9 @@ def test_both_front_ends_make_the_same_decisions(model_fn, shape):
     assert script == fx
     assert any(k[1] == "rewrote" for k in fx)
     assert model_fn is MLP or any(k[1] == "kept" for k in fx)
+    if model_fn is HandWritten:
+        canon = [k for k in fx if k[0] == "canonicalize-activations"]
+        assert [k[1] for k in canon] == ["kept"] + ["rewrote"] * 4, canon
     if model_fn is InplaceNet:
         ops = [k[2] for k in fx if k[1] == "rewrote"]
         assert ops.count("aten::silu_") == 1 and "aten::hardswish_" in ops
@@ -120,6 +152,86 @@ def test_exported_program_trains_like_the_original_and_keeps_less():
     assert {"memslim.gelu.default", "memslim.hardswish.default", "memslim.silu.default"} <= ops
     _close(_grads(after, x), _grads(before, x), 1e-6)
     assert saved_bytes(after, x) < saved_bytes(before, x)
+
+
+def test_hand_written_activations_become_memslim_ops_in_an_exported_program():
+    model = HandWritten().train()
+    x = torch.randn(8, 16)
+    before = torch.export.export(model, (x,)).module()
+    after = memslim.fx.optimize(torch.export.export(model, (x,))).module()
+    ops = [str(n.target) for n in after.graph.nodes if n.op == "call_function"]
+    # The formulas' nodes are gone; gelu_new, silu, hardswish keep their output + bits
+    # (a linear keeps it anyway); mish's output feeds the erf formula (left as written),
+    # whose products keep other tensors: aten's mish stays.
+    assert "aten.tanh.default" not in ops and "aten.pow.Tensor_Scalar" not in ops
+    assert {"memslim.gelu.default", "memslim.silu.default", "memslim.hardswish.default",
+            "aten.mish.default", "aten.erf.default"} <= set(ops)
+    _close(_grads(after, x), _grads(before, x), 1e-5)
+    assert saved_bytes(after, x) < saved_bytes(before, x)
+
+
+def test_canonicalized_gelu_left_to_aten_runs():
+    # Fuzzer seeds 245, 270, ... (quick mode, this session): a tanh-GELU formula whose
+    # output no consumer keeps stays aten::gelu, whose `approximate` is keyword-only;
+    # the FX rewrite passed it positionally and the module raised.
+    def f(h):
+        return (0.5 * h * (1.0 + torch.tanh(
+            math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))).sum()
+
+    class G(nn.Module):
+        def forward(self, x):
+            return f(x * 2.0)
+
+    x = torch.randn(4, 8, requires_grad=True)
+    ep = memslim.fx.optimize(torch.export.export(G(), (x,)))
+    assert [d.verdict for d in memslim.report(ep)][:1] == ["rewrote"]
+    got = ep.module()(x)
+    torch.testing.assert_close(got, G()(x))
+
+
+def test_fx_gate_keeps_a_formula_with_a_write_between_its_nodes():
+    class W(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.a(x)
+            s = torch.sigmoid(h)
+            # Between the formula's nodes, through a view (the graph's later h is still
+            # the linear's node): silu(h) would read the written h.
+            h.view(-1).add_(1.0)
+            return h * s
+
+    x = torch.randn(4, 8)
+    ep = memslim.fx.optimize(torch.export.export(W(), (x,)),
+                             passes=["canonicalize-activations"])
+    [d] = memslim.report(ep)
+    assert d.verdict == "kept" and "in place between its nodes" in d.text, d
+
+
+def test_compile_backend_rewrites_hand_written_gelu():
+    # GPT-2's gelu_new: Inductor recomputes the formula from the linear's output and
+    # keeps that; memslim's GELU keeps its output (which the next linear keeps anyway).
+
+    class G(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(16, 64)
+            self.b = nn.Linear(64, 16)
+
+        def forward(self, x):
+            h = self.a(x)
+            return self.b(0.5 * h * (1.0 + torch.tanh(
+                math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0)))))
+
+    model = G().train()
+    x = torch.randn(32, 16)
+    plain, ours = _compile_pair(model)
+    _close(_grads(ours, x), _grads(model, x), 1e-5)
+    assert saved_bytes(ours, x) < saved_bytes(plain, x)
+    assert any(d.pass_ == "canonicalize-activations" and d.verdict == "rewrote"
+               for d in memslim.report(ours))
 
 
 def test_predicted_matches_measured_on_the_exported_mlp():

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,20 @@
 
 namespace memslim {
 
+// One argument of a rewritten node: a value of the graph, or a constant.
+struct FxArg {
+  std::optional<size_t> value; // FxGraphView value id
+  c10::IValue constant;        // when no value
+};
 struct FxRewrite {
-  size_t node;      // FxGraphView node id
-  std::string kind; // "memslim::gelu": same arguments, another op
+  size_t node;          // FxGraphView node id
+  std::string kind;     // "memslim::gelu"
+  std::string overload; // "" (the default overload)
+  // The new arguments; absent: the same arguments as before (another op of the
+  // same signature).
+  std::optional<std::vector<FxArg>> args;
+  // Nodes the rewrite left without readers, consumers first: they go.
+  std::vector<size_t> erased;
 };
 struct FxResult {
   std::vector<Decision> decisions;

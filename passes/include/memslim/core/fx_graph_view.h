@@ -7,8 +7,9 @@
 // with the facts of their FakeTensors (elements, dtype). Placeholders are the
 // outputs of one "prim::Param" node, list arguments "prim::ListConstruct"
 // nodes, the graph's output one "prim::Return" node.
-// A decision that rewrites a node sets its kind (set_kind) so the decisions
-// after it see the graph as it will be.
+// A decision that rewrites a node sets its kind (set_kind), or its op and
+// arguments (rewrite_node, erase_node), so the decisions after it see the
+// graph as it will be.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -37,6 +38,7 @@ class FxGraphView final : public GraphView {
     std::string kind;
     const c10::FunctionSchema* schema = nullptr; // the registered op's (dispatcher-owned)
     std::vector<size_t> inputs, outputs;         // value ids
+    bool erased = false;
   };
 
   // Builders: a value, then the node producing it (inputs must exist).
@@ -48,6 +50,13 @@ class FxGraphView final : public GraphView {
   size_t add_node(const std::string& kind, const std::optional<std::string>& overload,
                   const std::vector<size_t>& inputs, const std::vector<size_t>& outputs);
   void set_kind(size_t node, const std::string& kind) { nodes_.at(node).kind = kind; }
+  // A rewrite that changes a node's op and arguments (`kind`/`overload` as
+  // add_node's): its uses move from the old inputs to the new ones.
+  void rewrite_node(size_t node, const std::string& kind, const std::string& overload,
+                    const std::vector<size_t>& inputs);
+  // A node a rewrite left without readers: gone from nodes() and from its
+  // inputs' uses (its outputs must have no uses).
+  void erase_node(size_t node);
   size_t id(NodeRef n) const { return static_cast<const Node*>(n.p)->id; }
   size_t id(ValueRef v) const { return static_cast<const Value*>(v.p)->id; }
   NodeRef node_ref(size_t id) const { return NodeRef{&nodes_.at(id)}; }

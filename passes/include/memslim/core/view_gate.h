@@ -35,6 +35,10 @@ class ViewGate {
   explicit ViewGate(const GraphView& g) : g_(g), order_(g.nodes()) {}
   // "" when the rewrite at `site` guarding `guarded` may be applied; else why not.
   std::string check(NodeRef site, const std::vector<ValueRef>& guarded) const;
+  // "" when no node between the first and the last of `covers` (a formula a
+  // rewrite replaces by one op at the last) writes in place a tensor one of
+  // them reads; else why not.
+  std::string check_between(const std::vector<NodeRef>& covers) const;
   // "" when removing `site`'s in-place write to `written` is unobservable
   // (write_observable).
   std::string check_removed_write(NodeRef site, ValueRef written) const;
