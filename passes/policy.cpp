@@ -144,7 +144,8 @@ const std::vector<PolicyOption>& policy_options() {
        set_assume_numel, get_assume_numel},
       {"dropout_mask_bytes", "0|1",
        "what aten's dropout keeps per element: 0, eager autograd's float noise; 1, the bool "
-       "mask TorchScript's optimising executor keeps (default: 1 when it optimises)",
+       "mask TorchScript's optimising executor keeps (default: 1 when it optimises; 0 in the "
+       "FX front end)",
        set_dropout_mask_bytes, get_dropout_mask_bytes},
   };
   return options;

@@ -6,6 +6,7 @@
 
 #include "memslim/core/canonicalize.h"
 #include "memslim/core/functionalize.h"
+#include "memslim/core/fuse_dropout.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/view_gate.h"
 #include "memslim/passes/pass.h"
@@ -103,11 +104,61 @@ void functionalize(FxGraphView& g, FxResult& out) {
   }
 }
 
+// A new constant value in the view (an argument a rewrite adds).
+size_t add_constant(FxGraphView& g, c10::IValue c, const std::string& name) {
+  FxGraphView::Value v;
+  v.name = name;
+  v.constant = std::move(c);
+  return g.add_value(std::move(v));
+}
+
+// fuse-activation-dropout: dropout(act(x)) -> memslim::activation_dropout(x, act,
+// params, p, train, instance); the activation goes.
+void fuse_dropout(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
+  const ViewGate gate(g);
+  std::vector<NodeRef> sites;
+  for (NodeRef n : g.nodes())
+    if (is_fuse_dropout_site(g, n)) sites.push_back(n);
+  if (sites.empty()) return;
+  CostPolicy p = policy;
+  if (p.dropout_mask_bytes < 0) p.dropout_mask_bytes = 0; // eager autograd keeps float noise
+  int64_t instance = next_dropout_instance(g);
+  for (NodeRef d : sites) {
+    FuseDropoutDecision dec = decide_fuse_dropout(g, d, p);
+    if (dec.rewrite()) {
+      std::string why = gate.check_between({dec.act, d});
+      if (why.empty()) why = gate.check(d, {dec.guarded[0], dec.guarded[1], dec.guarded[2]});
+      if (!why.empty()) {
+        dec.decision.verdict = Decision::Verdict::Kept;
+        dec.decision.text = why;
+      } else {
+        const c10::IValue act(dec.spec.act), params(dec.spec.params), id(instance++);
+        std::vector<size_t> inputs{g.id(dec.x),
+                                   add_constant(g, act, "'" + dec.spec.act + "'"),
+                                   add_constant(g, params, "params"),
+                                   g.id(g.input(d, 1)),
+                                   g.id(g.input(d, 2)),
+                                   add_constant(g, id, "instance")};
+        std::vector<FxArg> args;
+        for (size_t v : inputs) {
+          const auto c = g.constant(g.value_ref(v));
+          args.push_back(c ? FxArg{std::nullopt, *c} : FxArg{v, {}});
+        }
+        const size_t act_node = g.id(dec.act);
+        g.rewrite_node(g.id(d), kActivationDropout, "", inputs);
+        g.erase_node(act_node);
+        out.rewrites.push_back({g.id(d), kActivationDropout, "", std::move(args), {act_node}});
+      }
+    }
+    out.decisions.push_back(std::move(dec.decision));
+  }
+}
+
 } // namespace
 
 const std::vector<std::string>& fx_default_passes() {
   static const std::vector<std::string> passes = {kFunctionalizePass, kCanonicalizePass,
-                                                  kOutputSavingPass};
+                                                  kFuseDropoutPass, kOutputSavingPass};
   return passes;
 }
 
@@ -120,6 +171,8 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
       functionalize(g, out);
     } else if (p == kCanonicalizePass) {
       canonicalize(g, out);
+    } else if (p == kFuseDropoutPass) {
+      fuse_dropout(g, policy, out);
     } else if (find_pass(p)) {
       out.decisions.push_back({p,
                                Decision::Verdict::Note,

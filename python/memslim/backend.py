@@ -103,9 +103,15 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes) -> int:
                            if not n.name.startswith("tangents"))
         return fw, bw
 
-    aot_module_simplified(graph, fakes, fw_compiler=lambda g, _: g,
-                          bw_compiler=lambda g, _: g, partition_fn=partition,
-                          decompositions=select_decomp_table())
+    from torch._guards import detect_fake_mode
+    from torch._inductor.virtualized import V
+
+    # Inductor's joint passes read V.fake_mode (its seed pass for dropout builds
+    # FakeTensors with it), which compile_fx installs and a dry run must too.
+    with V.set_fake_mode(detect_fake_mode(fakes)):
+        aot_module_simplified(graph, fakes, fw_compiler=lambda g, _: g,
+                              bw_compiler=lambda g, _: g, partition_fn=partition,
+                              decompositions=select_decomp_table())
     return box.get("bytes", 0)
 
 
@@ -166,13 +172,13 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
 
 def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=None,
             mode=None, options=None, min_bytes: int = 1, max_added_work=None,
-            assume_numel: int = 0):
+            assume_numel: int = 0, dropout_mask_bytes=None):
     """torch.compile(model, backend="memslim") with memslim's policy options
-    (min_bytes, max_added_work, assume_numel: as memslim.optimize's; ValueError when
+    (min_bytes, max_added_work, assume_numel, dropout_mask_bytes: as memslim.optimize's; ValueError when
     out of range). fullgraph / dynamic: as torch.compile's. memslim.report(result)
     gives the decision records of the graphs compiled so far."""
     policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work,
-                     assume_numel=assume_numel)
+                     assume_numel=assume_numel, dropout_mask_bytes=dropout_mask_bytes)
     if mode is not None or options is not None:
         raise ValueError("memslim.compile: mode/options are Inductor's; set them with "
                          "torch._inductor.config.patch(...) around the call")

@@ -144,18 +144,21 @@ def _graph_of(program) -> Tuple[torch.fx.GraphModule, bool]:
 
 def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
              passes: Optional[Iterable[str]] = None, min_bytes: int = 1,
-             max_added_work: Optional[float] = None, assume_numel: int = 0):
+             max_added_work: Optional[float] = None, assume_numel: int = 0,
+             dropout_mask_bytes: Optional[int] = None):
     """Rewrites `program` (an ExportedProgram or an aten-level GraphModule) in place
     and returns it; `memslim.report(program)` gives the decision records.
 
     example_inputs: only for a GraphModule whose nodes have no `meta["val"]`
     (FakeTensorProp fills it in from them). passes: pass flags (default: the FX
-    front end's, output-saving-activations). Policy as memslim.optimize's.
+    front end's: functionalize, canonicalize, fuse-activation-dropout, output-saving).
+    Policy as memslim.optimize's; dropout_mask_bytes defaults to 0 here (eager autograd
+    keeps dropout's float noise).
     The rewritten ExportedProgram's `.module()` trains like the original; each
     rewritten node calls torch.ops.memslim.<op> with the aten op's arguments.
     """
     policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work,
-                     assume_numel=assume_numel)
+                     assume_numel=assume_numel, dropout_mask_bytes=dropout_mask_bytes)
     gm, exported = _graph_of(program)
     if example_inputs is not None and not exported:
         if any(n.op != "output" and "val" not in n.meta for n in gm.graph.nodes):
@@ -192,7 +195,8 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
             node = s.fx_nodes[index]
             node.target = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
             if args is not None:  # by the new op's schema: keyword-only ones as kwargs
-                values = [carrier[v] if tag == "v" else v for tag, v in args]
+                values = [v if tag == "c" else carrier[v] if v in carrier else s.values[v][5]
+                          for tag, v in args]
                 params = node.target._schema.arguments
                 node.args = tuple(v for v, a in zip(values, params) if not a.kwarg_only)
                 node.kwargs = {a.name: v for v, a in zip(values, params) if a.kwarg_only}

@@ -96,6 +96,20 @@ class HandWritten(nn.Module):
         return self.e(h)
 
 
+class DropMLP(nn.Module):
+    """Activation -> dropout -> linear, as in ViT's and timm's MLPs."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(32, 128)
+        self.b = nn.Linear(128, 32)
+        self.c = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = F.dropout(F.gelu(self.a(x)), 0.1, self.training)
+        return self.c(F.dropout(F.silu(self.b(h)), 0.2, self.training))
+
+
 def _grads(model, x):
     for p in model.parameters():
         p.grad = None
@@ -121,19 +135,24 @@ def _key(d):
 
 
 @pytest.mark.parametrize("model_fn,shape", [(Net, (2, 3, 8, 8)), (MLP, (16, 32)),
-                                            (InplaceNet, (2, 3, 8, 8)), (HandWritten, (8, 16))])
+                                            (InplaceNet, (2, 3, 8, 8)), (HandWritten, (8, 16)),
+                                            (DropMLP, (16, 32))])
 def test_both_front_ends_make_the_same_decisions(model_fn, shape):
     model = model_fn().train()
     x = torch.randn(shape)
     passes = ["functionalize-inplace-activations", "canonicalize-activations",
-              "output-saving-activations"]
-    ts = memslim.optimize(model, (x,), passes=passes)
-    ep = memslim.fx.optimize(torch.export.export(model, (x,)), passes=passes)
+              "fuse-activation-dropout", "output-saving-activations"]
+    # Dropout priced as eager autograd keeps it (float noise) in both.
+    ts = memslim.optimize(model, (x,), passes=passes, dropout_mask_bytes=0)
+    ep = memslim.fx.optimize(torch.export.export(model, (x,)), passes=passes,
+                             dropout_mask_bytes=0)
     script = [_key(d) for d in memslim.report(ts)]
     fx = [_key(d) for d in memslim.report(ep)]
     assert script == fx
     assert any(k[1] == "rewrote" for k in fx)
-    assert model_fn is MLP or any(k[1] == "kept" for k in fx)
+    assert model_fn in (MLP, DropMLP) or any(k[1] == "kept" for k in fx)
+    if model_fn is DropMLP:
+        assert [k[:2] for k in fx] == [("fuse-activation-dropout", "rewrote")] * 2
     if model_fn is HandWritten:
         canon = [k for k in fx if k[0] == "canonicalize-activations"]
         assert [k[1] for k in canon] == ["kept"] + ["rewrote"] * 4, canon
@@ -347,6 +366,38 @@ def test_compile_under_an_activation_memory_budget():
         want = _grads(model, x)
         _close(_grads(ours, x), want, 1e-5)
         assert saved_bytes(ours, x) <= saved_bytes(plain, x)
+
+
+def test_exported_dropout_fusion_trains_like_eager():
+    model = DropMLP().train()
+    x = torch.randn(16, 32)
+    ep = memslim.fx.optimize(torch.export.export(model, (x,)))
+    assert [d.verdict for d in memslim.report(ep)] == ["rewrote", "rewrote"]
+    after = ep.module()
+    ops = [str(n.target) for n in after.graph.nodes if n.op == "call_function"]
+    assert ops.count("memslim.activation_dropout.default") == 2 and "aten.gelu.default" not in ops
+    # The fused op draws its mask as aten's dropout does: same seed, same gradients.
+    torch.manual_seed(7)
+    got = _grads(after, x)
+    torch.manual_seed(7)
+    _close(got, _grads(model, x), 1e-6)
+    torch.manual_seed(7)
+    measured = saved_bytes(model, x) - saved_bytes(after, x)
+    predicted = memslim.predicted_bytes_freed(ep)
+    assert measured > 0 and 0 <= predicted - measured <= 0.01 * predicted
+
+
+def test_compile_with_dropout_partitions_without_error():
+    # The partition dry run met Inductor's seed pass (dropout -> inductor_seed), which
+    # needs Inductor's fake mode installed: every graph with a dropout fell back to
+    # Inductor unchanged with a warning (strict raised TypeError).
+    model = DropMLP().train()
+    x = torch.randn(16, 32)
+    torch._dynamo.reset()
+    ours = memslim.compile(model, strict=True)
+    ours(x).sum().backward()
+    notes = [d for d in memslim.report(ours) if d.pass_ == "inductor-partition"]
+    assert notes and notes[-1].bytes_before is not None
 
 
 def test_compile_leaves_graphs_without_gradients_to_inductor():
