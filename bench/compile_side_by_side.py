@@ -10,6 +10,9 @@ torch.compile (Inductor) and memslim.compile (memslim's rewrites, then Inductor)
 - gradients at step 1: global relative L2 distance to eager's of torch.compile and of memslim;
 - memslim's decisions (rewrites, predicted bytes).
 --budget sets torch._functorch.config.activation_memory_budget for both compiled copies.
+--dropout P sets every nn.Dropout's p to P (the suite sets 0): the copies then draw different
+masks (Inductor's RNG is not eager's), so the gradient columns compare different functions
+and only the bytes and times are read.
 Models and sizes: _suite_models.py (MEMSLIM_SUITE_IMG / MEMSLIM_SUITE_HF_SEQ as there).
 """
 from __future__ import annotations
@@ -27,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
-def one(model_name: str, budget: float, reps: int, batch: int) -> dict:
+def one(model_name: str, budget: float, reps: int, batch: int, dropout: float = 0.0) -> dict:
     import torch
     import memslim
     from _suite_models import SPECS, zero_dropout
@@ -40,6 +43,10 @@ def one(model_name: str, budget: float, reps: int, batch: int) -> dict:
     spec = SPECS[model_name]
     torch.manual_seed(0)
     base = zero_dropout(spec.build())
+    if dropout > 0:
+        for m in base.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = dropout
     x, target = spec.make_inputs(batch or spec.batch)
     if x.is_floating_point():
         x.requires_grad_(True)
@@ -47,7 +54,7 @@ def one(model_name: str, budget: float, reps: int, batch: int) -> dict:
     fns = {"eager": models["eager"], "compile": torch.compile(models["compile"]),
            "memslim": memslim.compile(models["memslim"])}
     params = {k: list(m.parameters()) for k, m in models.items()}
-    res = {"model": model_name, "budget": budget, "batch": batch or spec.batch}
+    res = {"model": model_name, "budget": budget, "batch": batch or spec.batch, "dropout": dropout}
     grads = {}
     for k in ("eager", "compile", "memslim"):
         t = time.perf_counter()
@@ -114,10 +121,11 @@ def main():
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--jsonl", default="")
     ap.add_argument("--md", default="")
+    ap.add_argument("--dropout", type=float, default=0.0, help="nn.Dropout p (suite: 0)")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print("RESULT " + json.dumps(one(a.one[0], float(a.one[1]), a.reps, a.batch)))
+        print("RESULT " + json.dumps(one(a.one[0], float(a.one[1]), a.reps, a.batch, a.dropout)))
         return
     from _suite_models import FULL_MODELS
     models = a.models.split(",") if a.models else FULL_MODELS
@@ -125,7 +133,7 @@ def main():
     for budget in a.budget.split(","):
         for m in models:
             cmd = [sys.executable, __file__, "--one", m, budget, "--reps", str(a.reps),
-                   "--batch", str(a.batch)]
+                   "--batch", str(a.batch), "--dropout", str(a.dropout)]
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                 line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]

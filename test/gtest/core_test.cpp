@@ -225,3 +225,38 @@ TEST(Core, CanonicalizeRewritesTheFormulaAndDropsItsNodes) {
   EXPECT_EQ(b.g.kind(b.g.producer(b.g.value_ref(r))), "memslim::silu");
 }
 } // namespace
+
+namespace {
+TEST(Core, FuseDropoutPricesNoiseAndHandsBackConstantArguments) {
+  // linear -> gelu -> dropout(0.1, train) -> linear: aten keeps the linear's
+  // output (gelu's input) and dropout's float noise; the fused op keeps its
+  // output (the next linear keeps it anyway) + 2 bits. The rewrite's arguments:
+  // x as a value, the kernel name, params, p, train and the instance as constants.
+  Builder b;
+  const size_t x0 = b.tensor("x0"), w = b.tensor("w");
+  b.inputs({x0, w});
+  const size_t h = b.op("aten::linear", "", {x0, w, b.none()}, "h");
+  const size_t a = b.op("aten::gelu", "", {h, b.constant(std::string("tanh"))}, "a");
+  const size_t d = b.op("aten::dropout", "", {a, b.constant(0.1), b.constant(true)}, "d");
+  const size_t out = b.op("aten::linear", "", {d, w, b.none()}, "out");
+  b.ret({out});
+  const auto res = memslim::run_fx(b.g, {"fuse-activation-dropout"}, memslim::CostPolicy{});
+  ASSERT_EQ(res.decisions.size(), 1u);
+  const Decision& dec = res.decisions[0];
+  EXPECT_EQ(dec.verdict, Decision::Verdict::Rewrote) << dec.text;
+  EXPECT_EQ(*dec.price.before, 64 * 4 + 64 * 4); // x + float noise
+  EXPECT_EQ(*dec.price.after, 2 * 8);            // 2 bits per element
+  ASSERT_EQ(res.rewrites.size(), 1u);
+  const auto& rw = res.rewrites[0];
+  EXPECT_EQ(rw.kind, "memslim::activation_dropout");
+  ASSERT_TRUE(rw.args.has_value());
+  ASSERT_EQ(rw.args->size(), 6u);
+  EXPECT_EQ(*(*rw.args)[0].value, h);
+  EXPECT_EQ((*rw.args)[1].constant.toStringRef(), "gelu_tanh");
+  EXPECT_DOUBLE_EQ((*rw.args)[3].constant.toDouble(), 0.1);
+  EXPECT_TRUE((*rw.args)[4].constant.toBool());
+  EXPECT_EQ((*rw.args)[5].constant.toInt(), 1);
+  EXPECT_EQ(rw.erased, std::vector<size_t>{b.g.id(b.g.producer(b.g.value_ref(a)))});
+  EXPECT_FALSE(node_named(b.g, "aten::gelu"));
+}
+} // namespace
