@@ -239,6 +239,7 @@ PYBIND11_MODULE(_C, m) {
                               memslim::act_keeps_exact_list(act, params, out_max));
       },
       py::arg("act"), py::arg("params"), py::arg("out_max") = 1.7976931348623157e308);
+  m.def("fx_default_passes", []() { return memslim::fx_default_passes(); });
   m.def("list_passes", []() {
     std::vector<std::string> out;
     for (const auto& p : memslim::registered_passes()) out.push_back(p.flag);
