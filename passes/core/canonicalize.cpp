@@ -303,6 +303,11 @@ std::optional<CanonicalizeDecision> decide_canonicalize(const GraphView& g, Node
       const ValueRef x = p.factors[i];
       auto match = m.recognise(root, x, p.factors[1 - i], p.scale);
       if (!match) continue;
+      // The aten op computes in x's dtype: an integer x (sigmoid promotes it, the
+      // product is float) or a product of another dtype than x's is no site
+      // (aten::silu(int) raises). Unknown dtypes: the formula's own types decide.
+      const auto xt = g.dtype(x), ot = g.dtype(out);
+      if ((xt && !c10::isFloatingType(*xt)) || (xt && ot && *xt != *ot)) continue;
       CanonicalizeDecision d;
       d.root = root;
       d.x = x;

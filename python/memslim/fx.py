@@ -190,18 +190,34 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
         for node, ids in s.outs.items():
             if len(ids) == 1:
                 carrier.setdefault(ids[0], node)
+
+        def value(tag, v):
+            if tag == "c":
+                return v
+            if v in carrier:
+                return carrier[v]
+            if s.values[v][4]:  # a constant argument of the original node
+                return s.values[v][5]
+            raise ValueError(f"memslim.fx.optimize: internal error: value {v} has no node")
+
+        # Every new target and argument first (nothing changes if one cannot be built),
+        # then the graph.
+        plan = []
         for index, kind, overload, args, erased in rewrites:
             ns, name = kind.split("::")
-            node = s.fx_nodes[index]
-            node.target = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+            target = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+            new_args = None
             if args is not None:  # by the new op's schema: keyword-only ones as kwargs
-                values = [v if tag == "c" else carrier[v] if v in carrier else s.values[v][5]
-                          for tag, v in args]
-                params = node.target._schema.arguments
-                node.args = tuple(v for v, a in zip(values, params) if not a.kwarg_only)
-                node.kwargs = {a.name: v for v, a in zip(values, params) if a.kwarg_only}
-            for gone in erased:
-                dead = s.fx_nodes[gone]
+                values = [value(tag, v) for tag, v in args]
+                params = target._schema.arguments
+                new_args = (tuple(v for v, a in zip(values, params) if not a.kwarg_only),
+                            {a.name: v for v, a in zip(values, params) if a.kwarg_only})
+            plan.append((s.fx_nodes[index], target, new_args, [s.fx_nodes[i] for i in erased]))
+        for node, target, new_args, erased in plan:
+            node.target = target
+            if new_args is not None:
+                node.args, node.kwargs = new_args
+            for dead in erased:  # the C++ view erased them; a node still read stays
                 if not dead.users:
                     gm.graph.erase_node(dead)
         if rewrites:

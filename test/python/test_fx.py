@@ -208,6 +208,22 @@ def test_canonicalized_gelu_left_to_aten_runs():
     torch.testing.assert_close(got, G()(x))
 
 
+def test_integer_x_times_sigmoid_is_no_site():
+    # Review finding: sigmoid promotes an integer x and the product is float, but
+    # aten::silu(int) raises: no rewrite in either front end.
+    class I(nn.Module):
+        def forward(self, x):
+            h = (x > 0).long()
+            return h * torch.sigmoid(h) + x
+
+    x = torch.randn(4, 8, requires_grad=True)
+    ep = memslim.fx.optimize(torch.export.export(I(), (x,)))
+    assert not any(d.pass_ == "canonicalize-activations" for d in memslim.report(ep))
+    torch.testing.assert_close(ep.module()(x), I()(x))
+    ts = memslim.optimize(I(), (x,))
+    torch.testing.assert_close(ts(x), I()(x))
+
+
 def test_fx_gate_keeps_a_formula_with_a_write_between_its_nodes():
     class W(nn.Module):
         def __init__(self):
