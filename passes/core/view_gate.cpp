@@ -29,6 +29,32 @@ ValueRef ViewGate::storage_root(ValueRef v) const {
   return v;
 }
 
+std::vector<ValueRef> ViewGate::may_write(NodeRef n) const {
+  std::vector<ValueRef> out;
+  // A tensor, or the elements of a list argument.
+  auto add = [&](ValueRef v) {
+    const NodeRef p = g_.producer(v);
+    if (p && g_.kind(p) == "prim::ListConstruct") {
+      for (size_t i = 0; i < g_.num_inputs(p); ++i)
+        if (g_.is_tensor(g_.input(p, i))) out.push_back(g_.input(p, i));
+    } else if (g_.is_tensor(v)) {
+      out.push_back(v);
+    }
+  };
+  const c10::FunctionSchema* s = g_.schema(n);
+  if (!s) {
+    if (g_.kind(n).rfind("prim::", 0) == 0) return out; // Param, ListConstruct, Return
+    for (size_t i = 0; i < g_.num_inputs(n); ++i) add(g_.input(n, i));
+    return out;
+  }
+  if (!s->is_mutable()) return out;
+  for (size_t i = 0; i < s->arguments().size() && i < g_.num_inputs(n); ++i) {
+    const c10::AliasInfo* a = s->arguments()[i].alias_info();
+    if (a && a->isWrite()) add(g_.input(n, i));
+  }
+  return out;
+}
+
 std::string ViewGate::check(NodeRef site, const std::vector<ValueRef>& guarded) const {
   std::vector<ValueRef> roots;
   for (ValueRef v : guarded)
@@ -39,15 +65,14 @@ std::string ViewGate::check(NodeRef site, const std::vector<ValueRef>& guarded) 
       after = true;
       continue;
     }
-    const c10::FunctionSchema* s = g_.schema(n);
-    if (!after || !s || !s->is_mutable()) continue;
-    for (size_t i = 0; i < s->arguments().size() && i < g_.num_inputs(n); ++i) {
-      const c10::AliasInfo* a = s->arguments()[i].alias_info();
-      if (!a || !a->isWrite() || !g_.is_tensor(g_.input(n, i))) continue;
-      const ValueRef r = storage_root(g_.input(n, i));
+    if (!after) continue;
+    for (ValueRef w : may_write(n)) {
+      const ValueRef r = storage_root(w);
       for (ValueRef root : roots)
         if (r == root)
-          return "written in place afterwards by " + g_.kind(n) +
+          return (g_.schema(n) ? "written in place afterwards by " + g_.kind(n)
+                               : "handed afterwards to " + g_.kind(n) +
+                                     " (no schema: memslim cannot see whether it writes it)") +
                  (g_.num_outputs(n) ? " at " + g_.name(g_.output(n, 0)) : std::string());
     }
   }
@@ -70,14 +95,12 @@ std::string ViewGate::check_between(const std::vector<NodeRef>& covers) const {
       if (--left == 0) break;
       continue;
     }
-    const c10::FunctionSchema* s = g_.schema(n);
-    if (!inside || !s || !s->is_mutable()) continue;
-    for (size_t i = 0; i < s->arguments().size() && i < g_.num_inputs(n); ++i) {
-      const c10::AliasInfo* a = s->arguments()[i].alias_info();
-      if (!a || !a->isWrite() || !g_.is_tensor(g_.input(n, i))) continue;
-      const ValueRef r = storage_root(g_.input(n, i));
+    if (!inside) continue;
+    for (ValueRef w : may_write(n)) {
+      const ValueRef r = storage_root(w);
       if (std::find(read.begin(), read.end(), r) != read.end())
-        return g_.kind(n) + " writes " + g_.name(g_.input(n, i)) + " in place between its nodes";
+        return g_.kind(n) + (g_.schema(n) ? " writes " : " (no schema) may write ") + g_.name(w) +
+               " in place between its nodes";
     }
   }
   return "";

@@ -260,3 +260,37 @@ TEST(Core, FuseDropoutPricesNoiseAndHandsBackConstantArguments) {
   EXPECT_FALSE(node_named(b.g, "aten::gelu"));
 }
 } // namespace
+
+namespace {
+TEST(Core, ViewGateSeesWrittenListsAndNodesWithoutSchema) {
+  // linear -> gelu -> linear, then the gelu's output is (a) an element of a list
+  // _foreach_add_ writes, (b) handed to a node without a schema (a higher-order
+  // op memslim cannot see into), (c) read by a plain op: (a) and (b) keep the
+  // output-saving site, (c) does not.
+  for (int variant = 0; variant < 3; ++variant) {
+    Mlp m;
+    if (variant == 0) {
+      const size_t list = m.tensor("list");
+      m.g.add_node("prim::ListConstruct", std::nullopt, {m.y, m.x}, {list});
+      m.g.add_node("aten::_foreach_add_", "Scalar", {list, m.constant(1.0)}, {});
+    } else if (variant == 1) {
+      m.g.add_node("python::wrap_with_set_grad_enabled", std::nullopt, {m.y}, {m.tensor("hop")});
+    } else {
+      m.op("aten::sum", "", {m.y, m.none()}, "s");
+    }
+    m.ret({m.out});
+    const auto res = memslim::run_fx(m.g, {"output-saving-activations"}, memslim::CostPolicy{});
+    ASSERT_EQ(res.decisions.size(), 1u);
+    const Decision& d = res.decisions[0];
+    if (variant == 2) {
+      EXPECT_EQ(d.verdict, Decision::Verdict::Rewrote) << d.text;
+      continue;
+    }
+    EXPECT_EQ(d.verdict, Decision::Verdict::Kept) << variant;
+    EXPECT_NE(d.text.find(variant == 0 ? "written in place afterwards by aten::_foreach_add_"
+                                       : "no schema: memslim cannot see"),
+              std::string::npos)
+        << d.text;
+  }
+}
+} // namespace

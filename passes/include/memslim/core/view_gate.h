@@ -1,7 +1,8 @@
 //===- view_gate.h - the FX front end's safety gate, over a GraphView ------===//
 //
 // What: the one check every FX rewrite passes before it is applied: no node
-// after the site writes in place (a `(a!)` schema argument) a tensor that
+// after the site writes in place (a `(a!)` schema argument, a written list's
+// element, or any tensor handed to a node without a schema) a tensor that
 // shares storage with a guarded value. Storage is followed through views
 // (schema alias annotations), in-place results (which return what they wrote)
 // and dropouts (which return their input when p == 0 or not training).
@@ -44,6 +45,11 @@ class ViewGate {
   std::string check_removed_write(NodeRef site, ValueRef written) const;
   // The tensor whose storage `v` is.
   ValueRef storage_root(ValueRef v) const;
+  // The tensors `n` may write in place: its schema's `(a!)` arguments (a
+  // written list: its elements), or, for a node with no schema (a Python
+  // callable, a higher-order op whose body memslim cannot see), every tensor
+  // it is given.
+  std::vector<ValueRef> may_write(NodeRef n) const;
 
  private:
   const GraphView& g_;
