@@ -70,6 +70,12 @@ std::optional<c10::ScalarType> JitGraphView::dtype(ValueRef v) const {
   return t->scalarType();
 }
 
+std::optional<c10::DeviceType> JitGraphView::device(ValueRef v) const {
+  auto t = V(v)->type()->cast<c10::TensorType>();
+  if (!t || !t->device()) return std::nullopt;
+  return t->device()->type();
+}
+
 std::string JitGraphView::name(ValueRef v) const { return "%" + V(v)->debugName(); }
 
 } // namespace memslim

@@ -74,7 +74,11 @@ FuseDropoutDecision decide_fuse_dropout(const GraphView& g, NodeRef d, const Cos
   }
   const bool x_else = saved::kept_by_other(g, out.x, {a});
   const bool out_else = saved::kept_by_other(g, y, {d});
-  const int mask_bytes = std::max(policy.dropout_mask_bytes, 0);
+  // Unresolved (eager autograd, the FX front end): aten::dropout runs
+  // native_dropout on CUDA (a bool mask), its own mul by float noise elsewhere.
+  const int mask_bytes = policy.dropout_mask_bytes >= 0         ? policy.dropout_mask_bytes
+                         : g.device(y) == c10::DeviceType::CUDA ? 1
+                                                                : 0;
   const int64_t noise = mask_bytes > 0 ? *n_el * mask_bytes : *ob;
   const int64_t aten_keeps = (x_else ? 0 : *xb) + noise; // input + dropout's noise or mask
   const int64_t ours = (out_else ? 0 : *ob) + 2 * ((*n_el + 7) / 8);

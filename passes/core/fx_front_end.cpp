@@ -120,8 +120,7 @@ void fuse_dropout(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
   for (NodeRef n : g.nodes())
     if (is_fuse_dropout_site(g, n)) sites.push_back(n);
   if (sites.empty()) return;
-  CostPolicy p = policy;
-  if (p.dropout_mask_bytes < 0) p.dropout_mask_bytes = 0; // eager autograd keeps float noise
+  const CostPolicy& p = policy; // unresolved mask bytes: eager's, by device
   int64_t instance = next_dropout_instance(g);
   for (NodeRef d : sites) {
     FuseDropoutDecision dec = decide_fuse_dropout(g, d, p);

@@ -161,7 +161,8 @@ PYBIND11_MODULE(_C, m) {
   // records -> (decision records, [(node index, memslim op name)]).
   // values: (name, is_tensor, numel or None, dtype or None, has_constant,
   // constant); nodes: (kind, overload or None for no registered op, input
-  // value ids, output value ids).
+  // value ids, output value ids); values may carry a 7th field, the device
+  // type ("cpu", "cuda") or None.
   m.def(
       "fx_run",
       [](const py::list& values, const py::list& nodes, const std::vector<std::string>& passes,
@@ -174,6 +175,8 @@ PYBIND11_MODULE(_C, m) {
           v.tensor = py::cast<bool>(t[1]);
           if (!t[2].is_none()) v.numel = py::cast<int64_t>(t[2]);
           if (!t[3].is_none()) v.dtype = py::cast<at::ScalarType>(t[3]);
+          if (t.size() > 6 && !t[6].is_none())
+            v.device = c10::Device(py::cast<std::string>(t[6])).type();
           if (py::cast<bool>(t[4])) {
             v.constant = constant_ivalue(t[5]); // nullopt: unknown to the rules
           }

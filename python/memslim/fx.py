@@ -75,14 +75,14 @@ class _Serializer:
 
     def _tensor_value(self, name: str, val) -> int:
         if isinstance(val, torch.Tensor):
-            rec = (name, True, _hint(val.numel()), val.dtype, False, None)
+            rec = (name, True, _hint(val.numel()), val.dtype, False, None, val.device.type)
         else:
-            rec = (name, False, None, None, False, None)
+            rec = (name, False, None, None, False, None, None)
         self.values.append(rec)
         return len(self.values) - 1
 
     def _constant(self, obj) -> int:
-        self.values.append((repr(obj)[:40], False, None, None, True, obj))
+        self.values.append((repr(obj)[:40], False, None, None, True, obj, None))
         return len(self.values) - 1
 
     def _node(self, kind, overload, inputs, outputs, fx_node):

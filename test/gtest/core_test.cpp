@@ -259,6 +259,44 @@ TEST(Core, FuseDropoutPricesNoiseAndHandsBackConstantArguments) {
   EXPECT_EQ(rw.erased, std::vector<size_t>{b.g.id(b.g.producer(b.g.value_ref(a)))});
   EXPECT_FALSE(node_named(b.g, "aten::gelu"));
 }
+
+TEST(Core, FuseDropoutPricesEagerCudaDropoutAsABoolMask) {
+  // On CUDA aten::dropout runs native_dropout, which keeps a bool mask (1 byte per
+  // element), not float noise; an explicit dropout_mask_bytes still wins.
+  for (int explicit_bytes : {-1, 0}) {
+    Builder b;
+    FxGraphView::Value t;
+    t.tensor = true;
+    t.numel = 64;
+    t.dtype = at::kFloat;
+    t.device = c10::DeviceType::CUDA;
+    auto tensor = [&](const std::string& name) {
+      FxGraphView::Value v = t;
+      v.name = name;
+      return b.g.add_value(v);
+    };
+    const size_t x0 = tensor("x0"), w = tensor("w");
+    b.inputs({x0, w});
+    auto op = [&](const std::string& kind, std::vector<size_t> in, const std::string& name) {
+      const size_t o = tensor(name);
+      b.g.add_node(kind, "", in, {o});
+      return o;
+    };
+    const size_t h = op("aten::linear", {x0, w, b.none()}, "h");
+    const size_t a = op("aten::gelu", {h, b.constant(std::string("none"))}, "a");
+    const size_t d = op("aten::dropout", {a, b.constant(0.1), b.constant(true)}, "d");
+    b.ret({op("aten::linear", {d, w, b.none()}, "out")});
+    memslim::CostPolicy policy;
+    policy.dropout_mask_bytes = explicit_bytes;
+    const auto res = memslim::run_fx(b.g, {"fuse-activation-dropout"}, policy);
+    ASSERT_EQ(res.decisions.size(), 1u);
+    const Decision& dec = res.decisions[0];
+    EXPECT_EQ(*dec.price.before, 64 * 4 + (explicit_bytes < 0 ? 64 : 64 * 4)) << dec.text;
+    EXPECT_NE(dec.text.find(explicit_bytes < 0 ? "dropout mask" : "dropout noise"),
+              std::string::npos)
+        << dec.text;
+  }
+}
 } // namespace
 
 namespace {

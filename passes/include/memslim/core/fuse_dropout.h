@@ -43,8 +43,8 @@ struct FuseDropoutDecision {
   ValueRef guarded[3]; // x (aten kept it), the activation's output, dropout's output
   bool rewrite() const { return decision.verdict == Decision::Verdict::Rewrote; }
 };
-// The decision at site `d`. `policy.dropout_mask_bytes` must be resolved
-// (>= 0: 0 prices dropout's float noise, as eager autograd keeps it).
+// The decision at site `d`. `policy.dropout_mask_bytes` < 0 prices what eager
+// autograd keeps: a bool mask on CUDA, float noise elsewhere.
 FuseDropoutDecision decide_fuse_dropout(const GraphView& g, NodeRef d, const CostPolicy& policy);
 
 // One more than the largest `instance` of the graph's fused ops: each fused op

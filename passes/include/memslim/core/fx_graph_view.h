@@ -29,6 +29,7 @@ class FxGraphView final : public GraphView {
     bool tensor = false;
     std::optional<int64_t> numel;
     std::optional<c10::ScalarType> dtype;
+    std::optional<c10::DeviceType> device;
     std::optional<c10::IValue> constant;
     std::string name;
     std::vector<Use> uses;
@@ -81,6 +82,7 @@ class FxGraphView final : public GraphView {
   std::optional<c10::IValue> constant(ValueRef v) const override { return V(v).constant; }
   std::optional<int64_t> numel(ValueRef v) const override { return V(v).numel; }
   std::optional<c10::ScalarType> dtype(ValueRef v) const override { return V(v).dtype; }
+  std::optional<c10::DeviceType> device(ValueRef v) const override { return V(v).device; }
   std::string name(ValueRef v) const override { return "%" + V(v).name; }
 
  private:

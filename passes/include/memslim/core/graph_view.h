@@ -90,6 +90,9 @@ class GraphView {
   // Elements and dtype where known (complete shapes; FX: the size hints).
   virtual std::optional<int64_t> numel(ValueRef v) const = 0;
   virtual std::optional<c10::ScalarType> dtype(ValueRef v) const = 0;
+  // The tensor's device type where known (what aten's kernels choose by: eager
+  // dropout keeps a bool mask on CUDA, float noise on the CPU).
+  virtual std::optional<c10::DeviceType> device(ValueRef v) const = 0;
   // How remarks name the value: "%h".
   virtual std::string name(ValueRef v) const = 0;
 

@@ -48,6 +48,7 @@ class JitGraphView final : public GraphView {
   std::optional<c10::IValue> constant(ValueRef v) const override;
   std::optional<int64_t> numel(ValueRef v) const override;
   std::optional<c10::ScalarType> dtype(ValueRef v) const override;
+  std::optional<c10::DeviceType> device(ValueRef v) const override;
   std::string name(ValueRef v) const override;
 
  private:
