@@ -37,21 +37,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def build(batch: int):
-    import torchvision
-    from memslim._models import FracAct
+    from memslim._models import torchvision_with
 
-    torch.manual_seed(0)
-    m = torchvision.models.resnet18(num_classes=10)
-
-    def swap(mod):
-        for name, c in mod.named_children():
-            if isinstance(c, torch.nn.ReLU):
-                setattr(mod, name, FracAct())
-            else:
-                swap(c)
-
-    swap(m)
-    return m.train(), torch.randn(batch, 3, 64, 64)
+    return torchvision_with("resnet18", "frac", seed=0).train(), torch.randn(batch, 3, 64, 64)
 
 
 def tagging_backend(gm, example_inputs):

@@ -75,11 +75,7 @@ std::optional<std::string> write_observable(const Value* w) {
 // for elu, celu, selu, mish, logsigmoid). Long-fuzz seed 266858: functionalized
 // tanh_ -> relu6 formed a graph keeping relu6's output, which add_ then wrote.
 bool clamping_activation(const Node* n) {
-  static const c10::Symbol kinds[] = {c10::Symbol::fromQualString("aten::relu6"),
-                                      c10::Symbol::fromQualString("aten::hardtanh")};
-  for (c10::Symbol k : kinds)
-    if (n->kind() == k) return true;
-  return false;
+  return n->kind() == c10::aten::relu6 || n->kind() == c10::aten::hardtanh;
 }
 
 // Whether TorchScript's executor may put `n` in a DifferentiableGraph.
@@ -95,12 +91,9 @@ bool executor_differentiates(const Node* n) {
 // second call; gelu, silu, mish, hardsigmoid, elu, celu, selu, hardtanh,
 // logsigmoid, abs, clamp train (sigmoid, tanh, relu, exp fail in eager too).
 bool symbolic_gradient_reads_output(const Node* n) {
-  static const c10::Symbol kinds[] = {
-      c10::Symbol::fromQualString("aten::softplus"), c10::Symbol::fromQualString("aten::hardswish"),
-      c10::Symbol::fromQualString("aten::leaky_relu"), c10::Symbol::fromQualString("aten::relu6")};
-  for (c10::Symbol k : kinds)
-    if (n->kind() == k) return true;
-  return false;
+  const c10::Symbol k = n->kind();
+  return k == c10::aten::softplus || k == c10::aten::hardswish || k == c10::aten::leaky_relu ||
+         k == c10::aten::relu6;
 }
 
 // TorchScript's executor runs chains of nodes its autodiff differentiates (in

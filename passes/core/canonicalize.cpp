@@ -295,11 +295,11 @@ std::optional<CanonicalizeDecision> decide_canonicalize(const GraphView& g, Node
   const ValueRef out = g.output(root, 0);
   // The whole product first; then with shared products as factors (x itself a
   // product: `h = x * 2; h * sigmoid(h)` is x * 2 * sigmoid(h) flattened whole).
-  for (const bool shared : {false, true})
+  for (const bool shared : {false, true}) {
+    Matcher::Product p;
+    m.flatten_product(out, p, shared);
+    if (p.factors.size() != 2) continue;
     for (int i = 0; i < 2; ++i) {
-      Matcher::Product p;
-      m.flatten_product(out, p, shared);
-      if (p.factors.size() != 2) break;
       const ValueRef x = p.factors[i];
       auto match = m.recognise(root, x, p.factors[1 - i], p.scale);
       if (!match) continue;
@@ -326,6 +326,7 @@ std::optional<CanonicalizeDecision> decide_canonicalize(const GraphView& g, Node
                         (match->approximate ? std::string("(\"") + match->approximate + "\")" : "");
       return d;
     }
+  }
   return std::nullopt;
 }
 

@@ -16,17 +16,55 @@ namespace memslim {
 namespace {
 
 // A Rewrote decision the gate refused (`why` not empty) becomes Kept with the
-// gate's reason; otherwise node `n` becomes `kind` in the view (later decisions
-// see the graph as it will be) and in the rewrites handed back.
+// gate's reason; returns whether it did.
+bool refused(Decision& d, const std::string& why) {
+  if (why.empty()) return false;
+  d.verdict = Decision::Verdict::Kept;
+  d.text = why;
+  return true;
+}
+
+// Node `n` becomes `kind` with the same arguments, in the view (later
+// decisions see the graph as it will be) and in the rewrites handed back.
 void apply_or_keep(FxGraphView& g, NodeRef n, Decision& d, const std::string& kind,
                    const std::string& why, FxResult& out) {
-  if (!why.empty()) {
-    d.verdict = Decision::Verdict::Kept;
-    d.text = why;
-    return;
-  }
+  if (refused(d, why)) return;
   g.set_kind(g.id(n), kind);
   out.rewrites.push_back({g.id(n), kind, "", std::nullopt, {}});
+}
+
+// A new constant value in the view (an argument a rewrite adds).
+size_t add_constant(FxGraphView& g, c10::IValue c, const std::string& name) {
+  FxGraphView::Value v;
+  v.name = name;
+  v.constant = std::move(c);
+  return g.add_value(std::move(v));
+}
+
+// A formula (`covers`, producers first, ending at `root`) replaced by
+// `op`(`inputs`) at `root`: in the view, then the covered nodes nobody reads
+// any more go (consumers first); the rewrite handed back carries the new
+// arguments (constants by value) and the erased nodes.
+const FxRewrite& replace_formula(FxGraphView& g, NodeRef root, const std::string& op,
+                                 const std::vector<size_t>& inputs,
+                                 const std::vector<NodeRef>& covers, FxResult& out) {
+  FxRewrite rw{g.id(root), op, "", std::vector<FxArg>{}, {}};
+  for (size_t v : inputs) {
+    const auto c = g.constant(g.value_ref(v));
+    rw.args->push_back(c ? FxArg{std::nullopt, *c} : FxArg{v, {}});
+  }
+  g.rewrite_node(g.id(root), op, "", inputs);
+  for (auto it = covers.rbegin(); it != covers.rend(); ++it) {
+    if (*it == root) continue;
+    bool used = false;
+    for (size_t o = 0; o < g.num_outputs(*it); ++o)
+      used = used || !g.uses(g.output(*it, o)).empty();
+    if (used) continue;
+    rw.erased.push_back(g.id(*it));
+    g.erase_node(g.id(*it));
+  }
+  out.rewrites.push_back(std::move(rw));
+  return out.rewrites.back();
 }
 
 // canonicalize-activations: a hand-written formula's root becomes the aten op
@@ -41,32 +79,13 @@ void canonicalize(FxGraphView& g, FxResult& out) {
     if (d->rewrite()) {
       std::string why = gate.check_between(d->covers);
       if (why.empty()) why = gate.check(root, {d->x, g.output(root, 0)});
-      if (!why.empty()) {
-        d->decision.verdict = Decision::Verdict::Kept;
-        d->decision.text = why;
-      } else {
-        FxRewrite rw{g.id(root), d->op, "", std::vector<FxArg>{{g.id(d->x), {}}}, {}};
+      if (!refused(d->decision, why)) {
         std::vector<size_t> inputs{g.id(d->x)};
-        if (!d->approximate.empty()) {
-          FxGraphView::Value c;
-          c.name = "'" + d->approximate + "'";
-          c.constant = c10::IValue(d->approximate);
-          inputs.push_back(g.add_value(std::move(c)));
-          rw.args->push_back({std::nullopt, c10::IValue(d->approximate)});
-        }
-        g.rewrite_node(g.id(root), d->op, "", inputs);
-        // Consumers before producers (covers lists producers first).
-        for (auto it = d->covers.rbegin(); it != d->covers.rend(); ++it) {
-          if (*it == root) continue;
-          bool used = false;
-          for (size_t o = 0; o < g.num_outputs(*it); ++o)
-            used = used || !g.uses(g.output(*it, o)).empty();
-          if (used) continue;
-          rw.erased.push_back(g.id(*it));
-          gone.insert(g.id(*it));
-          g.erase_node(g.id(*it));
-        }
-        out.rewrites.push_back(std::move(rw));
+        if (!d->approximate.empty())
+          inputs.push_back(
+              add_constant(g, c10::IValue(d->approximate), "'" + d->approximate + "'"));
+        for (size_t n : replace_formula(g, root, d->op, inputs, d->covers, out).erased)
+          gone.insert(n);
       }
     }
     out.decisions.push_back(std::move(d->decision));
@@ -104,49 +123,30 @@ void functionalize(FxGraphView& g, FxResult& out) {
   }
 }
 
-// A new constant value in the view (an argument a rewrite adds).
-size_t add_constant(FxGraphView& g, c10::IValue c, const std::string& name) {
-  FxGraphView::Value v;
-  v.name = name;
-  v.constant = std::move(c);
-  return g.add_value(std::move(v));
-}
-
 // fuse-activation-dropout: dropout(act(x)) -> memslim::activation_dropout(x, act,
-// params, p, train, instance); the activation goes.
+// params, p, train, instance); the activation goes. Dropout is priced as eager
+// autograd keeps it (the policy's mask bytes left unresolved: by device).
 void fuse_dropout(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
   const ViewGate gate(g);
   std::vector<NodeRef> sites;
   for (NodeRef n : g.nodes())
     if (is_fuse_dropout_site(g, n)) sites.push_back(n);
   if (sites.empty()) return;
-  const CostPolicy& p = policy; // unresolved mask bytes: eager's, by device
   int64_t instance = next_dropout_instance(g);
   for (NodeRef d : sites) {
-    FuseDropoutDecision dec = decide_fuse_dropout(g, d, p);
+    FuseDropoutDecision dec = decide_fuse_dropout(g, d, policy);
     if (dec.rewrite()) {
       std::string why = gate.check_between({dec.act, d});
       if (why.empty()) why = gate.check(d, {dec.guarded[0], dec.guarded[1], dec.guarded[2]});
-      if (!why.empty()) {
-        dec.decision.verdict = Decision::Verdict::Kept;
-        dec.decision.text = why;
-      } else {
-        const c10::IValue act(dec.spec.act), params(dec.spec.params), id(instance++);
-        std::vector<size_t> inputs{g.id(dec.x),
-                                   add_constant(g, act, "'" + dec.spec.act + "'"),
-                                   add_constant(g, params, "params"),
-                                   g.id(g.input(d, 1)),
-                                   g.id(g.input(d, 2)),
-                                   add_constant(g, id, "instance")};
-        std::vector<FxArg> args;
-        for (size_t v : inputs) {
-          const auto c = g.constant(g.value_ref(v));
-          args.push_back(c ? FxArg{std::nullopt, *c} : FxArg{v, {}});
-        }
-        const size_t act_node = g.id(dec.act);
-        g.rewrite_node(g.id(d), kActivationDropout, "", inputs);
-        g.erase_node(act_node);
-        out.rewrites.push_back({g.id(d), kActivationDropout, "", std::move(args), {act_node}});
+      if (!refused(dec.decision, why)) {
+        const std::vector<size_t> inputs{
+            g.id(dec.x),
+            add_constant(g, c10::IValue(dec.spec.act), "'" + dec.spec.act + "'"),
+            add_constant(g, c10::IValue(dec.spec.params), "params"),
+            g.id(g.input(d, 1)),
+            g.id(g.input(d, 2)),
+            add_constant(g, c10::IValue(instance++), "instance")};
+        replace_formula(g, d, kActivationDropout, inputs, {dec.act, d}, out);
       }
     }
     out.decisions.push_back(std::move(dec.decision));

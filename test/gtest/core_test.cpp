@@ -27,12 +27,14 @@ using memslim::FxGraphView;
 struct Builder {
   FxGraphView g;
   std::vector<size_t> params;
+  std::optional<c10::DeviceType> device; // of every tensor it makes
   size_t tensor(const std::string& name, int64_t n = 64) {
     FxGraphView::Value v;
     v.name = name;
     v.tensor = true;
     v.numel = n;
     v.dtype = at::kFloat;
+    v.device = device;
     return g.add_value(v);
   }
   size_t constant(c10::IValue c) {
@@ -63,6 +65,23 @@ struct Mlp : Builder {
     h = op("aten::linear", "", {x, w1, none()}, "h");
     y = op("aten::gelu", "", {h, constant(std::string("none"))}, "gelu");
     out = op("aten::linear", "", {y, w2, none()}, "out");
+  }
+};
+
+// linear -> gelu(approximate) -> dropout(0.1, train) -> linear, tensors on `device`.
+struct GeluDropout : Builder {
+  size_t x0, w, h, a, d, out;
+  explicit GeluDropout(const std::string& approximate,
+                       std::optional<c10::DeviceType> on = std::nullopt) {
+    device = on;
+    x0 = tensor("x0");
+    w = tensor("w");
+    inputs({x0, w});
+    h = op("aten::linear", "", {x0, w, none()}, "h");
+    a = op("aten::gelu", "", {h, constant(approximate)}, "a");
+    d = op("aten::dropout", "", {a, constant(0.1), constant(true)}, "d");
+    out = op("aten::linear", "", {d, w, none()}, "out");
+    ret({out});
   }
 };
 
@@ -190,9 +209,6 @@ graph(%x : Float(8, 8, strides=[8, 1], device=cpu),
   EXPECT_EQ(tail(a.decision.text), tail(b.decision.text));
 }
 
-} // namespace
-
-namespace {
 TEST(Core, CanonicalizeRewritesTheFormulaAndDropsItsNodes) {
   // linear -> x * sigmoid(x) -> linear: the root becomes aten::silu(x), the
   // sigmoid goes (from nodes() and from x's uses), and output-saving, run
@@ -224,22 +240,14 @@ TEST(Core, CanonicalizeRewritesTheFormulaAndDropsItsNodes) {
   EXPECT_EQ(res.rewrites[1].kind, "memslim::silu");
   EXPECT_EQ(b.g.kind(b.g.producer(b.g.value_ref(r))), "memslim::silu");
 }
-} // namespace
 
-namespace {
 TEST(Core, FuseDropoutPricesNoiseAndHandsBackConstantArguments) {
   // linear -> gelu -> dropout(0.1, train) -> linear: aten keeps the linear's
   // output (gelu's input) and dropout's float noise; the fused op keeps its
   // output (the next linear keeps it anyway) + 2 bits. The rewrite's arguments:
   // x as a value, the kernel name, params, p, train and the instance as constants.
-  Builder b;
-  const size_t x0 = b.tensor("x0"), w = b.tensor("w");
-  b.inputs({x0, w});
-  const size_t h = b.op("aten::linear", "", {x0, w, b.none()}, "h");
-  const size_t a = b.op("aten::gelu", "", {h, b.constant(std::string("tanh"))}, "a");
-  const size_t d = b.op("aten::dropout", "", {a, b.constant(0.1), b.constant(true)}, "d");
-  const size_t out = b.op("aten::linear", "", {d, w, b.none()}, "out");
-  b.ret({out});
+  GeluDropout b("tanh");
+  const size_t h = b.h, a = b.a;
   const auto res = memslim::run_fx(b.g, {"fuse-activation-dropout"}, memslim::CostPolicy{});
   ASSERT_EQ(res.decisions.size(), 1u);
   const Decision& dec = res.decisions[0];
@@ -264,28 +272,7 @@ TEST(Core, FuseDropoutPricesEagerCudaDropoutAsABoolMask) {
   // On CUDA aten::dropout runs native_dropout, which keeps a bool mask (1 byte per
   // element), not float noise; an explicit dropout_mask_bytes still wins.
   for (int explicit_bytes : {-1, 0}) {
-    Builder b;
-    FxGraphView::Value t;
-    t.tensor = true;
-    t.numel = 64;
-    t.dtype = at::kFloat;
-    t.device = c10::DeviceType::CUDA;
-    auto tensor = [&](const std::string& name) {
-      FxGraphView::Value v = t;
-      v.name = name;
-      return b.g.add_value(v);
-    };
-    const size_t x0 = tensor("x0"), w = tensor("w");
-    b.inputs({x0, w});
-    auto op = [&](const std::string& kind, std::vector<size_t> in, const std::string& name) {
-      const size_t o = tensor(name);
-      b.g.add_node(kind, "", in, {o});
-      return o;
-    };
-    const size_t h = op("aten::linear", {x0, w, b.none()}, "h");
-    const size_t a = op("aten::gelu", {h, b.constant(std::string("none"))}, "a");
-    const size_t d = op("aten::dropout", {a, b.constant(0.1), b.constant(true)}, "d");
-    b.ret({op("aten::linear", {d, w, b.none()}, "out")});
+    GeluDropout b("none", c10::DeviceType::CUDA);
     memslim::CostPolicy policy;
     policy.dropout_mask_bytes = explicit_bytes;
     const auto res = memslim::run_fx(b.g, {"fuse-activation-dropout"}, policy);
@@ -297,9 +284,7 @@ TEST(Core, FuseDropoutPricesEagerCudaDropoutAsABoolMask) {
         << dec.text;
   }
 }
-} // namespace
 
-namespace {
 TEST(Core, ViewGateSeesWrittenListsAndNodesWithoutSchema) {
   // linear -> gelu -> linear, then the gelu's output is (a) an element of a list
   // _foreach_add_ writes, (b) handed to a node without a schema (a higher-order
