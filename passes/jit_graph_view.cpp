@@ -78,4 +78,16 @@ std::optional<c10::DeviceType> JitGraphView::device(ValueRef v) const {
 
 std::string JitGraphView::name(ValueRef v) const { return "%" + V(v)->debugName(); }
 
+std::optional<bool> JitGraphView::requires_grad(ValueRef v) const {
+  const Node* n = V(v)->node();
+  // A tensor constant (traced graphs) is no leaf that requires grad.
+  if (n->kind() == c10::prim::Constant) return false;
+  if (n->kind() == c10::prim::GetAttr && V(v)->type()->cast<c10::TensorType>()) {
+    auto cls = n->input(0)->type()->cast<c10::ClassType>();
+    auto slot = cls ? cls->findAttributeSlot(n->s(c10::attr::name)) : std::nullopt;
+    if (cls && slot && !cls->is_parameter(*slot)) return false; // a buffer
+  }
+  return std::nullopt;
+}
+
 } // namespace memslim

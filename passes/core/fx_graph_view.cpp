@@ -41,6 +41,7 @@ size_t FxGraphView::add_node(const std::string& kind, const std::optional<std::s
   n.inputs = inputs;
   n.outputs = outputs;
   nodes_.push_back(std::move(n));
+  order_.push_back(nodes_.back().id);
   const Node& added = nodes_.back();
   for (size_t i = 0; i < inputs.size(); ++i)
     values_[inputs[i]].uses.push_back({NodeRef{&added}, i});
@@ -80,11 +81,40 @@ void FxGraphView::erase_node(size_t id) {
   n.erased = true;
 }
 
+size_t FxGraphView::insert_node_before(size_t before, const std::string& kind,
+                                       const std::optional<std::string>& overload,
+                                       const std::vector<size_t>& inputs,
+                                       const std::vector<size_t>& outputs) {
+  auto at = std::find(order_.begin(), order_.end(), before);
+  if (at == order_.end() || nodes_.at(before).erased)
+    throw std::invalid_argument("memslim.fx: no node to insert before");
+  const size_t pos = size_t(at - order_.begin());
+  const size_t id = add_node(kind, overload, inputs, outputs);
+  order_.pop_back();
+  order_.insert(order_.begin() + std::ptrdiff_t(pos), id);
+  return id;
+}
+
+void FxGraphView::move_uses(size_t from, size_t to, const std::vector<size_t>& except) {
+  auto& uses = values_.at(from).uses;
+  std::vector<Use> kept;
+  for (const Use& u : uses) {
+    const size_t user = id(u.user);
+    if (std::find(except.begin(), except.end(), user) != except.end()) {
+      kept.push_back(u);
+      continue;
+    }
+    nodes_.at(user).inputs.at(u.index) = to;
+    values_.at(to).uses.push_back(u);
+  }
+  uses = std::move(kept);
+}
+
 std::vector<NodeRef> FxGraphView::nodes() const {
   std::vector<NodeRef> out;
-  out.reserve(nodes_.size());
-  for (const Node& n : nodes_)
-    if (!n.erased) out.push_back(NodeRef{&n});
+  out.reserve(order_.size());
+  for (size_t id : order_)
+    if (!nodes_[id].erased) out.push_back(NodeRef{&nodes_[id]});
   return out;
 }
 

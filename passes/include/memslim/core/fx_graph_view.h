@@ -30,6 +30,7 @@ class FxGraphView final : public GraphView {
     std::optional<int64_t> numel;
     std::optional<c10::ScalarType> dtype;
     std::optional<c10::DeviceType> device;
+    std::optional<bool> requires_grad; // known: a buffer, a value made under no_grad
     std::optional<c10::IValue> constant;
     std::string name;
     std::vector<Use> uses;
@@ -58,6 +59,14 @@ class FxGraphView final : public GraphView {
   // A node a rewrite left without readers: gone from nodes() and from its
   // inputs' uses (its outputs must have no uses).
   void erase_node(size_t node);
+  // A new node placed just before node `before` in nodes() (a rewrite's new
+  // op: recompute-pointwise-regions' op goes before the region's first
+  // consumer); as add_node otherwise.
+  size_t insert_node_before(size_t before, const std::string& kind,
+                            const std::optional<std::string>& overload,
+                            const std::vector<size_t>& inputs, const std::vector<size_t>& outputs);
+  // Uses of value `from` by nodes other than `except` read value `to` instead.
+  void move_uses(size_t from, size_t to, const std::vector<size_t>& except);
   size_t id(NodeRef n) const { return static_cast<const Node*>(n.p)->id; }
   size_t id(ValueRef v) const { return static_cast<const Value*>(v.p)->id; }
   NodeRef node_ref(size_t id) const { return NodeRef{&nodes_.at(id)}; }
@@ -84,11 +93,13 @@ class FxGraphView final : public GraphView {
   std::optional<c10::ScalarType> dtype(ValueRef v) const override { return V(v).dtype; }
   std::optional<c10::DeviceType> device(ValueRef v) const override { return V(v).device; }
   std::string name(ValueRef v) const override { return "%" + V(v).name; }
+  std::optional<bool> requires_grad(ValueRef v) const override { return V(v).requires_grad; }
 
  private:
   static const Node& N(NodeRef n) { return *static_cast<const Node*>(n.p); }
   static const Value& V(ValueRef v) { return *static_cast<const Value*>(v.p); }
   std::deque<Node> nodes_; // deque: handles stay valid while building
+  std::vector<size_t> order_; // node ids in program order
   std::deque<Value> values_;
 };
 

@@ -95,6 +95,10 @@ class GraphView {
   virtual std::optional<c10::DeviceType> device(ValueRef v) const = 0;
   // How remarks name the value: "%h".
   virtual std::string name(ValueRef v) const = 0;
+  // What the front end knows for sure about whether `v` requires grad in
+  // training (a parameter, a buffer, a constant, a value made under no_grad);
+  // nullopt: unknown, MayRequireGrad (core/recompute_regions.h) derives it.
+  virtual std::optional<bool> requires_grad(ValueRef) const { return std::nullopt; }
 
   // Derived facts.
   bool is_input(ValueRef v) const {

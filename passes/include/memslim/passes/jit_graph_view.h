@@ -50,6 +50,9 @@ class JitGraphView final : public GraphView {
   std::optional<c10::ScalarType> dtype(ValueRef v) const override;
   std::optional<c10::DeviceType> device(ValueRef v) const override;
   std::string name(ValueRef v) const override;
+  // Constants: false; attributes: a parameter slot of the module's class true,
+  // a buffer false.
+  std::optional<bool> requires_grad(ValueRef v) const override;
 
  private:
   std::shared_ptr<torch::jit::Graph> graph_;
