@@ -1,6 +1,7 @@
 //===- fx_front_end.cpp - memslim's passes over an aten-level FX graph -----===//
 #include "memslim/core/fx_front_end.h"
 
+#include <memory>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -8,6 +9,7 @@
 #include "memslim/core/functionalize.h"
 #include "memslim/core/fuse_dropout.h"
 #include "memslim/core/output_saving.h"
+#include "memslim/core/recompute_regions.h"
 #include "memslim/core/view_gate.h"
 #include "memslim/passes/pass.h"
 
@@ -24,13 +26,17 @@ bool refused(Decision& d, const std::string& why) {
   return true;
 }
 
-// Node `n` becomes `kind` with the same arguments, in the view (later
-// decisions see the graph as it will be) and in the rewrites handed back.
+// Node `n` becomes `kind` (its default overload) with the same arguments, in
+// the view (later decisions see the graph as it will be: the new op's schema
+// too, so a functionalized silu_ joins a region as TorchScript's silu does) and
+// in the rewrites handed back.
 void apply_or_keep(FxGraphView& g, NodeRef n, Decision& d, const std::string& kind,
                    const std::string& why, FxResult& out) {
   if (refused(d, why)) return;
-  g.set_kind(g.id(n), kind);
-  out.rewrites.push_back({g.id(n), kind, "", std::nullopt, {}});
+  std::vector<size_t> inputs;
+  for (size_t i = 0; i < g.num_inputs(n); ++i) inputs.push_back(g.id(g.input(n, i)));
+  g.rewrite_node(g.id(n), kind, "", inputs);
+  out.rewrites.push_back({g.id(n), kind, "", std::nullopt, {}, std::nullopt});
 }
 
 // A new constant value in the view (an argument a rewrite adds).
@@ -48,7 +54,7 @@ size_t add_constant(FxGraphView& g, c10::IValue c, const std::string& name) {
 const FxRewrite& replace_formula(FxGraphView& g, NodeRef root, const std::string& op,
                                  const std::vector<size_t>& inputs,
                                  const std::vector<NodeRef>& covers, FxResult& out) {
-  FxRewrite rw{g.id(root), op, "", std::vector<FxArg>{}, {}};
+  FxRewrite rw{g.id(root), op, "", std::vector<FxArg>{}, {}, std::nullopt};
   for (size_t v : inputs) {
     const auto c = g.constant(g.value_ref(v));
     rw.args->push_back(c ? FxArg{std::nullopt, *c} : FxArg{v, {}});
@@ -153,11 +159,79 @@ void fuse_dropout(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
   }
 }
 
+// The view's side of a region rewrite: ListConstruct(inputs) and the op go
+// just before the decision's point (a list the point builds: before its
+// consumer), outside readers move to the op's outputs, the region's nodes go.
+void apply_region(FxGraphView& g, const RegionDecision& d, const std::string& ir, FxResult& out) {
+  NodeRef point = d.point;
+  while (g.kind(point) == "prim::ListConstruct" && g.num_outputs(point) == 1 &&
+         !g.uses(g.output(point, 0)).empty())
+    point = g.uses(g.output(point, 0)).front().user;
+  FxRegion reg;
+  reg.before = g.id(point);
+  reg.ir = ir;
+  for (NodeRef n : d.region.nodes) reg.nodes.push_back(g.id(n));
+  for (ValueRef v : d.region.inputs) reg.inputs.push_back(g.id(v));
+  FxGraphView::Value list;
+  list.name = "region_inputs";
+  const size_t list_id = g.add_value(std::move(list));
+  g.insert_node_before(reg.before, "prim::ListConstruct", std::nullopt, reg.inputs, {list_id});
+  const size_t text = add_constant(g, c10::IValue(ir), "region");
+  for (ValueRef o : d.region.outputs) {
+    FxGraphView::Value v;
+    v.tensor = true;
+    v.numel = g.numel(o);
+    v.dtype = g.dtype(o);
+    v.device = g.device(o);
+    v.name = g.name(o).substr(1); // the same name in remarks ("%" dropped)
+    reg.outputs.push_back(g.id(o));
+    reg.new_outputs.push_back(g.add_value(std::move(v)));
+  }
+  const size_t op = g.insert_node_before(reg.before, kRecomputeRegionOp, std::string(),
+                                         {list_id, text}, reg.new_outputs);
+  for (size_t i = 0; i < reg.outputs.size(); ++i)
+    g.move_uses(reg.outputs[i], reg.new_outputs[i], reg.nodes);
+  FxRewrite rw{op, kRecomputeRegionOp, "", std::nullopt, {}, std::nullopt};
+  for (auto it = reg.nodes.rbegin(); it != reg.nodes.rend(); ++it) {
+    g.erase_node(*it);
+    rw.erased.push_back(*it);
+  }
+  rw.region = std::move(reg);
+  out.rewrites.push_back(std::move(rw));
+}
+
+// recompute-pointwise-regions: each region decided on the graph as the earlier
+// ones left it, behind the view gate (nothing written between its nodes, none
+// of its inputs or values written after it starts).
+void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
+  std::unique_ptr<MayRequireGrad> grad;
+  for (std::vector<NodeRef>& nodes : form_regions(g)) {
+    if (!grad) grad = std::make_unique<MayRequireGrad>(g);
+    const ViewGate gate(g); // the node order as the earlier rewrites left it
+    const StorageFacts storage{[&](ValueRef v) { return gate.storage_root(v); },
+                               [&](NodeRef n) { return gate.may_write(n); }};
+    RegionDecision d = decide_region(g, std::move(nodes), policy, *grad, storage);
+    if (d.decision.verdict == Decision::Verdict::Note) continue; // keeps nothing today
+    if (d.rewrite()) {
+      std::string why = gate.check_between(d.region.nodes);
+      if (why.empty()) why = gate.check(d.region.nodes.front(), d.guarded);
+      std::optional<std::string> ir;
+      if (why.empty()) ir = region_ir(g, d.region, &why);
+      if (!refused(d.decision, why)) {
+        apply_region(g, d, *ir, out);
+        grad.reset(); // its facts are keyed by values the rewrite replaced
+      }
+    }
+    out.decisions.push_back(std::move(d.decision));
+  }
+}
+
 } // namespace
 
 const std::vector<std::string>& fx_default_passes() {
   static const std::vector<std::string> passes = {kFunctionalizePass, kCanonicalizePass,
-                                                  kFuseDropoutPass, kOutputSavingPass};
+                                                  kFuseDropoutPass, kRecomputeRegionsPass,
+                                                  kOutputSavingPass};
   return passes;
 }
 
@@ -172,6 +246,8 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
       canonicalize(g, out);
     } else if (p == kFuseDropoutPass) {
       fuse_dropout(g, policy, out);
+    } else if (p == kRecomputeRegionsPass) {
+      recompute_regions(g, policy, out);
     } else if (find_pass(p)) {
       out.decisions.push_back({p,
                                Decision::Verdict::Note,

@@ -162,7 +162,8 @@ PYBIND11_MODULE(_C, m) {
   // values: (name, is_tensor, numel or None, dtype or None, has_constant,
   // constant); nodes: (kind, overload or None for no registered op, input
   // value ids, output value ids); values may carry a 7th field, the device
-  // type ("cpu", "cuda") or None.
+  // type ("cpu", "cuda") or None, and an 8th, whether it requires grad when
+  // known (a buffer, a value made under no_grad) or None.
   m.def(
       "fx_run",
       [](const py::list& values, const py::list& nodes, const std::vector<std::string>& passes,
@@ -177,6 +178,7 @@ PYBIND11_MODULE(_C, m) {
           if (!t[3].is_none()) v.dtype = py::cast<at::ScalarType>(t[3]);
           if (t.size() > 6 && !t[6].is_none())
             v.device = c10::Device(py::cast<std::string>(t[6])).type();
+          if (t.size() > 7 && !t[7].is_none()) v.requires_grad = py::cast<bool>(t[7]);
           if (py::cast<bool>(t[4])) {
             v.constant = constant_ivalue(t[5]); // nullopt: unknown to the rules
           }
@@ -190,8 +192,10 @@ PYBIND11_MODULE(_C, m) {
         const auto r = memslim::run_fx(g, passes.empty() ? memslim::fx_default_passes() : passes,
                                        policy_from_dict(policy));
         py::list rewrites;
-        // (node index, op name, overload, args or None, erased node indices);
-        // args: ("v", value id) or ("c", constant).
+        // (node index, op name, overload, args or None, erased node indices,
+        // region or None); args: ("v", value id) or ("c", constant); region:
+        // (node indices, input value ids, output value ids, the op's output
+        // value ids, index of the node the op goes before, graph text).
         for (const auto& rw : r.rewrites) {
           py::object args = py::none();
           if (rw.args) {
@@ -203,7 +207,11 @@ PYBIND11_MODULE(_C, m) {
                 a.append(py::make_tuple("c", torch::jit::toPyObject(arg.constant)));
             args = a;
           }
-          rewrites.append(py::make_tuple(rw.node, rw.kind, rw.overload, args, rw.erased));
+          py::object region = py::none();
+          if (rw.region)
+            region = py::make_tuple(rw.region->nodes, rw.region->inputs, rw.region->outputs,
+                                    rw.region->new_outputs, rw.region->before, rw.region->ir);
+          rewrites.append(py::make_tuple(rw.node, rw.kind, rw.overload, args, rw.erased, region));
         }
         return py::make_tuple(decision_dicts(r.decisions), rewrites);
       },

@@ -41,15 +41,19 @@ class _Serializer:
     (passes/core/fx_graph_view.h: one prim::Param node for the placeholders, a
     prim::ListConstruct per list argument, one prim::Return)."""
 
-    def __init__(self, graph: torch.fx.Graph):
+    def __init__(self, graph: torch.fx.Graph, leaf_grad: Optional[dict] = None):
+        """leaf_grad: placeholder name -> whether it requires grad, where known (a
+        buffer: False; torch.compile's inputs: their flag)."""
         self.values: List[tuple] = []
         self.nodes: List[tuple] = []
         self.fx_nodes: List[Optional[torch.fx.Node]] = []  # per record in self.nodes
         self.outs: dict = {}  # fx node -> [value ids]
+        self._no_grad = False  # inside torch._C._set_grad_enabled(False) ... (True)
+        leaf_grad = leaf_grad or {}
         params = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
         ids = []
         for n in params:
-            ids.append(self._tensor_value(n.name, n.meta.get("val")))
+            ids.append(self._tensor_value(n.name, n.meta.get("val"), leaf_grad.get(n.name)))
             self.outs[n] = [ids[-1]]
         self._node("prim::Param", None, [], ids, None)
         for n in graph.nodes:
@@ -72,12 +76,17 @@ class _Serializer:
                 name = getattr(n.target, "__qualname__", None) or str(n.target)
                 outs = self._outputs_of(n)
                 self._node("python::" + name, None, self._flat_inputs((n.args, n.kwargs)), outs, n)
+                if n.target is torch._C._set_grad_enabled and n.args:
+                    self._no_grad = not n.args[0]
 
-    def _tensor_value(self, name: str, val) -> int:
+    def _tensor_value(self, name: str, val, requires_grad: Optional[bool] = None) -> int:
+        if self._no_grad:  # made under no_grad: autograd records nothing for it
+            requires_grad = False
         if isinstance(val, torch.Tensor):
-            rec = (name, True, _hint(val.numel()), val.dtype, False, None, val.device.type)
+            rec = (name, True, _hint(val.numel()), val.dtype, False, None, val.device.type,
+                   requires_grad)
         else:
-            rec = (name, False, None, None, False, None, None)
+            rec = (name, False, None, None, False, None, None, None)
         self.values.append(rec)
         return len(self.values) - 1
 
@@ -167,17 +176,35 @@ def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
             # Constants the graph holds (make_fx's _param_constant*) are real.
             FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(
                 *example_inputs)
-    decisions, apply = _plan(gm, passes, policy)
+    decisions, apply = _plan(gm, passes, policy, leaf_grad=_leaf_grad(program))
     apply()
     _REPORTS[program] = decisions
     return program
 
 
-def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dict):
+def _leaf_grad(program) -> dict:
+    """Placeholders known not to require grad: an ExportedProgram's buffers and
+    constants (its parameters and user inputs: unknown, may)."""
+    if not isinstance(program, torch.export.ExportedProgram):
+        return {}
+    from torch.export.graph_signature import InputKind
+    return {spec.arg.name: False for spec in program.graph_signature.input_specs
+            if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+            and hasattr(spec.arg, "name")}
+
+
+def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dict, *,
+          leaf_grad: Optional[dict] = None, regions: str = "op"):
     """The decisions on `gm` (its nodes need `meta["val"]`) and a function that applies
     them; `gm` is left as it is until that function is called (memslim's torch.compile
-    backend partitions the graph in between)."""
-    s = _Serializer(gm.graph)
+    backend partitions the graph in between). leaf_grad: placeholder name -> whether it
+    requires grad, where known. regions: how a recompute region is applied: "op" (one
+    memslim::recompute_region node keeping the region's inputs: eager autograd runs the
+    graph) or "tags" (the region's nodes tagged MUST_RECOMPUTE for Inductor's partitioner,
+    which would inline the op's backward and save the region's values again)."""
+    if regions not in ("op", "tags"):
+        raise ValueError(f"memslim.fx: regions must be 'op' or 'tags', got {regions!r}")
+    s = _Serializer(gm.graph, leaf_grad)
     pass_list = list(passes) if passes is not None else []
     try:
         records, rewrites = _C.fx_run(s.values, s.nodes, pass_list, policy)
@@ -203,17 +230,33 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
         # Every new target and argument first (nothing changes if one cannot be built),
         # then the graph.
         plan = []
-        for index, kind, overload, args, erased in rewrites:
+        created = set()  # node indices of the region ops this plan adds
+        for index, kind, overload, args, erased, region in rewrites:
             ns, name = kind.split("::")
             target = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+            if region is not None:
+                nodes, _, _, _, before, _ = region
+                if any(i >= len(s.fx_nodes) or s.fx_nodes[i] is None for i in nodes) or not (
+                        before in created or (before < len(s.fx_nodes) and s.fx_nodes[before])):
+                    raise ValueError("memslim.fx.optimize: internal error: a region's nodes "
+                                     "are not the graph's")
+                created.add(index)
+                plan.append((index, target, None, [], region))
+                continue
             new_args = None
             if args is not None:  # by the new op's schema: keyword-only ones as kwargs
                 values = [value(tag, v) for tag, v in args]
                 params = target._schema.arguments
                 new_args = (tuple(v for v, a in zip(values, params) if not a.kwarg_only),
                             {a.name: v for v, a in zip(values, params) if a.kwarg_only})
-            plan.append((s.fx_nodes[index], target, new_args, [s.fx_nodes[i] for i in erased]))
-        for node, target, new_args, erased in plan:
+            plan.append((s.fx_nodes[index], target, new_args, [s.fx_nodes[i] for i in erased],
+                         None))
+        ops = {}  # region op node index -> its fx node
+        for node, target, new_args, erased, region in plan:
+            if region is not None:
+                ops[node] = _apply_region(gm, s, region, target, carrier, value, ops, regions,
+                                          len(ops))
+                continue
             node.target = target
             if new_args is not None:
                 node.args, node.kwargs = new_args
@@ -224,6 +267,46 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
             gm.recompile()
 
     return [Decision(r) for r in records], apply
+
+
+def _apply_region(gm, s, region, target, carrier, value, ops, mode, number):
+    """One recompute region on the fx graph. "op": memslim::recompute_region(inputs,
+    text) just before the decided node, getitems in place of the region's outputs for
+    every reader outside it, the region's nodes gone. "tags": the region's nodes marked
+    MUST_RECOMPUTE (region `number` as their checkpoint id, so a region reading another's
+    output saves it at the boundary, as the op would). Returns the op's node, or None."""
+    nodes, inputs, outputs, new_outputs, before, text = region
+    members = [s.fx_nodes[i] for i in nodes]
+    if mode == "tags":
+        from torch.utils.checkpoint import CheckpointPolicy
+        for n in members:
+            n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+            n.meta["ac_graph_id"] = number + 1
+        for old, new in zip(outputs, new_outputs):
+            carrier[new] = carrier[old]
+        return None
+    anchor = ops[before] if before in ops else s.fx_nodes[before]
+    if anchor is None:  # a region op not built in tags mode: cannot happen in op mode
+        raise ValueError("memslim.fx.optimize: internal error: no node to place a region at")
+    with gm.graph.inserting_before(anchor):
+        op = gm.graph.call_function(target, ([value("v", v) for v in inputs], text))
+        gets = [gm.graph.call_function(operator.getitem, (op, k)) for k in range(len(outputs))]
+    inside = set(members)
+    for old, new, get in zip(outputs, new_outputs, gets):
+        fx_old = carrier[old]
+        for key in ("val", "tensor_meta", "stack_trace", "nn_module_stack"):
+            if key in fx_old.meta:
+                get.meta[key] = fx_old.meta[key]
+        fx_old.replace_all_uses_with(get, delete_user_cb=lambda user: user not in inside)
+        carrier[new] = get
+    op.meta["val"] = [g.meta.get("val") for g in gets]
+    for key in ("stack_trace", "nn_module_stack"):
+        if key in members[-1].meta:
+            op.meta[key] = members[-1].meta[key]
+    for dead in reversed(members):
+        if not dead.users:
+            gm.graph.erase_node(dead)
+    return op
 
 
 def report(program) -> List[Decision]:

@@ -3,7 +3,8 @@
 // What: the saved-tensor rules, the output-saving and functionalize decisions,
 // the view gate and run_fx over hand-built FxGraphViews (no Python, no FX), and
 // the same decision over a JitGraphView of the equivalent TorchScript graph:
-// both views give the same record.
+// both views give the same record; recompute regions (formation, price with
+// who requires grad, placement, the op's text) over an FxGraphView.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "memslim/core/fx_front_end.h"
 #include "memslim/core/fx_graph_view.h"
 #include "memslim/core/output_saving.h"
+#include "memslim/core/recompute_regions.h"
 #include "memslim/core/saved_tensors.h"
 #include "memslim/core/view_gate.h"
 #include "memslim/passes/jit_graph_view.h"
@@ -138,7 +140,7 @@ TEST(Core, ViewGateRefusesALaterWriteThroughAView) {
   const size_t view = m.op("aten::view", "", {m.y, m.constant(std::vector<int64_t>{-1})}, "v");
   m.op("aten::add_", "Tensor", {view, m.constant(1.0), m.constant(int64_t(1))}, "add_");
   m.ret({m.out});
-  memslim::FxResult r = memslim::run_fx(m.g, memslim::fx_default_passes(), {});
+  memslim::FxResult r = memslim::run_fx(m.g, {"output-saving-activations"}, {});
   ASSERT_EQ(r.decisions.size(), 1u);
   EXPECT_EQ(r.decisions[0].verdict, Decision::Verdict::Kept);
   EXPECT_NE(r.decisions[0].text.find("written in place afterwards by aten::add_"),
@@ -316,4 +318,115 @@ TEST(Core, ViewGateSeesWrittenListsAndNodesWithoutSchema) {
         << d.text;
   }
 }
+
+// linear -> [sigmoid(order) -> mul -> mul(., buf) -> exp] -> linear: one region
+// of four ops whose inputs are h, the 0-dim order and the 0-dim buffer.
+struct Formula : Builder {
+  size_t x, w, order, buf, h, a, m, e, s, out;
+  Formula() {
+    x = tensor("x");
+    w = tensor("w");
+    order = tensor("order", 1);
+    buf = tensor("buf", 1);
+    inputs({x, w, order, buf});
+    h = op("aten::linear", "", {x, w, none()}, "h");
+    a = op("aten::sigmoid", "", {order}, "a", 1);
+    m = op("aten::mul", "Tensor", {h, a}, "m");
+    s = op("aten::mul", "Tensor", {m, buf}, "s");
+    e = op("aten::exp", "", {s}, "e");
+    out = op("aten::linear", "", {e, w, none()}, "out");
+    ret({out});
+  }
+  memslim::StorageFacts storage(const memslim::ViewGate& gate) const {
+    return {[&gate](memslim::ValueRef v) { return gate.storage_root(v); },
+            [&gate](memslim::NodeRef n) { return gate.may_write(n); }};
+  }
+};
+
+TEST(Core, RegionPricedByWhoRequiresGrad) {
+  for (bool buffer_known : {true, false}) {
+    Formula f;
+    // The view knows the buffer does not require grad (an ExportedProgram's
+    // buffer); unknown, a floating input may.
+    if (buffer_known) {
+      FxGraphView::Value* v = const_cast<FxGraphView::Value*>(
+          static_cast<const FxGraphView::Value*>(f.g.value_ref(f.buf).p));
+      v->requires_grad = false;
+    }
+    const auto regions = memslim::form_regions(f.g);
+    ASSERT_EQ(regions.size(), 1u);
+    EXPECT_EQ(regions[0].size(), 4u);
+    const memslim::MayRequireGrad grad(f.g);
+    EXPECT_EQ(grad(f.g.value_ref(f.buf)), !buffer_known);
+    EXPECT_TRUE(grad(f.g.value_ref(f.a)));
+    const memslim::ViewGate gate(f.g);
+    const auto d =
+        memslim::decide_region(f.g, regions[0], memslim::CostPolicy{}, grad, f.storage(gate));
+    // Kept today: h and a (mul keeps each for the other's gradient), buf (for
+    // m's gradient), and m only for buf's gradient (exp's output e is kept by
+    // the next linear anyway). The op keeps h, order and buf: with buf known
+    // not to require grad, the region frees nothing.
+    EXPECT_EQ(*d.decision.price.before, 256 + 4 + 4 + (buffer_known ? 0 : 256));
+    EXPECT_EQ(*d.decision.price.after, 256 + 4 + 4);
+    EXPECT_EQ(*d.decision.price.added_work, 3.0); // the 0-dim sigmoid is not full size
+    if (buffer_known) {
+      EXPECT_EQ(d.decision.verdict, Decision::Verdict::Kept);
+      EXPECT_NE(d.decision.text.find("recomputing the region would free 0 B"), std::string::npos)
+          << d.decision.text;
+      continue;
+    }
+    ASSERT_TRUE(d.rewrite()) << d.decision.text;
+    ASSERT_EQ(d.region.inputs.size(), 3u);
+    EXPECT_EQ(d.region.outputs.size(), 1u);
+    EXPECT_EQ(f.g.id(d.region.outputs[0]), f.e);
+    std::string err;
+    const auto ir = memslim::region_ir(f.g, d.region, &err);
+    ASSERT_TRUE(ir) << err;
+    EXPECT_NE(ir->find("aten::exp"), std::string::npos) << *ir;
+    auto parsed = std::make_shared<torch::jit::Graph>();
+    torch::jit::parseIR(*ir, parsed.get());
+    EXPECT_EQ(parsed->inputs().size(), 3u);
+    EXPECT_EQ(parsed->outputs().size(), 1u);
+  }
+}
+
+TEST(Core, RegionMergeRefusedWhenAnInputComesAfterAConsumer) {
+  // a = exp(x) is read by o = linear(a) before y2 = linear(x) is made, and
+  // c = mul(a, y2): one op for {exp, mul} would have to go before o and after
+  // y2 at once, so they stay two regions.
+  Builder b;
+  const size_t x = b.tensor("x"), w = b.tensor("w");
+  b.inputs({x, w});
+  const size_t a = b.op("aten::exp", "", {x}, "a");
+  const size_t o = b.op("aten::linear", "", {a, w, b.none()}, "o");
+  const size_t y2 = b.op("aten::linear", "", {x, w, b.none()}, "y2");
+  const size_t c = b.op("aten::mul", "Tensor", {a, y2}, "c");
+  b.ret({o, c});
+  EXPECT_EQ(memslim::form_regions(b.g).size(), 2u);
+}
+
+TEST(Core, RunFxReplacesARegionByOneOpBeforeItsFirstReader) {
+  Formula f;
+  const auto res = memslim::run_fx(f.g, {memslim::kRecomputeRegionsPass}, memslim::CostPolicy{});
+  ASSERT_EQ(res.decisions.size(), 1u);
+  EXPECT_EQ(res.decisions[0].verdict, Decision::Verdict::Rewrote) << res.decisions[0].text;
+  ASSERT_EQ(res.rewrites.size(), 1u);
+  const auto& rw = res.rewrites[0];
+  ASSERT_TRUE(rw.region);
+  EXPECT_EQ(rw.kind, memslim::kRecomputeRegionOp);
+  EXPECT_EQ(rw.region->nodes.size(), 4u);
+  EXPECT_EQ(rw.erased.size(), 4u);
+  EXPECT_EQ(rw.region->outputs, std::vector<size_t>{f.e});
+  // The view: the op's output feeds the last linear; the region's nodes are gone.
+  const memslim::NodeRef last = f.g.producer(f.g.value_ref(f.out));
+  const memslim::NodeRef op = f.g.producer(f.g.input(last, 0));
+  ASSERT_TRUE(op);
+  EXPECT_EQ(f.g.kind(op), memslim::kRecomputeRegionOp);
+  std::vector<std::string> kinds;
+  for (memslim::NodeRef n : f.g.nodes()) kinds.push_back(f.g.kind(n));
+  EXPECT_EQ(kinds, (std::vector<std::string>{"prim::Param", "aten::linear", "prim::ListConstruct",
+                                             memslim::kRecomputeRegionOp, "aten::linear",
+                                             "prim::Return"}));
+}
+
 } // namespace

@@ -141,7 +141,8 @@ def test_both_front_ends_make_the_same_decisions(model_fn, shape):
     model = model_fn().train()
     x = torch.randn(shape)
     passes = ["functionalize-inplace-activations", "canonicalize-activations",
-              "fuse-activation-dropout", "output-saving-activations"]
+              "fuse-activation-dropout", "recompute-pointwise-regions",
+              "output-saving-activations"]
     # Dropout priced as eager autograd keeps it (float noise) in both.
     ts = memslim.optimize(model, (x,), passes=passes, dropout_mask_bytes=0)
     ep = memslim.fx.optimize(torch.export.export(model, (x,)), passes=passes,
@@ -168,7 +169,10 @@ def test_exported_program_trains_like_the_original_and_keeps_less():
     before = ep.module()
     after = memslim.fx.optimize(torch.export.export(model, (x,))).module()
     ops = {str(n.target) for n in after.graph.nodes if n.op == "call_function"}
-    assert {"memslim.gelu.default", "memslim.hardswish.default", "memslim.silu.default"} <= ops
+    # silu + mish + add and elu .. tanh become regions (as in TorchScript); the rest
+    # output-saving ops.
+    assert {"memslim.gelu.default", "memslim.hardswish.default",
+            "memslim.recompute_region.default"} <= ops
     _close(_grads(after, x), _grads(before, x), 1e-6)
     assert saved_bytes(after, x) < saved_bytes(before, x)
 
@@ -180,11 +184,12 @@ def test_hand_written_activations_become_memslim_ops_in_an_exported_program():
     after = memslim.fx.optimize(torch.export.export(model, (x,))).module()
     ops = [str(n.target) for n in after.graph.nodes if n.op == "call_function"]
     # The formulas' nodes are gone; gelu_new, silu, hardswish keep their output + bits
-    # (a linear keeps it anyway); mish's output feeds the erf formula (left as written),
-    # whose products keep other tensors: aten's mish stays.
+    # (a linear keeps it anyway); mish's output feeds the erf formula (left as written):
+    # mish and the formula become one recompute region keeping mish's input.
     assert "aten.tanh.default" not in ops and "aten.pow.Tensor_Scalar" not in ops
+    assert "aten.mish.default" not in ops and "aten.erf.default" not in ops
     assert {"memslim.gelu.default", "memslim.silu.default", "memslim.hardswish.default",
-            "aten.mish.default", "aten.erf.default"} <= set(ops)
+            "memslim.recompute_region.default"} <= set(ops)
     _close(_grads(after, x), _grads(before, x), 1e-5)
     assert saved_bytes(after, x) < saved_bytes(before, x)
 
@@ -296,7 +301,8 @@ def test_gate_keeps_a_site_whose_output_is_written_afterwards():
 
     x = torch.randn(4, 8)
     ep = memslim.fx.optimize(torch.export.export(W(), (x,)))
-    [d] = memslim.report(ep)
+    [region, d] = memslim.report(ep)
+    assert region.pass_ == "recompute-pointwise-regions" and region.verdict == "kept"
     assert d.verdict == "kept" and "written in place afterwards by aten::add_" in d.text
 
 
@@ -311,7 +317,7 @@ def test_graph_module_needs_aten_ops_and_takes_example_inputs():
     gm = make_fx(lambda x: model(x), pre_dispatch=True)(x)
     for n in gm.graph.nodes:
         n.meta.pop("val", None)
-    memslim.fx.optimize(gm, (x,))
+    memslim.fx.optimize(gm, (x,), passes=["output-saving-activations"])
     assert [d.verdict for d in memslim.report(gm)] == ["rewrote", "rewrote"]
     with pytest.raises(ValueError, match="min_bytes"):
         memslim.fx.optimize(gm, min_bytes=-1)
@@ -428,3 +434,189 @@ def test_compile_leaves_graphs_without_gradients_to_inductor():
         torch.testing.assert_close(ours(x), model(x))
     notes = [d for d in memslim.report(ours) if d.pass_ == "inductor-partition"]
     assert notes and "no gradients in this graph" in notes[-1]
+
+
+class FracMLP(nn.Module):
+    """linear -> FracAct (the seed-000 hand-written activation: ~60 pointwise aten ops, a
+    trainable 0-dim order, two 3-element buffers) -> linear."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        from memslim._models import FracAct
+        self.a = nn.Linear(16, width)
+        self.act = FracAct()
+        self.b = nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.b(self.act(self.a(x)))
+
+
+def _region_ops(gm):
+    return [n for n in gm.graph.nodes if str(n.target) == "memslim.recompute_region.default"]
+
+
+def test_exported_recompute_region_trains_like_eager_and_keeps_its_inputs():
+    torch.manual_seed(0)
+    model = FracMLP().train()
+    x = torch.randn(32, 16)
+    ep = memslim.fx.optimize(torch.export.export(model, (x,)))
+    regions = [d for d in memslim.report(ep) if d.pass_ == "recompute-pointwise-regions"]
+    assert [d.verdict for d in regions] == ["rewrote"], regions
+    after = ep.module()
+    assert len(_region_ops(after)) == 1
+    # The whole formula went into the op (no FracAct op is left in the graph).
+    assert not any(str(n.target).startswith("aten.lgamma") for n in after.graph.nodes)
+    _close(_grads(after, x), _grads(model, x), 1e-6)
+    order_grad = after.get_submodule("act").order.grad
+    assert order_grad is not None and order_grad.abs() > 0
+    eager, ours = saved_bytes(model, x), saved_bytes(after, x)
+    assert ours < 0.3 * eager
+    # The price is what autograd then keeps (the order's sigmoid aside: 4 bytes).
+    assert abs((eager - ours) - regions[0].freed_bytes) <= 16
+
+
+def test_region_decisions_match_between_front_ends():
+    # The same region, priced alike: what its nodes keep and what its inputs cost.
+    torch.manual_seed(0)
+    model = FracMLP().train()
+    x = torch.randn(32, 16)
+    passes = ["recompute-pointwise-regions"]
+    ts = memslim.report(memslim.optimize(model, (x,), passes=passes))
+    fx = memslim.report(memslim.fx.optimize(torch.export.export(model, (x,)), passes=passes))
+    assert [(d.verdict, d.bytes_before, d.bytes_after) for d in ts] == \
+        [(d.verdict, d.bytes_before, d.bytes_after) for d in fx]
+
+
+def test_region_with_a_later_write_to_its_input_is_kept():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.a(x)
+            y = torch.exp(h * 2.0) * torch.sigmoid(h)
+            h.add_(1.0)  # written after the region read it
+            return y.sum() + h.sum()
+
+    x = torch.randn(4, 16)
+    ep = memslim.fx.optimize(torch.export.export(Net(), (x,)), passes=["recompute-pointwise-regions"])
+    (d,) = memslim.report(ep)
+    assert d.verdict == "kept" and "written in place afterwards" in d.text, d.text
+    assert not _region_ops(ep.module())
+
+
+class TrainableSwishMLP(nn.Module):
+    """linear -> a hand-written activation with a trainable 0-dim slope (x * sigmoid(b x)
+    plus a bump) -> linear. (FracAct's pow(-1, n) does not compile with dynamic shapes
+    even under plain torch.compile: Inductor raises a LoweringException.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 64)
+        self.beta = nn.Parameter(torch.tensor(1.3))
+        self.b = nn.Linear(64, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(h * torch.sigmoid(self.beta * h) + 0.1 * torch.tanh(h) * torch.exp(-h * h))
+
+
+@pytest.mark.parametrize("model_fn,dynamic", [(lambda: FracMLP(width=64), False),
+                                              (TrainableSwishMLP, False),
+                                              (TrainableSwishMLP, True)])
+def test_compile_applies_regions_as_recompute_tags(model_fn, dynamic):
+    torch.manual_seed(0)
+    model = model_fn().train()
+    x = torch.randn(64, 16)
+    plain, ours = _compile_pair(model, dynamic=dynamic)
+    want = _grads(model, x)
+    _close(_grads(ours, x), want, 1e-5)
+    assert saved_bytes(ours, x) <= 0.85 * saved_bytes(plain, x)
+    records = memslim.report(ours)
+    assert any(d.pass_ == "recompute-pointwise-regions" and d.verdict == "rewrote"
+               for d in records)
+    assert "rewrites kept" in records[-1].text
+    x2 = torch.randn(9, 16)
+    _close(_grads(ours, x2), _grads(model, x2), 1e-5)
+
+
+class TwoFracMLP(nn.Module):
+    """linear -> FracAct -> linear -> FracAct, then more pointwise ops -> linear: two
+    recompute regions, the second recomputing more ops than the first."""
+
+    def __init__(self):
+        super().__init__()
+        from memslim._models import FracAct
+        self.a, self.b, self.c = nn.Linear(16, 64), nn.Linear(64, 64), nn.Linear(64, 4)
+        self.act1, self.act2 = FracAct(), FracAct()
+
+    def forward(self, x):
+        y = self.act2(self.b(self.act1(self.a(x))))
+        return self.c(y * torch.sigmoid(y) * 0.5 + torch.tanh(y) * torch.exp(-y))
+
+
+_CACHE_SCRIPT = r"""
+import copy, sys, torch, memslim
+from memslim.measure import saved_bytes
+sys.path.insert(0, sys.argv[1])
+from test_fx import TwoFracMLP
+torch._inductor.config.fx_graph_cache = True
+torch._functorch.config.enable_autograd_cache = True
+torch.manual_seed(0)
+model = TwoFracMLP().train()
+x = torch.randn(64, 16)
+# max_added_work=33: only the first region is taken (the second recomputes more ops);
+# then the defaults: the same aten graph (only aten ops: AOTAutograd's cache takes it)
+# with both regions' nodes tagged.
+one = saved_bytes(memslim.compile(copy.deepcopy(model), strict=True, max_added_work=33), x)
+torch._dynamo.reset()
+both = saved_bytes(memslim.compile(copy.deepcopy(model), strict=True), x)
+from torch._dynamo.utils import counters
+print(counters["aot_autograd"].get("autograd_cache_hit", 0), one, both)
+"""
+
+
+def test_compile_with_caches_on_keeps_each_policys_regions(tmp_path):
+    # Inductor's FX graph cache and AOTAutograd's cache on (a fresh directory): a second
+    # compile of the same model under another policy gets its own regions, not the
+    # first compile's partition.
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, os.path.dirname(__file__)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    hits, one, both = map(int, r.stdout.split()[-3:])
+    assert hits == 0 and both <= 0.85 * one, (hits, one, both)
+
+
+def test_region_tags_enter_inductors_cache_key():
+    # Tags are node metadata, which the cache keys do not cover (session 11 measured a
+    # hand-tagged compile served the untagged partition): the backend compiles a tagged
+    # graph with a keying pass whose uuid names the tags, and Inductor's key reads it.
+    from torch._inductor import config
+    from torch._inductor.codecache import FxGraphHashDetails
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils.checkpoint import CheckpointPolicy
+    from memslim.backend import _keyed_by_tags
+
+    def build(tagged):
+        gm = make_fx(lambda x: torch.exp(torch.sin(x)) * 2)(torch.randn(4))
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and tagged(n):
+                n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+                n.meta["ac_graph_id"] = 1
+        return gm
+
+    def key(gm):
+        with _keyed_by_tags(gm):
+            return FxGraphHashDetails(gm, [], {}, []).joint_custom_pre_pass
+
+    untagged = build(lambda n: False)
+    sin = build(lambda n: "sin" in n.name)
+    both = build(lambda n: "sin" in n.name or "exp" in n.name)
+    assert key(untagged) is None and config.joint_custom_pre_pass is None
+    assert key(sin) is not None and key(sin) == key(build(lambda n: "sin" in n.name))
+    assert len({key(untagged), key(sin), key(both)}) == 3

@@ -340,19 +340,37 @@ class _Pt2Net(torch.nn.Module):
         return self.b(torch.nn.functional.gelu(self.a(x)))
 
 
-def test_pt2_end_to_end(tmp_path):
+class _Pt2FracNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from memslim._models import FracAct
+        self.a = torch.nn.Linear(16, 32)
+        self.act = FracAct()
+        self.b = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.b(self.act(self.a(x)))
+
+
+@pytest.mark.parametrize("net,remark,op", [
+    (_Pt2Net, "remark: output-saving-activations: rewrote aten::gelu at %gelu",
+     "memslim.gelu.default"),
+    (_Pt2FracNet, "remark: recompute-pointwise-regions: rewrote region of 64 ops",
+     "memslim.recompute_region.default")])
+def test_pt2_end_to_end(tmp_path, net, remark, op):
     # memslim-opt m.pt2 -o m_opt.pt2: the FX front end; the program it writes loads
     # (once memslim is imported) and its module trains with the same gradients.
     import memslim  # noqa: F401  (registers the ops torch.export.load meets)
-    model = _Pt2Net()
+    torch.manual_seed(0)
+    model = net()
     x = torch.randn(8, 16)
     src, dst = tmp_path / "m.pt2", tmp_path / "m_opt.pt2"
     torch.export.save(torch.export.export(model, (x,)), str(src))
     r = subprocess.run([OPT, str(src), "-o", str(dst), "--remarks"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "remark: output-saving-activations: rewrote aten::gelu at %gelu" in r.stderr
+    assert remark in r.stderr, r.stderr
     loaded = torch.export.load(str(dst)).module()
-    assert any(str(n.target) == "memslim.gelu.default" for n in loaded.graph.nodes)
+    assert any(str(n.target) == op for n in loaded.graph.nodes)
     xs = x.clone().requires_grad_(True)
     loaded(xs).square().sum().backward()
     xr = x.clone().requires_grad_(True)

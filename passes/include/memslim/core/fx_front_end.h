@@ -4,7 +4,9 @@
 // which nodes to rewrite to which memslim op; python/memslim/fx.py applies
 // them to the torch.fx graph. Each pass here is the core's decision (the same
 // function the TorchScript pass calls) behind the ViewGate.
-// Passes with no FX form yet get one Note record saying so.
+// Passes with no FX form yet get one Note record saying so. A recompute
+// region is handed back as an FxRegion: fx.py builds the op from it, or, under
+// torch.compile, tags the region's nodes for Inductor's partitioner instead.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -23,6 +25,15 @@ struct FxArg {
   std::optional<size_t> value; // FxGraphView value id
   c10::IValue constant;        // when no value
 };
+// A recompute region replaced by one memslim::recompute_region node.
+struct FxRegion {
+  std::vector<size_t> nodes;       // the region's nodes, program order (they go)
+  std::vector<size_t> inputs;      // value ids: the op's tensor list
+  std::vector<size_t> outputs;     // value ids read outside the region...
+  std::vector<size_t> new_outputs; // ...which the op's outputs replace (the view's ids)
+  size_t before = 0;               // node id the op goes just before
+  std::string ir;                  // the op's graph text
+};
 struct FxRewrite {
   size_t node;          // FxGraphView node id
   std::string kind;     // "memslim::gelu"
@@ -32,6 +43,8 @@ struct FxRewrite {
   std::optional<std::vector<FxArg>> args;
   // Nodes the rewrite left without readers, consumers first: they go.
   std::vector<size_t> erased;
+  // Set for a recompute region (`node` is then the op's new node id).
+  std::optional<FxRegion> region;
 };
 struct FxResult {
   std::vector<Decision> decisions;

@@ -7,9 +7,9 @@
 // with the facts of their FakeTensors (elements, dtype). Placeholders are the
 // outputs of one "prim::Param" node, list arguments "prim::ListConstruct"
 // nodes, the graph's output one "prim::Return" node.
-// A decision that rewrites a node sets its kind (set_kind), or its op and
-// arguments (rewrite_node, erase_node), so the decisions after it see the
-// graph as it will be.
+// A decision that rewrites a node sets its op and arguments (rewrite_node,
+// erase_node; a region: insert_node_before, move_uses), so the decisions
+// after it see the graph as it will be.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -51,7 +51,6 @@ class FxGraphView final : public GraphView {
   // op the dispatcher does not know or a bad value id.
   size_t add_node(const std::string& kind, const std::optional<std::string>& overload,
                   const std::vector<size_t>& inputs, const std::vector<size_t>& outputs);
-  void set_kind(size_t node, const std::string& kind) { nodes_.at(node).kind = kind; }
   // A rewrite that changes a node's op and arguments (`kind`/`overload` as
   // add_node's): its uses move from the old inputs to the new ones.
   void rewrite_node(size_t node, const std::string& kind, const std::string& overload,
