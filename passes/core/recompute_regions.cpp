@@ -21,6 +21,7 @@
 #include <torch/csrc/jit/ir/irparser.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <sstream>
 #include <unordered_set>
@@ -69,13 +70,34 @@ const std::unordered_set<std::string>& elementwise_ops() {
 }
 
 using NodeSet = saved::NodeSet;
-using Positions = std::unordered_map<const void*, size_t>;
+
+// A node that changes the grad mode (or autocast) for the nodes after it:
+// TorchScript's `with` (prim::Enter / prim::Exit), an FX graph's
+// torch._C._set_grad_enabled and autocast enter / exit.
+bool switches_mode(const std::string& kind) {
+  return kind == "prim::Enter" || kind == "prim::Exit" || kind == "python::_set_grad_enabled" ||
+         kind == "python::_enter_autocast" || kind == "python::_exit_autocast";
+}
+
+// Program positions, and which grad-mode span each node runs in (how many
+// mode switches come before it): a region and the place of its op stay in one
+// span, or the op would run a no_grad block's ops with grad, or the region's
+// ops without it (review finding, session 12).
+struct Positions {
+  std::unordered_map<const void*, size_t> at, span;
+  size_t pos(NodeRef n) const { return at.at(n.p); }
+};
 
 Positions positions(const GraphView& g) {
-  Positions pos;
+  Positions p;
   const auto order = g.nodes();
-  for (size_t i = 0; i < order.size(); ++i) pos[order[i].p] = i;
-  return pos;
+  size_t span = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (switches_mode(g.kind(order[i]))) ++span;
+    p.at[order[i].p] = i;
+    p.span[order[i].p] = span;
+  }
+  return p;
 }
 
 // `n` itself, or the node holding it, that sits in the block owned by `owner`
@@ -96,7 +118,7 @@ NodeRef insertion_point(const GraphView& g, const std::vector<NodeRef>& nodes,
                         const Positions& pos) {
   const NodeSet members(nodes.begin(), nodes.end());
   const NodeRef owner = g.owner(nodes.front());
-  const size_t front = pos.at(nodes.front().p), back = pos.at(nodes.back().p);
+  const size_t front = pos.pos(nodes.front()), back = pos.pos(nodes.back());
   NodeRef point = nodes.back();
   size_t best = back;
   for (NodeRef n : nodes)
@@ -105,8 +127,8 @@ NodeRef insertion_point(const GraphView& g, const std::vector<NodeRef>& nodes,
         if (members.count(u.user)) continue;
         const NodeRef a = ancestor_in(g, u.user, owner);
         if (!a) continue;
-        auto it = pos.find(a.p);
-        if (it == pos.end()) continue; // a block's return: after everything
+        auto it = pos.at.find(a.p);
+        if (it == pos.at.end()) continue; // a block's return: after everything
         if (it->second > front && it->second < best) {
           best = it->second;
           point = a;
@@ -118,15 +140,18 @@ NodeRef insertion_point(const GraphView& g, const std::vector<NodeRef>& nodes,
       if (is_region_constant(g, v) || g.is_input(v)) continue;
       const NodeRef p = g.producer(v);
       if (!p || members.count(p) || g.owner(p) != owner) continue;
-      auto it = pos.find(p.p);
-      if (it != pos.end() && it->second >= best) return NodeRef{};
+      auto it = pos.at.find(p.p);
+      if (it != pos.at.end() && it->second >= best) return NodeRef{};
     }
+  // The op runs where it is placed: in the region's grad mode.
+  auto span = pos.span.find(point.p);
+  if (span == pos.span.end() || span->second != pos.span.at(nodes.front().p)) return NodeRef{};
   return point;
 }
 
 void sort_by_position(std::vector<NodeRef>& nodes, const Positions& pos) {
   std::sort(nodes.begin(), nodes.end(),
-            [&](NodeRef a, NodeRef b) { return pos.at(a.p) < pos.at(b.p); });
+            [&](NodeRef a, NodeRef b) { return pos.pos(a) < pos.pos(b); });
 }
 
 // The saved-tensor rule for a region node, refined by who requires grad.
@@ -284,6 +309,9 @@ bool is_region_constant(const GraphView& g, ValueRef v) {
   if (!c) return false;
   const NodeRef p = g.producer(v);
   if (p && g.num_inputs(p) != 0) return false; // a list built from constants
+  // NaN prints as `nan`, which the IR parser reads back as a type attribute:
+  // the op failed on its first run (review finding, session 12).
+  if (c->isDouble() && std::isnan(c->toDouble())) return false;
   return c->isInt() || c->isDouble() || c->isBool() || c->isNone() || c->isString();
 }
 
@@ -311,7 +339,9 @@ std::vector<std::vector<NodeRef>> form_regions(const GraphView& g) {
     std::set<size_t> producers;
     for (size_t i = 0; i < g.num_inputs(n); ++i) {
       const NodeRef p = g.producer(g.input(n, i));
-      if (!p || g.owner(p) != g.owner(n)) continue;
+      if (!p || g.owner(p) != g.owner(n) || pos.span.count(p.p) == 0 ||
+          pos.span.at(p.p) != pos.span.at(n.p))
+        continue;
       auto it = region_of.find(p.p);
       if (it != region_of.end() && it->second != target) producers.insert(it->second);
     }
@@ -329,11 +359,15 @@ std::vector<std::vector<NodeRef>> form_regions(const GraphView& g) {
   regions.erase(std::remove_if(regions.begin(), regions.end(),
                                [](const std::vector<NodeRef>& r) { return r.empty(); }),
                 regions.end());
-  // Outer blocks first (a stable order: the TorchScript pass's, block by block).
+  // Top-level regions first, then by the position of the node owning their
+  // block (both branches of an If together); in program order within. (The
+  // TorchScript pass's order before the core went block by block, pre-order:
+  // it differs for an If nested in another's branch, which only changes the
+  // order in which regions of different blocks are priced.)
   std::stable_sort(regions.begin(), regions.end(),
                    [&](const std::vector<NodeRef>& a, const std::vector<NodeRef>& b) {
                      const NodeRef oa = g.owner(a.front()), ob = g.owner(b.front());
-                     const size_t pa = oa ? pos.at(oa.p) + 1 : 0, pb = ob ? pos.at(ob.p) + 1 : 0;
+                     const size_t pa = oa ? pos.pos(oa) + 1 : 0, pb = ob ? pos.pos(ob) + 1 : 0;
                      return pa < pb;
                    });
   return regions;

@@ -39,7 +39,8 @@ def _hint(x) -> Optional[int]:
 class _Serializer:
     """The FX graph as the value and node records _C.fx_run reads
     (passes/core/fx_graph_view.h: one prim::Param node for the placeholders, a
-    prim::ListConstruct per list argument, one prim::Return)."""
+    prim::GetAttr node per get_attr where it stands, a prim::ListConstruct per list
+    argument, one prim::Return)."""
 
     def __init__(self, graph: torch.fx.Graph, leaf_grad: Optional[dict] = None):
         """leaf_grad: placeholder name -> whether it requires grad, where known (a
@@ -50,16 +51,20 @@ class _Serializer:
         self.outs: dict = {}  # fx node -> [value ids]
         self._no_grad = False  # inside torch._C._set_grad_enabled(False) ... (True)
         leaf_grad = leaf_grad or {}
-        params = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
+        params = [n for n in graph.nodes if n.op == "placeholder"]
         ids = []
         for n in params:
             ids.append(self._tensor_value(n.name, n.meta.get("val"), leaf_grad.get(n.name)))
             self.outs[n] = [ids[-1]]
         self._node("prim::Param", None, [], ids, None)
         for n in graph.nodes:
-            if n.op in ("placeholder", "get_attr"):
+            if n.op == "placeholder":
                 continue
-            if n.op == "output":
+            if n.op == "get_attr":  # where it is: an op reading it goes after it
+                self.outs[n] = [self._tensor_value(n.name, n.meta.get("val"),
+                                                   leaf_grad.get(n.name))]
+                self._node("prim::GetAttr", None, [], self.outs[n], n)
+            elif n.op == "output":
                 self._node("prim::Return", None, self._flat_inputs(n.args), [], n)
             elif n.op == "call_function" and n.target is operator.getitem and \
                     isinstance(n.args[0], torch.fx.Node) and len(self.outs.get(n.args[0], [])) > 1:
@@ -177,7 +182,14 @@ def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
             FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(
                 *example_inputs)
     decisions, apply = _plan(gm, passes, policy, leaf_grad=_leaf_grad(program))
-    apply()
+    renamed = apply()
+    if exported and renamed:
+        # A region output that was a program output (or a buffer's new value) is now a
+        # getitem of the op: the signature names it (torch.export.save validates it).
+        for spec in program.graph_signature.output_specs:
+            name = getattr(spec.arg, "name", None)
+            if name in renamed:
+                spec.arg.name = renamed[name]
     _REPORTS[program] = decisions
     return program
 
@@ -211,7 +223,9 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
     except ValueError as e:
         raise ValueError(f"memslim.fx.optimize: {e}") from None
 
-    def apply() -> None:
+    def apply() -> dict:
+        """Applies the rewrites; returns {old node name: new node name} for the values a
+        region op's outputs replaced."""
         # Which fx node (or getitem of one) carries each value id.
         carrier = {}
         for node, ids in s.outs.items():
@@ -231,15 +245,23 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
         # then the graph.
         plan = []
         created = set()  # node indices of the region ops this plan adds
+        position = {n: i for i, n in enumerate(gm.graph.nodes)}
         for index, kind, overload, args, erased, region in rewrites:
             ns, name = kind.split("::")
             target = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
             if region is not None:
-                nodes, _, _, _, before, _ = region
+                nodes, inputs, _, _, before, _ = region
                 if any(i >= len(s.fx_nodes) or s.fx_nodes[i] is None for i in nodes) or not (
                         before in created or (before < len(s.fx_nodes) and s.fx_nodes[before])):
                     raise ValueError("memslim.fx.optimize: internal error: a region's nodes "
                                      "are not the graph's")
+                # Never a program that reads a value before it is made.
+                anchor = s.fx_nodes[before] if before < len(s.fx_nodes) else None
+                late = [carrier[v] for v in inputs if v in carrier and anchor is not None and
+                        position.get(carrier[v], -1) >= position[anchor]]
+                if regions == "op" and late:
+                    raise ValueError("memslim.fx.optimize: internal error: a region op would "
+                                     f"read {late[0].name} before it is made")
                 created.add(index)
                 plan.append((index, target, None, [], region))
                 continue
@@ -252,10 +274,12 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
             plan.append((s.fx_nodes[index], target, new_args, [s.fx_nodes[i] for i in erased],
                          None))
         ops = {}  # region op node index -> its fx node
+        renamed = {}
+        tag_ids = _checkpoint_ids(gm, s, [r[4] for r in plan if r[4] is not None])
         for node, target, new_args, erased, region in plan:
             if region is not None:
                 ops[node] = _apply_region(gm, s, region, target, carrier, value, ops, regions,
-                                          len(ops))
+                                          tag_ids.get(id(region)), renamed)
                 continue
             node.target = target
             if new_args is not None:
@@ -265,23 +289,58 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
                     gm.graph.erase_node(dead)
         if rewrites:
             gm.recompile()
+        return renamed
 
     return [Decision(r) for r in records], apply
 
 
-def _apply_region(gm, s, region, target, carrier, value, ops, mode, number):
+def _checkpoint_ids(gm, s, regions) -> dict:
+    """Checkpoint ids for tagged regions (id(region) -> id): above every id already in
+    the graph (a user's torch.utils.checkpoint regions), in an order where a region
+    reading another's output has the larger id, so the partitioner saves the value at
+    their boundary (its cleanup_recompute_tags), as the region op would keep it."""
+    start = max([n.meta.get("ac_graph_id", 0) for n in gm.graph.nodes
+                 if isinstance(n.meta.get("ac_graph_id", 0), int)] + [0]) + 1
+    owner = {}
+    for k, r in enumerate(regions):
+        for i in r[0]:
+            owner[s.fx_nodes[i]] = k
+    deps = {k: set() for k in range(len(regions))}
+    for k, r in enumerate(regions):
+        for i in r[0]:
+            for a in s.fx_nodes[i].all_input_nodes:
+                if owner.get(a, k) != k:
+                    deps[k].add(owner[a])
+    order, done = [], set()
+
+    def visit(k, path=()):
+        if k in done or k in path:  # a cycle cannot be placed; guarded anyway
+            return
+        for d in sorted(deps[k]):
+            visit(d, path + (k,))
+        done.add(k)
+        order.append(k)
+
+    for k in range(len(regions)):
+        visit(k)
+    return {id(regions[k]): start + n for n, k in enumerate(order)}
+
+
+def _apply_region(gm, s, region, target, carrier, value, ops, mode, tag_id, renamed):
     """One recompute region on the fx graph. "op": memslim::recompute_region(inputs,
     text) just before the decided node, getitems in place of the region's outputs for
-    every reader outside it, the region's nodes gone. "tags": the region's nodes marked
-    MUST_RECOMPUTE (region `number` as their checkpoint id, so a region reading another's
-    output saves it at the boundary, as the op would). Returns the op's node, or None."""
+    every reader outside it (`renamed` gets old name -> getitem name), the region's
+    nodes gone. "tags": the region's nodes marked MUST_RECOMPUTE with checkpoint id
+    `tag_id`, unless one already carries a recompute tag (the user's own checkpointing
+    decides there). Returns the op's node, or None."""
     nodes, inputs, outputs, new_outputs, before, text = region
     members = [s.fx_nodes[i] for i in nodes]
     if mode == "tags":
         from torch.utils.checkpoint import CheckpointPolicy
-        for n in members:
-            n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-            n.meta["ac_graph_id"] = number + 1
+        if not any("recompute" in n.meta for n in members):
+            for n in members:
+                n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+                n.meta["ac_graph_id"] = tag_id
         for old, new in zip(outputs, new_outputs):
             carrier[new] = carrier[old]
         return None
@@ -298,6 +357,7 @@ def _apply_region(gm, s, region, target, carrier, value, ops, mode, number):
             if key in fx_old.meta:
                 get.meta[key] = fx_old.meta[key]
         fx_old.replace_all_uses_with(get, delete_user_cb=lambda user: user not in inside)
+        renamed[fx_old.name] = get.name
         carrier[new] = get
     op.meta["val"] = [g.meta.get("val") for g in gets]
     for key in ("stack_trace", "nn_module_stack"):

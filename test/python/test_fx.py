@@ -620,3 +620,91 @@ def test_region_tags_enter_inductors_cache_key():
     assert key(untagged) is None and config.joint_custom_pre_pass is None
     assert key(sin) is not None and key(sin) == key(build(lambda n: "sin" in n.name))
     assert len({key(untagged), key(sin), key(both)}) == 3
+
+
+def _pre_dispatch(model, x):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    return make_fx(model, pre_dispatch=True)(x)
+
+
+def _check_like_eager(model, gm, x):
+    xs = x.clone().requires_grad_()
+    want = model(xs)
+    want.nansum().backward()
+    xo = x.clone().requires_grad_()
+    got = gm(xo)
+    got.nansum().backward()
+    torch.testing.assert_close(got, want, equal_nan=True)
+    torch.testing.assert_close(xo.grad, xs.grad, equal_nan=True)
+
+
+class _SumUnderNoGrad(nn.Module):
+    """Review finding (session 12): the region's first outside reader sat inside a
+    no_grad block, so the op went there and ran without grad."""
+
+    def forward(self, x):
+        a = x.sin()
+        with torch.no_grad():
+            s = a.sum()
+        return (a.cos() * a.exp()).tanh() + s
+
+
+class _ParamReadMidGraph(nn.Module):
+    """Review finding (session 12): make_fx's get_attr constants sit mid-graph; the view
+    put them with the placeholders and the op went before one it reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(64, 64))
+
+    def forward(self, x):
+        a = x.sin()
+        s = a @ self.w
+        return (a.cos() * self.w).exp().tanh() + s
+
+
+@pytest.mark.parametrize("model_fn", ["no_grad_then_formula", "sum_under_no_grad", "nan_fill",
+                                      "param_mid_graph"])
+def test_fx_region_regressions_run_like_eager(model_fn):
+    from test_recompute_regions import _NanFill, _NoGradThenFormula
+    from torch.fx.experimental.proxy_tensor import make_fx
+    model = {"no_grad_then_formula": _NoGradThenFormula, "sum_under_no_grad": _SumUnderNoGrad,
+             "nan_fill": _NanFill, "param_mid_graph": _ParamReadMidGraph}[model_fn]()
+    torch.manual_seed(0)
+    x = torch.randn(64, 64)
+    gm = make_fx(model)(x) if model_fn == "param_mid_graph" else _pre_dispatch(model, x)
+    memslim.fx.optimize(gm)
+    _check_like_eager(model, gm, x)
+
+
+class _RegionIsTheOutput(nn.Module):
+    """Review finding (session 12): a region whose output is the program's output (or a
+    buffer's new value) left the ExportedProgram's signature naming a node that was gone:
+    torch.export.save and _validate failed."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(64, 64)
+        self.register_buffer("ema", torch.zeros(64, 64))
+
+    def forward(self, x):
+        h = self.l(x)
+        y = (h.sin() * h.cos()).exp()
+        self.ema.copy_(y.tanh() * 0.5)
+        return (y.sigmoid() * h).tanh()
+
+
+def test_exported_region_outputs_keep_the_signature_valid(tmp_path):
+    torch.manual_seed(0)
+    model = _RegionIsTheOutput()
+    x = torch.randn(64, 64)
+    ep = memslim.fx.optimize(torch.export.export(model, (x,)))
+    assert any(d.pass_ == "recompute-pointwise-regions" and d.verdict == "rewrote"
+               for d in memslim.report(ep))
+    ep._validate()
+    torch.export.save(ep, str(tmp_path / "m.pt2"))
+    loaded = torch.export.load(str(tmp_path / "m.pt2")).module()
+    ref = _RegionIsTheOutput()
+    ref.load_state_dict(model.state_dict())
+    torch.testing.assert_close(loaded(x), ref(x))
+    torch.testing.assert_close(loaded.ema, ref.ema)

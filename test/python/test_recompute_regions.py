@@ -133,3 +133,37 @@ def test_rewritten_module_saves_reloads_and_trains_identically(frac_resnet18, tm
     assert len(got) == len(want)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+class _NoGradThenFormula(torch.nn.Module):
+    """Review finding (session 12): a no_grad block's ops joined the region after it,
+    which then ran them with grad (TorchScript: prim::Enter/Exit; FX: _set_grad_enabled)."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            a = (x * 2.0).sin()
+        y = (a * x).sin() * (a * x).cos()
+        return y.exp().tanh()
+
+
+class _NanFill(torch.nn.Module):
+    """Review finding (session 12): a NaN constant printed into the region's text parses
+    back as something else, and the op failed on its first run."""
+
+    def forward(self, x):
+        return x.sin().masked_fill(x > 0.5, float("nan")).exp().cos()
+
+
+@pytest.mark.parametrize("model", [_NoGradThenFormula, _NanFill])
+def test_scripted_region_regressions_train_like_eager(model):
+    torch.manual_seed(0)
+    x = torch.randn(64, 64)
+    opt = memslim.optimize(model(), (x,))
+    xs = x.clone().requires_grad_()
+    want = model()(xs)
+    want.nansum().backward()
+    xo = x.clone().requires_grad_()
+    got = opt(xo)
+    got.nansum().backward()
+    torch.testing.assert_close(got, want, equal_nan=True)
+    torch.testing.assert_close(xo.grad, xs.grad, equal_nan=True)

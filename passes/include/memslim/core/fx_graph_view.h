@@ -5,8 +5,9 @@
 // traces, any GraphModule with `meta["val"]`): python/memslim/fx.py hands over
 // each node's op (schema name and overload), input values and output values
 // with the facts of their FakeTensors (elements, dtype). Placeholders are the
-// outputs of one "prim::Param" node, list arguments "prim::ListConstruct"
-// nodes, the graph's output one "prim::Return" node.
+// outputs of one "prim::Param" node, get_attr constants "prim::GetAttr" nodes
+// where they stand, list arguments "prim::ListConstruct" nodes, the graph's
+// output one "prim::Return" node.
 // A decision that rewrites a node sets its op and arguments (rewrite_node,
 // erase_node; a region: insert_node_before, move_uses), so the decisions
 // after it see the graph as it will be.

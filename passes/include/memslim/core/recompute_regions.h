@@ -64,7 +64,9 @@ bool is_region_constant(const GraphView& g, ValueRef v);
 
 // Regions of each block, grown greedily in program order: a candidate joins
 // the region of each candidate producing one of its inputs when the merged
-// region still has a valid place. Each region's nodes are in program order.
+// region still has a valid place and both run in the same grad mode (no
+// `with no_grad` / autocast switch between them). Each region's nodes are in
+// program order.
 std::vector<std::vector<NodeRef>> form_regions(const GraphView& g);
 
 struct Region {
