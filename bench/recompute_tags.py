@@ -13,7 +13,10 @@ the suite's resnet18_frac at a smaller batch. Variants, one process, same weight
   checkpointing sets): the partitioner must recompute the region in backward;
 - memslim.optimize (TorchScript): each FracAct becomes one memslim::recompute_region op
   that keeps the region's inputs and re-runs it in backward;
+- memslim.fx.optimize on torch.export's program (the FX front end's region op, eager autograd);
 - memslim.compile (the FX front end: its recompute regions applied as MUST_RECOMPUTE tags).
+Conv-weight copies: saved tensors shaped like a conv weight that are not the parameter
+(Inductor's channels-last copies on the CPU), reported apart from the activations.
 Saved bytes: memslim.saved_bytes after the first step. Time: forward+backward against
 torch.compile's, interleaved pairs (order alternating), median ratio.
 
@@ -56,6 +59,27 @@ def tagging_backend(gm, example_inputs):
     return compile_fx(gm, example_inputs)
 
 
+def weight_copies(fn, model, x) -> int:
+    """Bytes of saved tensors shaped like a 4-d parameter (a conv weight) that are not the
+    parameter itself: Inductor's channels-last weight copies on the CPU."""
+    from memslim.measure import _storage_key
+
+    shapes = {tuple(p.shape) for p in model.parameters() if p.dim() == 4}
+    params = {_storage_key(p) for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        k = _storage_key(t)
+        if k not in params and tuple(t.shape) in shapes:
+            seen[k] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(x)
+    del out
+    return sum(seen.values())
+
+
 def step(fn, x):
     out = fn(x)
     out.float().square().mean().backward()
@@ -77,12 +101,14 @@ def main() -> None:
         torch._inductor.config.fx_graph_cache = False
         torch._functorch.config.enable_autograd_cache = False
     base, x = build(a.batch)
-    models = {k: copy.deepcopy(base) for k in ("eager", "compile", "tagged", "ts", "memslim")}
+    models = {k: copy.deepcopy(base) for k in ("eager", "compile", "tagged", "ts", "export",
+                                                "memslim")}
     fns = {
         "eager": models["eager"],
         "compile": torch.compile(models["compile"]),
         "tagged": torch.compile(models["tagged"], backend=tagging_backend),
         "ts": memslim.optimize(models["ts"], (x,)),
+        "export": memslim.fx.optimize(torch.export.export(models["export"], (x,))).module(),
         "memslim": memslim.compile(models["memslim"]),
     }
     names = {
@@ -90,12 +116,14 @@ def main() -> None:
         "compile": "torch.compile",
         "tagged": "torch.compile, FracAct nodes tagged MUST_RECOMPUTE",
         "ts": "memslim.optimize (TorchScript region op)",
+        "export": "memslim.fx.optimize (torch.export, FX region op)",
         "memslim": "memslim.compile (FX: regions as recompute tags)",
     }
-    saved = {}
+    saved, copies = {}, {}
     for k, fn in fns.items():
         step(fn, x)  # compile / warm up
         saved[k] = saved_bytes(fn, x)
+        copies[k] = weight_copies(fn, models[k], x)
     ratios = {k: [] for k in fns if k != "compile"}
     for r in range(a.reps):
         for k in ratios:
@@ -113,13 +141,15 @@ def main() -> None:
         f"--reps {a.reps}{' --with-caches' if a.with_caches else ''}`, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, caches {'on' if a.with_caches else 'off'}.",
         "",
-        "| variant | saved bytes | vs eager | vs torch.compile | step time vs torch.compile |",
-        "|---|---:|---:|---:|---:|",
+        "| variant | saved bytes | vs eager | vs torch.compile | step time vs torch.compile "
+        "| of which conv-weight copies | activations (the rest) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for k in fns:
         ratio = "1.00x" if k == "compile" else f"{statistics.median(ratios[k]):.2f}x"
         lines.append(f"| {names[k]} | {saved[k]:,} | {saved[k] / saved['eager'] - 1:+.1%} | "
-                     f"{saved[k] / saved['compile'] - 1:+.1%} | {ratio} |")
+                     f"{saved[k] / saved['compile'] - 1:+.1%} | {ratio} | {copies[k]:,} | "
+                     f"{saved[k] - copies[k]:,} |")
     md = "\n".join(lines)
     print(md)
     if a.md:
