@@ -533,6 +533,10 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   const Node* first = order.front();
   const Node* last = order.back();
   std::unordered_set<const Node*> members(order.begin(), order.end());
+  for (const Node* m = first->next(); m != last; m = m->next())
+    if (switches_grad_mode(m->kind().toQualString()))
+      return std::string(m->kind().toQualString()) +
+             " (a with-block: grad mode, autocast) begins or ends between its nodes";
 
   // What a write may not touch: between the covered nodes, anything they read
   // or make; after the first, anything guarded. Module state goes by path.

@@ -28,6 +28,7 @@
 
 #include "memslim/core/output_saving.h"
 #include "memslim/core/saved_tensors.h"
+#include "memslim/core/view_gate.h"
 #include "memslim/passes/activation_table.h"
 
 namespace memslim {
@@ -71,14 +72,6 @@ const std::unordered_set<std::string>& elementwise_ops() {
 
 using NodeSet = saved::NodeSet;
 
-// A node that changes the grad mode (or autocast) for the nodes after it:
-// TorchScript's `with` (prim::Enter / prim::Exit), an FX graph's
-// torch._C._set_grad_enabled and autocast enter / exit.
-bool switches_mode(const std::string& kind) {
-  return kind == "prim::Enter" || kind == "prim::Exit" || kind == "python::_set_grad_enabled" ||
-         kind == "python::_enter_autocast" || kind == "python::_exit_autocast";
-}
-
 // Program positions, and which grad-mode span each node runs in (how many
 // mode switches come before it): a region and the place of its op stay in one
 // span, or the op would run a no_grad block's ops with grad, or the region's
@@ -93,7 +86,7 @@ Positions positions(const GraphView& g) {
   const auto order = g.nodes();
   size_t span = 0;
   for (size_t i = 0; i < order.size(); ++i) {
-    if (switches_mode(g.kind(order[i]))) ++span;
+    if (switches_grad_mode(g.kind(order[i]))) ++span;
     p.at[order[i].p] = i;
     p.span[order[i].p] = span;
   }

@@ -15,6 +15,11 @@ bool may_return_input(const GraphView& g, NodeRef n) {
 }
 } // namespace
 
+bool switches_grad_mode(const std::string& kind) {
+  return kind == "prim::Enter" || kind == "prim::Exit" || kind == "python::_set_grad_enabled" ||
+         kind == "python::_enter_autocast" || kind == "python::_exit_autocast";
+}
+
 ValueRef ViewGate::storage_root(ValueRef v) const {
   for (int guard = 0; guard < 100000; ++guard) {
     const NodeRef p = g_.producer(v);
@@ -96,6 +101,8 @@ std::string ViewGate::check_between(const std::vector<NodeRef>& covers) const {
       continue;
     }
     if (!inside) continue;
+    if (switches_grad_mode(g_.kind(n)))
+      return g_.kind(n) + " switches the grad mode between its nodes";
     for (ValueRef w : may_write(n)) {
       const ValueRef r = storage_root(w);
       if (std::find(read.begin(), read.end(), r) != read.end())

@@ -731,6 +731,23 @@ class Gen:
         alts = [blocks[0][0], blocks[1][0]]
         return [Stmt(["if %s:" % cond, 0, "else:", 1], [r.id], [feat], [blocks[0][0], blocks[1][0]], alts)]
 
+    def s_no_grad(self):
+        """`with torch.no_grad():` around a few statements (values made there stay visible
+        and require no grad): a grad-mode switch no rewrite may reach across (session 12's
+        review found recompute regions did)."""
+        if self.depth >= 2 or self.in_loop:
+            return []
+        gens = [self.s_act, self.s_hand, self.s_pointwise, self.s_pointwise]
+        self.depth += 1
+        stmts = []
+        for _ in range(self.rng.randint(1, 3)):
+            stmts += self.rng.choice(gens)()
+        self.depth -= 1
+        if not stmts:
+            return []
+        defs = [d for st in stmts for d in st.defs]
+        return [Stmt(["with torch.no_grad():", 0], defs, ["no_grad"], [stmts], [stmts])]
+
     def s_loop(self):
         if self.depth >= 2 or self.in_loop:
             return []
@@ -799,7 +816,7 @@ class Gen:
             p.body += self.s_linear()
         gens = [(self.s_linear, 10), (self.s_act, 16), (self.s_hand, 12), (self.s_pointwise, 14),
                 (self.s_inplace, 9), (self.s_view, 8), (self.s_if, 6), (self.s_loop, 5),
-                (self.s_dropout, 6), (self.s_method, 3)]
+                (self.s_dropout, 6), (self.s_method, 3), (self.s_no_grad, 4)]
         n = rng.randint(3, 13)
         while n > 0:
             g = rng.choices([g for g, _ in gens], [w for _, w in gens])[0]

@@ -1708,3 +1708,68 @@ def make():
 
 def test_softplus_then_inplace_tanh_under_if(session):
     check(session, SOFTPLUS_TANH_INPLACE)
+
+
+# Quick seeds 60 and 232 (session 12, the generator's first no_grad blocks): rewrites that
+# cover several nodes reached across a `with torch.no_grad()` boundary (the fused
+# elu + dropout ran the elu with grad; x * sigmoid(x) with the sigmoid under no_grad became
+# silu(x)), giving gradients eager never gives. Both front ends; the corpus holds the seeds.
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import memslim  # noqa: E402
+
+
+class _NoGradDropout(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        with torch.no_grad():
+            e = F.elu(h, alpha=0.5)
+        return self.b(F.dropout(e, 0.1, self.training) + h)
+
+
+class _NoGradSigmoid(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        with torch.no_grad():
+            s = torch.sigmoid(h)
+        return self.b(h * s)
+
+
+@pytest.mark.parametrize("model_fn", [_NoGradDropout, _NoGradSigmoid])
+@pytest.mark.parametrize("front_end", ["torchscript", "fx", "fx_pre_dispatch"])
+def test_no_rewrite_reaches_across_a_no_grad_block(model_fn, front_end):
+    # torch.export wraps the block in a higher-order op (opaque to memslim); make_fx's
+    # pre-dispatch graph (torch.compile's backend) has _set_grad_enabled nodes instead.
+    x = torch.randn(8, 16)
+    model = model_fn().train()
+
+    def grads(m):
+        for p in m.parameters():
+            p.grad = None
+        torch.manual_seed(1)
+        m(x).square().sum().backward()
+        return [p.grad.clone() for p in m.parameters()]
+
+    want = grads(model)
+    if front_end == "torchscript":
+        opt = memslim.optimize(model_fn().train(), (x,))
+    elif front_end == "fx":
+        opt = memslim.fx.optimize(torch.export.export(model_fn().train(), (x,))).module()
+    else:
+        from torch.fx.experimental.proxy_tensor import make_fx
+        m = model_fn().train()
+        opt = memslim.fx.optimize(make_fx(m, pre_dispatch=True)(x))
+        opt.parameters = m.parameters  # the graph reads m's parameters
+    for g, w in zip(grads(opt), want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)

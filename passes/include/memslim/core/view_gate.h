@@ -22,6 +22,14 @@
 
 namespace memslim {
 
+// Whether a node of `kind` changes the grad mode (or autocast) for the nodes
+// after it: TorchScript's `with` (prim::Enter / prim::Exit), an FX graph's
+// torch._C._set_grad_enabled and autocast enter / exit. No rewrite covering
+// several nodes may reach across one (fuzzer seeds 60 and 232, session 12:
+// elu under no_grad fused with its dropout outside; x * sigmoid(x) with the
+// sigmoid under no_grad made silu(x)), and a region's op runs in its nodes' mode.
+bool switches_grad_mode(const std::string& kind);
+
 // Why an in-place write to `w` could be observed by someone other than the
 // writer, or nullopt when it cannot: `w` has another use, is a graph input,
 // or may share storage with another tensor by its producer's schema (or a
@@ -38,7 +46,7 @@ class ViewGate {
   std::string check(NodeRef site, const std::vector<ValueRef>& guarded) const;
   // "" when no node between the first and the last of `covers` (a formula a
   // rewrite replaces by one op at the last) writes in place a tensor one of
-  // them reads; else why not.
+  // them reads or switches the grad mode; else why not.
   std::string check_between(const std::vector<NodeRef>& covers) const;
   // "" when removing `site`'s in-place write to `written` is unobservable
   // (write_observable).
