@@ -165,11 +165,14 @@ def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
 
     example_inputs: only for a GraphModule whose nodes have no `meta["val"]`
     (FakeTensorProp fills it in from them). passes: pass flags (default: the FX
-    front end's: functionalize, canonicalize, fuse-activation-dropout, output-saving).
+    front end's: functionalize, canonicalize, fuse-activation-dropout,
+    recompute-pointwise-regions, output-saving).
     Policy as memslim.optimize's; dropout_mask_bytes defaults to 0 here (eager autograd
     keeps dropout's float noise).
     The rewritten ExportedProgram's `.module()` trains like the original; each
-    rewritten node calls torch.ops.memslim.<op> with the aten op's arguments.
+    rewritten node calls torch.ops.memslim.<op> with the aten op's arguments, and each
+    recompute region is one torch.ops.memslim.recompute_region node (its inputs, the
+    region's graph text) whose getitems replace the region's outputs.
     """
     policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work,
                      assume_numel=assume_numel, dropout_mask_bytes=dropout_mask_bytes)
