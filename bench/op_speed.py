@@ -41,6 +41,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--only", default="", help="comma-separated op names")
     ap.add_argument("--out", default="", help="write the markdown table here too")
+    ap.add_argument("--split", action="store_true",
+                    help="also time forward and backward apart (ns/element each)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -53,8 +55,8 @@ def main() -> int:
         f"interleaved steps; {datetime.date.today()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
         "",
-        "| op | aten ms | memslim ms | ratio |",
-        "|---|---:|---:|---:|",
+        "| op | aten ms | memslim ms | ratio | aten ns/element | memslim ns/element |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     print("\n".join(lines), flush=True)
     for name, aten, ours in OPS:
@@ -66,9 +68,35 @@ def main() -> int:
             ta.append(step(aten, x, g))
             tm.append(step(ours, x, g))
         a, m = statistics.median(ta) * 1e3, statistics.median(tm) * 1e3
-        line = f"| {name} | {a:.1f} | {m:.1f} | {m / a:.2f}x |"
+        digits = 1 if a >= 10 else 3
+        line = (f"| {name} | {a:.{digits}f} | {m:.{digits}f} | {m / a:.2f}x | "
+                f"{a * 1e6 / args.numel:.2f} | {m * 1e6 / args.numel:.2f} |")
         lines.append(line)
         print(line, flush=True)
+    if args.split:
+        lines += ["", "| op | aten fwd ns/el | aten bwd ns/el | memslim fwd ns/el | "
+                  "memslim bwd ns/el |", "|---|---:|---:|---:|---:|"]
+        print("\n".join(lines[-3:]), flush=True)
+        for name, aten, ours in OPS:
+            if only and name not in only:
+                continue
+            parts = []
+            for fn in (aten, ours):
+                fw, bw = [], []
+                for _ in range(args.reps):
+                    t0 = time.perf_counter()
+                    y = fn(x)
+                    t1 = time.perf_counter()
+                    y.backward(g)
+                    t2 = time.perf_counter()
+                    x.grad = None
+                    fw.append(t1 - t0)
+                    bw.append(t2 - t1)
+                parts += [statistics.median(fw), statistics.median(bw)]
+            line = "| %s | %s |" % (name, " | ".join("%.2f" % (t * 1e9 / args.numel)
+                                                    for t in parts))
+            lines.append(line)
+            print(line, flush=True)
     if args.out:
         with open(args.out, "w") as f:
             f.write("Command: `.venv/bin/python " + " ".join(sys.argv) + "`\n\n")
