@@ -10,7 +10,12 @@
 // inside namespace MEMSLIM_CPU_NS; cpu_dispatch.cpp picks one at run time.
 //
 //===----------------------------------------------------------------------===//
+#include <cstring>
+
 #include "simd_math.h"
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "memslim/kernels/dispatch.h"
 
@@ -46,7 +51,18 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
       for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::bit(xv[i], act) ? 1 : 0;
       for (int64_t i = len; i < ((len + 7) & ~int64_t(7)); ++i) bv[i] = 0;
       uint8_t* __restrict bits = p.bits + c0 / 8;
-      for (int64_t g = 0; g < (len + 7) / 8; ++g) {
+      const int64_t groups = (len + 7) / 8;
+      int64_t g = 0;
+#if defined(__AVX2__)
+      // 32 flags (0/1 bytes) -> 4 packed bytes: bit 0 of each byte to its top bit,
+      // then movemask (bit i = element i, little-endian: byte k = elements 8k..8k+7).
+      for (; g + 4 <= groups; g += 4) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bv + 8 * g));
+        const uint32_t m = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)));
+        std::memcpy(bits + g, &m, 4);
+      }
+#endif
+      for (; g < groups; ++g) {
         const unsigned char* b = bv + 8 * g;
         bits[g] = uint8_t(b[0] | b[1] << 1 | b[2] << 2 | b[3] << 3 | b[4] << 4 | b[5] << 5 |
                           b[6] << 6 | b[7] << 7);
@@ -63,6 +79,10 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
           bv[i] = ActMath<A>::exact(xv[i], yi, act) ? 1 : 0;
         }
       }
+      // Most chunks hold no exact element: one vectorised OR decides.
+      unsigned char any = 0;
+      for (int64_t i = 0; i < len; ++i) any |= bv[i];
+      if (!any) continue;
       for (int64_t i = 0; i < len; ++i) {
         if (!bv[i]) continue;
         const unsigned long long k = atomic_add(p.exact_count, 1ull);

@@ -191,3 +191,21 @@ def test_activation_dropout_checks_its_parameter_count():
         M.activation_dropout(x, "nope", [], 0.1, True)
     torch.testing.assert_close(M.activation_dropout(x, "softplus", [2.0, 20.0], 0.0, True),
                                torch.nn.functional.softplus(x, 2.0, 20.0))
+
+
+@pytest.mark.parametrize("n", [1, 7, 9, 31, 33, 255, 257, 511, 513, 1000, 4103, 70001])
+def test_packed_bits_at_every_tail_length(n):
+    # The CPU forward packs 32 flags at a time (AVX2) and the rest 8 at a time, per
+    # 512-element chunk: relu's gradient is its bit alone, so any misplaced bit shows.
+    torch.manual_seed(n)
+    x = torch.randn(n)
+    for name in ("relu", "gelu"):
+        xa = x.clone().requires_grad_(True)
+        xm = x.clone().requires_grad_(True)
+        g = torch.randn(n)
+        getattr(torch.nn.functional, name)(xa).backward(g)
+        getattr(M, name)(xm).backward(g)
+        if name == "relu":
+            assert torch.equal(xm.grad, xa.grad)
+        else:  # a bit on the wrong branch of the inversion would be off by O(1)
+            torch.testing.assert_close(xm.grad, xa.grad, rtol=1e-3, atol=1e-4)
