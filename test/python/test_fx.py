@@ -500,7 +500,8 @@ def test_region_with_a_later_write_to_its_input_is_kept():
             return y.sum() + h.sum()
 
     x = torch.randn(4, 16)
-    ep = memslim.fx.optimize(torch.export.export(Net(), (x,)), passes=["recompute-pointwise-regions"])
+    ep = memslim.fx.optimize(torch.export.export(Net(), (x,)),
+                             passes=["recompute-pointwise-regions"])
     (d,) = memslim.report(ep)
     assert d.verdict == "kept" and "written in place afterwards" in d.text, d.text
     assert not _region_ops(ep.module())
