@@ -14,6 +14,8 @@
 #include <torch/script.h>
 
 #include <cmath>
+#include <cstring>
+#include <optional>
 
 #include "memslim/passes/pass.h"
 #include "memslim/passes/saved_tensor_analysis.h"
@@ -52,6 +54,17 @@ Proposal swap(const std::shared_ptr<Graph>& g, Node* n, const char* kind) {
   };
   p.rewrote = "swapped";
   return p;
+}
+
+// The gate's refusal of swapping `ir`'s sigmoid for tanh, with `token` in the IR
+// replaced by `with` (one graph, variants of one node).
+std::optional<std::string> sigmoid_swap_refusal(std::string ir, const char* token,
+                                                const char* with) {
+  ir.replace(ir.find(token), std::strlen(token), with);
+  auto g = parse(ir);
+  memslim::Remarks remarks;
+  SafetyGate gate(g, "test", remarks);
+  return gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
 }
 
 TEST(SafetyGate, AppliesAndDropsCoveredNodes) {
@@ -578,14 +591,7 @@ graph(%x : Tensor, %y : Tensor):
   %w : Tensor = aten::add_(%a, %one, %i1)
   %s : Tensor = aten::sigmoid(%y)
   return (%w, %s))IR";
-  Remarks remarks;
-  auto refusal = [&](const char* act) {
-    std::string s = ir;
-    s.replace(s.find("ACT"), 3, act);
-    auto g = parse(s);
-    SafetyGate gate(g, "test", remarks);
-    return gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
-  };
+  auto refusal = [&](const char* act) { return sigmoid_swap_refusal(ir, "ACT", act); };
   auto why = refusal("aten::hardswish");
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find(", the output of aten::hardswish, in place"), std::string::npos) << *why;
@@ -599,10 +605,11 @@ TEST(SafetyGate, ExecutorChainReachesEnclosingBlocks) {
   // Without the outer write (WRITE -> a plain read) nothing is kept.
   const char* ir = R"IR(
 graph(%x : Tensor, %c : bool):
+  %nn : str = prim::Constant[value="none"]()
   %one : float = prim::Constant[value=1.]()
   %i1 : int = prim::Constant[value=1]()
   %m : Tensor = aten::mul(%x, %one)
-  %a : Tensor = aten::gelu(%m, %none)
+  %a : Tensor = aten::gelu(%m, %nn)
   %w : Tensor = WRITE(%a, %one, %i1)
   %r : Tensor = prim::If(%c)
     block0():
@@ -611,16 +618,7 @@ graph(%x : Tensor, %c : bool):
       %s : Tensor = aten::sigmoid(%m)
       -> (%s)
   return (%r))IR";
-  Remarks remarks;
-  auto refusal = [&](const char* write) {
-    std::string s = ir;
-    s.replace(s.find("WRITE"), 5, write);
-    s.replace(s.find("%none)"), 5, "%nn");
-    s.insert(s.find("  %one"), "  %nn : str = prim::Constant[value=\"none\"]()\n");
-    auto g = parse(s);
-    SafetyGate gate(g, "test", remarks);
-    return gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
-  };
+  auto refusal = [&](const char* write) { return sigmoid_swap_refusal(ir, "WRITE", write); };
   auto why = refusal("aten::add_");
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find("DifferentiableGraph"), std::string::npos) << *why;

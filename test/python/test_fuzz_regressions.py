@@ -1720,12 +1720,14 @@ import torch.nn.functional as F  # noqa: E402
 import memslim  # noqa: E402
 
 
-class _NoGradDropout(torch.nn.Module):
+class _TwoLinears(torch.nn.Module):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
         self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
 
+
+class _NoGradDropout(_TwoLinears):
     def forward(self, x):
         h = self.a(x)
         with torch.no_grad():
@@ -1733,12 +1735,7 @@ class _NoGradDropout(torch.nn.Module):
         return self.b(F.dropout(e, 0.1, self.training) + h)
 
 
-class _NoGradSigmoid(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
-
+class _NoGradSigmoid(_TwoLinears):
     def forward(self, x):
         h = self.a(x)
         with torch.no_grad():

@@ -628,17 +628,6 @@ def _pre_dispatch(model, x):
     return make_fx(model, pre_dispatch=True)(x)
 
 
-def _check_like_eager(model, gm, x):
-    xs = x.clone().requires_grad_()
-    want = model(xs)
-    want.nansum().backward()
-    xo = x.clone().requires_grad_()
-    got = gm(xo)
-    got.nansum().backward()
-    torch.testing.assert_close(got, want, equal_nan=True)
-    torch.testing.assert_close(xo.grad, xs.grad, equal_nan=True)
-
-
 class _SumUnderNoGrad(nn.Module):
     """Review finding (session 12): the region's first outside reader sat inside a
     no_grad block, so the op went there and ran without grad."""
@@ -667,7 +656,7 @@ class _ParamReadMidGraph(nn.Module):
 @pytest.mark.parametrize("model_fn", ["no_grad_then_formula", "sum_under_no_grad", "nan_fill",
                                       "param_mid_graph"])
 def test_fx_region_regressions_run_like_eager(model_fn):
-    from test_recompute_regions import _NanFill, _NoGradThenFormula
+    from test_recompute_regions import _NanFill, _NoGradThenFormula, check_like_eager
     from torch.fx.experimental.proxy_tensor import make_fx
     model = {"no_grad_then_formula": _NoGradThenFormula, "sum_under_no_grad": _SumUnderNoGrad,
              "nan_fill": _NanFill, "param_mid_graph": _ParamReadMidGraph}[model_fn]()
@@ -675,7 +664,7 @@ def test_fx_region_regressions_run_like_eager(model_fn):
     x = torch.randn(64, 64)
     gm = make_fx(model)(x) if model_fn == "param_mid_graph" else _pre_dispatch(model, x)
     memslim.fx.optimize(gm)
-    _check_like_eager(model, gm, x)
+    check_like_eager(model, gm, x)
 
 
 class _RegionIsTheOutput(nn.Module):
