@@ -56,6 +56,10 @@ const std::vector<PassInfo>& registered_passes() {
        "activations whose backward can use their output become memslim:: ops when that frees "
        "memory",
        run_output_saving_activations},
+      {"output-saving-norms",
+       "layer/rms/group/batch norms whose output a consumer keeps anyway become memslim:: ops "
+       "keeping that output + statistics instead of their input",
+       run_output_saving_norms},
       {"cleanup", "dead-code elimination and graph lint", run_cleanup},
       {"test-perturb-outputs",
        "(tests only; wrong by design) scales the graph's floating outputs by 1.001, so tests "
@@ -67,7 +71,8 @@ const std::vector<PassInfo>& registered_passes() {
 
 const std::vector<PipelineInfo>& registered_pipelines() {
   static const std::vector<PipelineInfo> pipelines = {
-      {"memslim-default", "the training-memory pipeline",
+      {"memslim-default",
+       "the training-memory pipeline",
        {
            // First: torchvision's inplace=True activations (EfficientNet, MobileNetV3)
            // become functional ops where nobody sees the write, so later passes match them.
@@ -88,6 +93,9 @@ const std::vector<PipelineInfo>& registered_pipelines() {
            "recompute-pointwise-regions",
            // Output-saving: swaps each activation whose output a consumer keeps anyway.
            "output-saving-activations",
+           // Norms after activations: a norm feeding an activation that now keeps its
+           // own output frees nothing by keeping its output too (priced as it stands).
+           "output-saving-norms",
            // Last: drop what the rewrites left dead and check the graph is well formed.
            "cleanup",
        }},

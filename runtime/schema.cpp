@@ -17,6 +17,11 @@ TORCH_LIBRARY(memslim, m) {
   m.def(#NAME "(" ARGS ") -> Tensor");
 #include "memslim/kernels/activation_table.def"
 
+  // The public norm ops: one row each in norm_table.def. Each keeps its output
+  // and per-group rstd instead of its input (norm_ops.cpp says how it stays exact).
+#define MEMSLIM_NORM(NAME, ARGS, ...) m.def(#NAME "(" ARGS ") -> Tensor");
+#include "memslim/kernels/norm_table.def"
+
   // dropout(act(x), p, train) as one op (what fuse-activation-dropout emits). `act`
   // and `params` as in activation_forward. Keeps the output (which the next layer
   // keeps anyway) plus 1 bit/element of dropout mask and the activation's bit and
@@ -53,4 +58,12 @@ TORCH_LIBRARY(memslim, m) {
   // activations), bits and exact list. grad and out share one dense layout.
   m.def("activation_backward(Tensor grad, Tensor? out, Tensor bits, Tensor exact_idx, "
         "Tensor exact_val, str act, float[] params) -> Tensor");
+  // Internal: the channels (affine elements) of a norm whose gamma cannot be
+  // inverted within the error bound for `out_dtype` (int64 indices) and x_hat
+  // there, (A, k, S) in opmath, A the dims before the affine ones and S those
+  // after. `norm` is a norm_table.def name; `normalized_dims` counts
+  // layer/rms_norm's trailing dims, `groups` group_norm's. Data-dependent length.
+  m.def(
+      "norm_fallback(Tensor input, Tensor? mean, Tensor rstd, Tensor? weight, Tensor? bias, "
+      "str norm, int normalized_dims, int groups, ScalarType out_dtype) -> (Tensor, Tensor)");
 }

@@ -9,6 +9,7 @@
 #include "memslim/core/functionalize.h"
 #include "memslim/core/fuse_dropout.h"
 #include "memslim/core/output_saving.h"
+#include "memslim/core/output_saving_norms.h"
 #include "memslim/core/recompute_regions.h"
 #include "memslim/core/view_gate.h"
 #include "memslim/passes/pass.h"
@@ -109,6 +110,19 @@ void output_saving(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
     if (d.rewrite())
       apply_or_keep(g, n, d.decision, d.memslim_kind, gate.check(n, {d.guarded[0], d.guarded[1]}),
                     out);
+    out.decisions.push_back(std::move(d.decision));
+  }
+}
+
+// output-saving-norms: the TorchScript pass's loop with the view gate.
+void output_saving_norms(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
+  const ViewGate gate(g);
+  std::vector<NodeRef> sites;
+  for (NodeRef n : g.nodes())
+    if (is_norm_site(g, n)) sites.push_back(n);
+  for (NodeRef n : sites) {
+    NormDecision d = decide_output_saving_norm(g, n, policy);
+    if (d.rewrite()) apply_or_keep(g, n, d.decision, d.memslim_kind, gate.check(n, d.guarded), out);
     out.decisions.push_back(std::move(d.decision));
   }
 }
@@ -230,8 +244,8 @@ void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
 
 const std::vector<std::string>& fx_default_passes() {
   static const std::vector<std::string> passes = {kFunctionalizePass, kCanonicalizePass,
-                                                  kFuseDropoutPass, kRecomputeRegionsPass,
-                                                  kOutputSavingPass};
+                                                  kFuseDropoutPass,   kRecomputeRegionsPass,
+                                                  kOutputSavingPass,  kOutputSavingNormsPass};
   return passes;
 }
 
@@ -240,6 +254,8 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
   for (const std::string& p : passes) {
     if (p == kOutputSavingPass) {
       output_saving(g, policy, out);
+    } else if (p == kOutputSavingNormsPass) {
+      output_saving_norms(g, policy, out);
     } else if (p == kFunctionalizePass) {
       functionalize(g, out);
     } else if (p == kCanonicalizePass) {

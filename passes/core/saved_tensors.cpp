@@ -11,6 +11,7 @@
 #include <set>
 
 #include "memslim/passes/activation_table.h"
+#include "memslim/passes/norm_table.h"
 
 namespace memslim::saved {
 
@@ -20,6 +21,8 @@ namespace {
 const std::set<std::string> kKeepsNothing = {
     "aten::add",
     "aten::sub",
+    "aten::add_", // in place: backward reads neither operand (ResNet's `out += identity`)
+    "aten::sub_",
     "aten::rsub",
     "aten::neg",
     "aten::view",
@@ -84,9 +87,10 @@ const std::set<std::string> kKeepsFirst = {
     "aten::avg_pool2d",    "aten::avg_pool1d", "aten::adaptive_avg_pool1d",
     "aten::batch_norm",    "aten::layer_norm", "aten::group_norm",
     "aten::instance_norm", "aten::max_pool2d", "aten::max_pool1d",
-    "aten::log",           "aten::abs",        "aten::sin",
-    "aten::cos",           "aten::erf",        "aten::clamp",
-    "aten::hardtanh",      "aten::relu6",      "aten::lgamma",
+    "aten::rms_norm",      "aten::log",        "aten::abs",
+    "aten::sin",           "aten::cos",        "aten::erf",
+    "aten::clamp",         "aten::hardtanh",   "aten::relu6",
+    "aten::lgamma",
 };
 // Ops keeping their output (sqrt, rsqrt, reciprocal: measured with
 // saved_tensors_hooks; they were listed as keeping their input).
@@ -187,6 +191,8 @@ bool keeps_output(const GraphView& g, NodeRef producer) {
     const Keeps k = starts_with(name, "aten::") ? info->aten_keeps : info->memslim_keeps;
     return k == Keeps::Output || k == Keeps::OutputAndBits;
   }
+  // memslim's norms keep their output (and per-group statistics).
+  if (starts_with(name, "memslim::") && norm_info(c10::Symbol::fromQualString(name))) return true;
   // pow with a tensor exponent also keeps its result (d/d exponent = result * log(base)).
   if (name == "aten::pow" && g.num_inputs(producer) > 1 && g.is_tensor(g.input(producer, 1)))
     return true;

@@ -116,3 +116,21 @@ def _register_fakes() -> None:
         idx = self.new_empty((k,), dtype=torch.int32)
         val = self.new_empty((k,))
         return out, bits, idx, val
+
+    # norm_fallback returns the channels whose gamma cannot be inverted and their
+    # x_hat slice: a data-dependent count, the same unbacked size.
+    @torch.library.register_fake("memslim::norm_fallback")
+    def _(input, mean, rstd, weight, bias, norm, normalized_dims, groups, out_dtype):
+        shape = list(input.shape)
+        trailing = norm in ("layer_norm", "rms_norm")  # else: channels, dim 1
+        first, count = (len(shape) - normalized_dims, normalized_dims) if trailing else (1, 1)
+        a, s = math.prod(shape[:first]), math.prod(shape[first + count:])
+        opmath = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+        if weight is not None and _is_fake(input):
+            k = torch.library.get_ctx().new_dynamic_size()
+            _ignorable_in_dynamo(k)
+        else:
+            k = 0
+        return (input.new_empty((k,), dtype=torch.long),
+                input.new_empty((a, k, s), dtype=opmath))
+

@@ -14,7 +14,8 @@ aten activations through F.* / torch.* / methods / nn modules (in-place variants
 included), linear layers, pointwise chains, addcmul/addcdiv (the ResMLP affine),
 in-place writes on intermediates and slices, reused values, ifs on bool attributes /
 self.training / bool arguments, dropout, views/reshape/transpose/slicing/cat/chunk,
-loops (constant or int-argument trip counts), helper methods, several outputs and
+loops (constant or int-argument trip counts), norms (layer / rms / group / batch,
+functional or modules, gamma with zero and tiny channels), helper methods, several outputs and
 tuple returns with .sum() terms, bool/int/float arguments, fp32/fp64/bf16, train/eval.
 """
 from __future__ import annotations
@@ -329,6 +330,9 @@ class Gen:
         elif kind == "scale":
             n = self.name("g")
             init = "1.0 + torch.randn(%d) * 0.1" % shape[0]
+        elif kind == "edge_scale":  # a norm's gamma with zero and tiny channels
+            n = self.name("g")
+            init = "torch.where(torch.rand({0}) < 0.3, torch.zeros({0}), torch.randn({0}) * 0.05)".format(shape[0])
         else:  # 0-dim
             n = self.name("s")
             init = "torch.tensor(%.2f)" % self.rng.uniform(0.2, 1.2)
@@ -631,6 +635,61 @@ class Gen:
         r = self.new(sh)
         return [Stmt(["%s = %s.contiguous() * 1.0" % (V(r), V(v))], [r.id], ["contiguous"])]
 
+    def s_norm(self):
+        """A norm (layer / rms / group / batch; functional or module; affine on or
+        off; gamma sometimes with zero and tiny channels, the output-saving norms'
+        fallback). Aten's norm keeps its input."""
+        v = self.pick(lambda u: len(u.shape) >= 2)
+        if v is None:
+            return []
+        last, chan = v.shape[-1], v.shape[1]
+        r = self.new(v.shape)
+        self.save(v)
+        kind = self.rng.choice(["layer", "layer", "rms", "group", "batch"])
+        gamma = "scale" if self.rng.random() < 0.7 else "edge_scale"
+        affine = self.rng.random() < 0.8
+        if kind == "layer":
+            if self.rng.random() < 0.35:
+                n = self.name("norm")
+                extra = "" if affine else ", elementwise_affine=False"
+                if affine and self.rng.random() < 0.3:
+                    extra = ", bias=False"
+                self.p.decls[n] = "self.%s = torch.nn.LayerNorm(%d%s)" % (n, last, extra)
+                line = "%s = self.%s(%s)" % (V(r), n, V(v))
+            else:
+                args = ""
+                if affine:
+                    args = ", self.%s, self.%s" % (self.param((last,), gamma), self.param((last,), "bias"))
+                line = "%s = F.layer_norm(%s, (%d,)%s)" % (V(r), V(v), last, args)
+        elif kind == "rms":
+            if self.rng.random() < 0.35:
+                n = self.name("norm")
+                self.p.decls[n] = "self.%s = torch.nn.RMSNorm(%d, eps=1e-6)" % (n, last)
+                line = "%s = self.%s(%s)" % (V(r), n, V(v))
+            else:
+                w = ", self.%s" % self.param((last,), gamma) if affine else ""
+                line = "%s = F.rms_norm(%s, (%d,)%s, eps=1e-6)" % (V(r), V(v), last, w)
+        elif kind == "group":
+            groups = self.rng.choice([g for g in (1, 2, 4) if chan % g == 0])
+            args = ""
+            if affine:
+                args = ", self.%s, self.%s" % (self.param((chan,), gamma), self.param((chan,), "bias"))
+            line = "%s = F.group_norm(%s, %d%s)" % (V(r), V(v), groups, args)
+        elif self.rng.random() < 0.4:
+            n = self.name("norm")
+            self.p.decls[n] = "self.%s = torch.nn.BatchNorm1d(%d, affine=%s)" % (n, chan, affine)
+            line = "%s = self.%s(%s)" % (V(r), n, V(v))
+        else:
+            rm, rv = self.name("rm"), self.name("rv")
+            self.p.decls[rm] = "self.%s = torch.nn.Buffer(torch.randn(%d) * 0.1)" % (rm, chan)
+            self.p.decls[rv] = "self.%s = torch.nn.Buffer(torch.rand(%d) + 0.5)" % (rv, chan)
+            args = ""
+            if affine:
+                args = ", self.%s, self.%s" % (self.param((chan,), gamma), self.param((chan,), "bias"))
+            line = "%s = F.batch_norm(%s, self.%s, self.%s%s, training=self.training)" % (
+                V(r), V(v), rm, rv, args)
+        return [Stmt([line], [r.id], ["norm", "norm:" + kind])]
+
     def s_dropout(self):
         p = self.rng.choice([0.1, 0.2, 0.5])
         roll = self.rng.random()
@@ -816,7 +875,7 @@ class Gen:
             p.body += self.s_linear()
         gens = [(self.s_linear, 10), (self.s_act, 16), (self.s_hand, 12), (self.s_pointwise, 14),
                 (self.s_inplace, 9), (self.s_view, 8), (self.s_if, 6), (self.s_loop, 5),
-                (self.s_dropout, 6), (self.s_method, 3), (self.s_no_grad, 4)]
+                (self.s_dropout, 6), (self.s_method, 3), (self.s_no_grad, 4), (self.s_norm, 6)]
         n = rng.randint(3, 13)
         while n > 0:
             g = rng.choices([g for g, _ in gens], [w for _, w in gens])[0]

@@ -498,6 +498,19 @@ def fp32_twin_ok(prog, inputs, front_end: str = "torchscript") -> bool:
         return False
 
 
+def _abs_err(ref, got) -> float:
+    """L2 norm of got - ref in fp64 (None: zeros); inf for a mismatch of shape."""
+    import torch
+
+    if ref is None and got is None:
+        return 0.0
+    ref = torch.zeros_like(got) if ref is None else ref
+    got = torch.zeros_like(ref) if got is None else got
+    if not isinstance(ref, torch.Tensor) or ref.shape != got.shape:
+        return math.inf
+    return float((up64(got) - up64(ref)).norm())
+
+
 def fp64_twin_same(prog, inputs, got: dict, R: Reference, front_end: str = "torchscript") -> bool:
     """Whether an fp32 mismatch is rounding of the same function. For every tensor over the
     base bar: memslim.optimize of the program's fp64 twin (same values) matches fp64 eager
@@ -510,7 +523,9 @@ def fp64_twin_same(prog, inputs, got: dict, R: Reference, front_end: str = "torc
     programs too (as --verify): every call, the twins included, draws from RUN_SEED, and
     a tensor whose fp64 draws differ from fp32 eager's fails the 4 x rule; seed 335273
     (dropout elsewhere; a 0-dim parameter's gradient, a cancelling sum, 1.69e-4 apart,
-    eager's own error 3.8e-4, memslim's 5.5e-4, fp64 twins 6e-13 apart)."""
+    eager's own error 3.8e-4, memslim's 5.5e-4, fp64 twins 6e-13 apart). Where eager's
+    fp32 value has no digit right (its error against fp64 over 50%), the same evidence in
+    absolute terms (see the loop)."""
     import torch
     import memslim
 
@@ -529,6 +544,19 @@ def fp64_twin_same(prog, inputs, got: dict, R: Reference, front_end: str = "torc
             over += 1
             own = rel_err(truth[k], up64(R.eager[k]))[0]
             mine = rel_err(truth[k], up64(got[k]))[0]
+            if own > 0.5 and math.isfinite(own):
+                # Eager's fp32 value is rounding noise (no digit right: a sum that
+                # cancels, e.g. a norm's input gradient summed over its group;
+                # fuzz seed 256). Relative bars say nothing there: the fp64 twins
+                # must agree far below that noise (the same function), and the
+                # rewritten fp32 value must be noise of the same order (within
+                # 16x: another summation order; seed 256: 4.6e-6 vs eager's 9.1e-7,
+                # fp64 twins 1.7e-15 apart).
+                noise = _abs_err(truth[k], R.eager[k])
+                if not (_abs_err(truth[k], got64[k]) <= 1e-6 * noise
+                        and _abs_err(truth[k], got[k]) <= 16 * noise):
+                    return False
+                continue
             # A random program's twins must draw what fp32 eager drew (own <= 1e-3):
             # a tensor whose draws differ in fp64 says nothing about rounding.
             if not (rel <= 1e-3 and rel_err(truth[k], got64[k])[0] <= 1e-9

@@ -287,7 +287,9 @@ def test_verify_passes_on_every_lit_input(tmp_path):
             bad.append(f"{name} {' '.join(args[2:])}: {r.returncode} {r.stderr.strip()[-300:]}")
     assert not bad, "\n".join(bad)
     # Guard against a test that verifies nothing: the lit files hold > 50 such cases.
-    assert ok >= 80 and len(not_differentiable) <= 6, (ok, sorted(not_differentiable))
+    # (Not differentiable as written: cases whose point is a later in-place write,
+    # e.g. output-saving-norms' beta: TorchScript's layer_norm gradient keeps beta.)
+    assert ok >= 80 and len(not_differentiable) <= 7, (ok, sorted(not_differentiable))
 
 
 def test_archive_write_errors_are_one_line(tmp_path):

@@ -1,0 +1,52 @@
+//===- output_saving_norms.cpp - aten norm -> memslim norm ------------------===//
+//
+// What: the TorchScript front end of the output-saving norm rewrite: replaces
+// aten::layer_norm / rms_norm / group_norm / batch_norm by its memslim op
+// (same arguments) where the core's decision (core/output_saving_norms.cpp,
+// shared with the FX front end) says autograd then keeps fewer bytes.
+// Safety: through the SafetyGate, guarding the input (aten kept it), the
+// output (the memslim op keeps it), gamma and beta (its backward reads them)
+// against later in-place writes.
+//
+//===----------------------------------------------------------------------===//
+#include "memslim/core/output_saving_norms.h"
+
+#include "memslim/passes/jit_graph_view.h"
+#include "memslim/passes/pass.h"
+#include "memslim/passes/safety_gate.h"
+
+namespace memslim {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+void run_output_saving_norms(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
+  const JitGraphView view(g);
+  std::vector<NodeRef> sites;
+  for (NodeRef n : view.nodes())
+    if (is_norm_site(view, n)) sites.push_back(n);
+  for (NodeRef site : sites) {
+    Node* n = JitGraphView::node(site);
+    if (!ctx.gate->alive(n)) continue;
+    NormDecision d = decide_output_saving_norm(view, site, ctx.policy);
+    if (!d.rewrite()) {
+      ctx.remarks.add(std::move(d.decision));
+      continue;
+    }
+    Value* y = JitGraphView::value(d.guarded[1]);
+    Proposal prop;
+    prop.site = d.decision.site;
+    prop.covers = {n};
+    for (ValueRef v : d.guarded) prop.guarded.push_back(JitGraphView::value(v));
+    const c10::Symbol kind = c10::Symbol::fromQualString(d.memslim_kind);
+    prop.apply = [&, n, y, kind]() {
+      replace_output(*g, n, y, kind, n->inputs());
+      return std::string();
+    };
+    prop.rewrote = d.decision.text;
+    prop.price = d.decision.price;
+    ctx.gate->submit(prop);
+  }
+}
+
+} // namespace memslim

@@ -1,0 +1,448 @@
+//===- norm_ops.cpp - norms that keep their output, not their input --------===//
+//
+// What: memslim::layer_norm, rms_norm, group_norm and batch_norm (aten's
+// signatures, rows of norm_table.def). The forward is aten's own kernel (the
+// same values and running-stat updates). The Autograd kernel keeps the output
+// (which the next matmul or conv keeps anyway), the per-group rstd and, for the
+// channels whose affine scale cannot be inverted within the error bound (gamma
+// zero or non-finite, |beta| > K |gamma|), their x_hat slice. That choice is
+// made per call from gamma by memslim::norm_fallback, so zero_init_residual's
+// gamma = 0 is exact. Backward rebuilds x_hat = (y - beta) / gamma, puts the
+// kept slice back, and runs the norm's backward formula in opmath (fp32 for
+// 16-bit) with aten ops: it runs on every device, and torch.compile traces
+// and fuses it.
+// Why: aten's norms keep their input, the next layer keeps their output: two
+// tensors where one (plus per-group statistics) determines the gradient.
+// Error bound: the rebuilt x_hat differs from (x - mean) * rstd by at most
+// about u (|x_hat| + |beta / gamma|), u the unit roundoff of y's dtype; K = 64
+// for fp32/fp64 (<= 4e-6 for |x_hat| <= 1) and 2 for 16-bit outputs (aten's own
+// 16-bit backward reads a rounded x: the same order).
+// Double backward is not supported (a create_graph backward raises).
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/Functions.h>
+#include <ATen/OpMathType.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <string>
+
+namespace memslim {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+enum class Norm { Layer, Rms, Group, Batch };
+
+Norm norm_from(c10::string_view s) {
+  if (s == "layer_norm") return Norm::Layer;
+  if (s == "rms_norm") return Norm::Rms;
+  if (s == "group_norm") return Norm::Group;
+  if (s == "batch_norm") return Norm::Batch;
+  TORCH_CHECK(false, "memslim: unknown norm '", std::string(s), "'");
+}
+
+at::ScalarType opmath(at::ScalarType t) { return at::toOpMathType(t); }
+
+// The largest |beta / gamma| whose channel is rebuilt from y (see the header).
+double inversion_bound(at::ScalarType y) {
+  return (y == at::kHalf || y == at::kBFloat16) ? 2.0 : 64.0;
+}
+
+// The affine dims (the ones gamma spans) and the dims reduced to get a
+// per-affine-element sum (grad gamma / beta), for y of rank `dim`.
+struct Dims {
+  int64_t first_affine = 0, affine_count = 0; // contiguous range of affine dims
+  std::vector<int64_t> other;                 // every other dim
+};
+Dims dims_of(Norm k, int64_t dim, int64_t normalized_dims) {
+  Dims d;
+  if (k == Norm::Layer || k == Norm::Rms) {
+    d.first_affine = dim - normalized_dims;
+    d.affine_count = normalized_dims;
+  } else {
+    d.first_affine = 1;
+    d.affine_count = 1;
+  }
+  for (int64_t i = 0; i < dim; ++i)
+    if (i < d.first_affine || i >= d.first_affine + d.affine_count) d.other.push_back(i);
+  return d;
+}
+
+// x viewed (or copied) as (A, C, S): C the affine elements, flattened.
+at::Tensor as_acs(const at::Tensor& t, const Dims& d) {
+  c10::SymInt a = 1, c = 1, s = 1;
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    if (i < d.first_affine)
+      a = a * t.sym_size(i);
+    else if (i < d.first_affine + d.affine_count)
+      c = c * t.sym_size(i);
+    else
+      s = s * t.sym_size(i);
+  }
+  return t.reshape_symint({a, c, s});
+}
+
+// A per-affine-element tensor (gamma, beta: affine dims' shape) broadcast
+// against y of rank `dim`.
+at::Tensor affine_view(const at::Tensor& p, const Dims& d, int64_t dim) {
+  std::vector<c10::SymInt> shape(dim, 1);
+  for (int64_t i = 0; i < d.affine_count; ++i)
+    shape[d.first_affine + i] = p.dim() == d.affine_count ? p.sym_size(i) : c10::SymInt(-1);
+  if (p.dim() != d.affine_count) shape[d.first_affine] = p.sym_numel();
+  return p.reshape_symint(shape);
+}
+
+// The statistic (mean or rstd) per element of the (A, C, S) view, broadcastable:
+// (A, 1, 1) for layer/rms, (N, C, 1) for group, (1, C, 1) for batch.
+at::Tensor stat_acs(const at::Tensor& st, Norm k, const c10::SymInt& a, const c10::SymInt& c,
+                    int64_t groups) {
+  switch (k) {
+    case Norm::Layer:
+    case Norm::Rms:
+      return st.reshape_symint({a, 1, 1});
+    case Norm::Group:
+      return st.reshape_symint({a, groups, 1}).repeat_interleave_symint(c / groups, 1);
+    case Norm::Batch:
+      return st.reshape_symint({1, c, 1});
+  }
+  return st;
+}
+
+// memslim::norm_fallback on CPU / CUDA: the channels whose gamma cannot be
+// inverted within the bound, and x_hat there (A, k, S) in opmath.
+std::tuple<at::Tensor, at::Tensor> norm_fallback_impl(
+    const at::Tensor& input, const std::optional<at::Tensor>& mean, const at::Tensor& rstd,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    c10::string_view norm, int64_t normalized_dims, int64_t groups, at::ScalarType out_dtype) {
+  const Norm k = norm_from(norm);
+  const auto om = opmath(input.scalar_type());
+  const Dims d = dims_of(k, input.dim(), normalized_dims);
+  auto idx_opts = input.options().dtype(at::kLong);
+  if (!weight || !weight->defined()) {
+    // gamma = 1 everywhere: every channel inverts.
+    return {at::empty({0}, idx_opts), at::empty({0}, input.options().dtype(om))};
+  }
+  const at::Tensor w = weight->reshape(-1).to(om);
+  at::Tensor ok = w.abs().isfinite().logical_and(w.ne(0));
+  if (bias && bias->defined()) {
+    const at::Tensor b = bias->reshape(-1).to(om);
+    ok = ok.logical_and(b.abs().le(w.abs() * inversion_bound(out_dtype)));
+  }
+  const at::Tensor idx = at::nonzero(ok.logical_not()).reshape(-1);
+  const at::Tensor x3 = as_acs(input, d);
+  if (idx.numel() == 0) // fresh empty tensors: nonzero's result may hold storage
+    return {at::empty({0}, idx_opts),
+            at::empty({x3.size(0), 0, x3.size(2)}, input.options().dtype(om))};
+  const int64_t a = x3.size(0), c = x3.size(1);
+  at::Tensor xs = x3.index_select(1, idx).to(om);
+  auto pick = [&](const at::Tensor& st) {
+    at::Tensor s = stat_acs(st.to(om), k, a, c, groups);
+    return s.size(1) == 1 ? s : s.index_select(1, idx);
+  };
+  if (mean && mean->defined()) xs = xs - pick(*mean);
+  return {idx, xs * pick(rstd)};
+}
+
+using FallbackOp = std::tuple<at::Tensor, at::Tensor>(
+    const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
+    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, c10::string_view, int64_t,
+    int64_t, at::ScalarType);
+
+std::tuple<at::Tensor, at::Tensor> call_fallback(const at::Tensor& x, const at::Tensor& mean,
+                                                 const at::Tensor& rstd, const at::Tensor& w,
+                                                 const at::Tensor& b, const std::string& norm,
+                                                 int64_t nd, int64_t groups,
+                                                 at::ScalarType out_dtype) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("memslim::norm_fallback", "")
+                             .typed<FallbackOp>();
+  auto opt = [](const at::Tensor& t) {
+    return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+  };
+  return op.call(x, opt(mean), rstd, opt(w), opt(b), norm, nd, groups, out_dtype);
+}
+
+// What one forward needs to run and its backward to rebuild.
+struct NormCall {
+  std::string norm;
+  int64_t normalized_dims = 1; // layer / rms: how many trailing dims
+  std::vector<c10::SymInt> normalized_shape;
+  int64_t groups = 1;
+  double eps = 1e-5;
+  std::optional<double> rms_eps;
+  bool training = true;
+  double momentum = 0.1;
+  at::Tensor running_mean, running_var;
+  // Whether gamma / beta were given: torch::autograd::Function cannot take an
+  // undefined tensor argument, so an absent one travels as an empty tensor.
+  bool has_weight = true, has_bias = true;
+};
+
+// aten's forward: (y, mean or undefined, rstd), running stats updated in training.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_forward(const at::Tensor& x,
+                                                            const at::Tensor& w,
+                                                            const at::Tensor& b,
+                                                            const NormCall& c) {
+  auto opt = [](const at::Tensor& t) {
+    return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+  };
+  switch (norm_from(c.norm)) {
+    case Norm::Layer:
+      return at::native_layer_norm_symint(x, c.normalized_shape, opt(w), opt(b), c.eps);
+    case Norm::Rms: {
+      std::vector<int64_t> shape;
+      for (const auto& s : c.normalized_shape) shape.push_back(s.guard_int(__FILE__, __LINE__));
+      auto [y, rstd] = at::_fused_rms_norm(x, shape, opt(w), c.rms_eps);
+      return {y, at::Tensor(), rstd};
+    }
+    case Norm::Group: {
+      const c10::SymInt n = x.sym_size(0), ch = x.sym_size(1);
+      c10::SymInt hw = 1;
+      for (int64_t i = 2; i < x.dim(); ++i) hw = hw * x.sym_size(i);
+      return at::native_group_norm_symint(x, opt(w), opt(b), n, ch, hw, c.groups, c.eps);
+    }
+    case Norm::Batch: {
+      auto [y, mean, invstd] =
+          at::native_batch_norm(x, opt(w), opt(b), opt(c.running_mean), opt(c.running_var),
+                                c.training, c.momentum, c.eps);
+      if (c.training) return {y, mean, invstd};
+      // Eval: the running statistics, as they are now (a later training step
+      // updates them in place).
+      const auto om = opmath(x.scalar_type());
+      return {y, c.running_mean.to(om), (c.running_var.to(om) + c.eps).rsqrt()};
+    }
+  }
+  TORCH_CHECK(false, "memslim: unknown norm");
+}
+
+// The norm's backward from y (see the header): grads of input, gamma, beta.
+variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const at::Tensor& rstd,
+                            const at::Tensor& w, const at::Tensor& b, const at::Tensor& idx,
+                            const at::Tensor& xh_kept, const NormCall& c,
+                            std::array<bool, 3> need) {
+  const Norm k = norm_from(c.norm);
+  const auto om = opmath(y.scalar_type());
+  const int64_t dim = y.dim();
+  const Dims d = dims_of(k, dim, c.normalized_dims);
+  const at::Tensor wv = w.defined() ? affine_view(w.to(om), d, dim) : at::Tensor();
+  const at::Tensor bv = b.defined() ? affine_view(b.to(om), d, dim) : at::Tensor();
+  at::Tensor xh = y.to(om);
+  if (bv.defined()) xh = xh - bv;
+  if (wv.defined()) xh = xh / wv;
+  if (w.defined()) {
+    // The kept slices of the channels gamma does not invert (possibly none).
+    // xh is fresh here (divided by gamma): written in place.
+    at::Tensor x3 = as_acs(xh, d);
+    x3.index_copy_(1, idx, xh_kept.to(om));
+    if (!x3.is_alias_of(xh)) xh = x3.reshape_symint(y.sym_sizes());
+  }
+  // Sum over the non-affine dims (none: a 1-d layer_norm input).
+  auto sum_other = [&](const at::Tensor& t) { return d.other.empty() ? t : t.sum(d.other); };
+  const at::Tensor gy = grad.to(om);
+  at::Tensor gw, gb;
+  if (need[1] && w.defined())
+    gw = sum_other(gy * xh).reshape_symint(w.sym_sizes()).to(w.scalar_type());
+  if (need[2] && b.defined()) gb = sum_other(gy).reshape_symint(b.sym_sizes()).to(b.scalar_type());
+  at::Tensor gx;
+  if (need[0]) {
+    const at::Tensor g = wv.defined() ? gy * wv : gy;
+    switch (k) {
+      case Norm::Layer:
+      case Norm::Rms: {
+        std::vector<int64_t> red;
+        for (int64_t i = d.first_affine; i < dim; ++i) red.push_back(i);
+        at::Tensor inner = g - xh * (g * xh).mean(red, /*keepdim=*/true);
+        if (k == Norm::Layer) inner = inner - g.mean(red, /*keepdim=*/true);
+        gx = inner * rstd.to(om).reshape_symint([&] {
+          std::vector<c10::SymInt> s(y.sym_sizes().begin(), y.sym_sizes().end());
+          for (int64_t i = d.first_affine; i < dim; ++i) s[i] = 1;
+          return s;
+        }());
+        break;
+      }
+      case Norm::Group: {
+        const c10::SymInt n = y.sym_size(0);
+        const at::Tensor g3 = g.reshape_symint({n, c.groups, -1});
+        const at::Tensor x3 = xh.reshape_symint({n, c.groups, -1});
+        const at::Tensor r = rstd.to(om).reshape_symint({n, c.groups, 1});
+        gx = ((g3 - g3.mean(2, true) - x3 * (g3 * x3).mean(2, true)) * r)
+                 .reshape_symint(y.sym_sizes());
+        break;
+      }
+      case Norm::Batch: {
+        const at::Tensor r = affine_view(rstd.to(om), d, dim);
+        if (c.training)
+          gx = (g - g.mean(d.other, true) - xh * (g * xh).mean(d.other, true)) * r;
+        else
+          gx = g * r;
+        break;
+      }
+    }
+    gx = gx.to(y.scalar_type());
+  }
+  return {gx, gw, gb};
+}
+
+struct NormFunction : public torch::autograd::Function<NormFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_arg,
+                               const at::Tensor& b_arg, const NormCall& c) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    const at::Tensor w = c.has_weight ? w_arg : at::Tensor();
+    const at::Tensor b = c.has_bias ? b_arg : at::Tensor();
+    auto [y, mean, rstd] = aten_forward(x, w, b, c);
+    auto [idx, xh] =
+        call_fallback(x, mean, rstd, w, b, c.norm, c.normalized_dims, c.groups, y.scalar_type());
+    ctx->save_for_backward({y, rstd, w, b, idx, xh});
+    ctx->saved_data["norm"] = c.norm;
+    ctx->saved_data["nd"] = c.normalized_dims;
+    ctx->saved_data["groups"] = c.groups;
+    ctx->saved_data["training"] = c.training;
+    return {y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const std::string norm = ctx->saved_data["norm"].toStringRef();
+    TORCH_CHECK(!at::GradMode::is_enabled(), "memslim::", norm,
+                ": double backward is not supported (the backward keeps only the output and "
+                "statistics); use the aten op where higher-order gradients are needed");
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    auto s = ctx->get_saved_variables();
+    NormCall c;
+    c.norm = norm;
+    c.normalized_dims = ctx->saved_data["nd"].toInt();
+    c.groups = ctx->saved_data["groups"].toInt();
+    c.training = ctx->saved_data["training"].toBool();
+    auto g = norm_backward(
+        grads[0], s[0], s[1], s[2], s[3], s[4], s[5], c,
+        {ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2)});
+    return {g[0], g[1], g[2], at::Tensor()};
+  }
+};
+
+at::Tensor defined_or_empty(const std::optional<at::Tensor>& t) {
+  return t && t->defined() ? *t : at::Tensor();
+}
+
+// The Autograd kernel body: the saving path when anything requires grad, else
+// aten's forward (called as aten ops, so functionalization sees aten's
+// declared running-stat writes).
+at::Tensor norm_autograd(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                         const std::optional<at::Tensor>& bias, const NormCall& c) {
+  const at::Tensor w = defined_or_empty(weight), b = defined_or_empty(bias);
+  const bool grad =
+      at::GradMode::is_enabled() && (x.requires_grad() || (w.defined() && w.requires_grad()) ||
+                                     (b.defined() && b.requires_grad()));
+  if (grad) {
+    NormCall call = c;
+    call.has_weight = w.defined();
+    call.has_bias = b.defined();
+    const at::Tensor absent = at::empty({0}, x.options());
+    return NormFunction::apply(x, w.defined() ? w : absent, b.defined() ? b : absent, call)[0];
+  }
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return std::get<0>(aten_forward(x, w, b, c));
+}
+
+// The public ops' kernels, one pair (plain, autograd) per norm.
+NormCall layer_call(c10::SymIntArrayRef shape, double eps) {
+  NormCall c;
+  c.norm = "layer_norm";
+  c.normalized_shape.assign(shape.begin(), shape.end());
+  c.normalized_dims = static_cast<int64_t>(shape.size());
+  c.eps = eps;
+  return c;
+}
+NormCall rms_call(c10::SymIntArrayRef shape, std::optional<double> eps) {
+  NormCall c = layer_call(shape, 0);
+  c.norm = "rms_norm";
+  c.rms_eps = eps;
+  return c;
+}
+NormCall group_call(int64_t groups, double eps) {
+  NormCall c;
+  c.norm = "group_norm";
+  c.groups = groups;
+  c.eps = eps;
+  return c;
+}
+NormCall batch_call(const std::optional<at::Tensor>& rm, const std::optional<at::Tensor>& rv,
+                    bool training, double momentum, double eps) {
+  NormCall c;
+  c.norm = "batch_norm";
+  c.running_mean = defined_or_empty(rm);
+  c.running_var = defined_or_empty(rv);
+  c.training = training;
+  c.momentum = momentum;
+  c.eps = eps;
+  return c;
+}
+
+at::Tensor layer_norm_autograd(const at::Tensor& x, c10::SymIntArrayRef shape,
+                               const std::optional<at::Tensor>& w,
+                               const std::optional<at::Tensor>& b, double eps, bool) {
+  return norm_autograd(x, w, b, layer_call(shape, eps));
+}
+at::Tensor layer_norm_plain(const at::Tensor& x, c10::SymIntArrayRef shape,
+                            const std::optional<at::Tensor>& w, const std::optional<at::Tensor>& b,
+                            double eps, bool) {
+  return std::get<0>(
+      aten_forward(x, defined_or_empty(w), defined_or_empty(b), layer_call(shape, eps)));
+}
+at::Tensor rms_norm_autograd(const at::Tensor& x, c10::SymIntArrayRef shape,
+                             const std::optional<at::Tensor>& w, std::optional<double> eps) {
+  return norm_autograd(x, w, std::nullopt, rms_call(shape, eps));
+}
+at::Tensor rms_norm_plain(const at::Tensor& x, c10::SymIntArrayRef shape,
+                          const std::optional<at::Tensor>& w, std::optional<double> eps) {
+  return std::get<0>(aten_forward(x, defined_or_empty(w), at::Tensor(), rms_call(shape, eps)));
+}
+at::Tensor group_norm_autograd(const at::Tensor& x, int64_t groups,
+                               const std::optional<at::Tensor>& w,
+                               const std::optional<at::Tensor>& b, double eps, bool) {
+  return norm_autograd(x, w, b, group_call(groups, eps));
+}
+at::Tensor group_norm_plain(const at::Tensor& x, int64_t groups, const std::optional<at::Tensor>& w,
+                            const std::optional<at::Tensor>& b, double eps, bool) {
+  return std::get<0>(
+      aten_forward(x, defined_or_empty(w), defined_or_empty(b), group_call(groups, eps)));
+}
+at::Tensor batch_norm_autograd(const at::Tensor& x, const std::optional<at::Tensor>& w,
+                               const std::optional<at::Tensor>& b,
+                               const std::optional<at::Tensor>& rm,
+                               const std::optional<at::Tensor>& rv, bool training, double momentum,
+                               double eps, bool) {
+  return norm_autograd(x, w, b, batch_call(rm, rv, training, momentum, eps));
+}
+at::Tensor batch_norm_plain(const at::Tensor& x, const std::optional<at::Tensor>& w,
+                            const std::optional<at::Tensor>& b, const std::optional<at::Tensor>& rm,
+                            const std::optional<at::Tensor>& rv, bool training, double momentum,
+                            double eps, bool) {
+  return std::get<0>(aten_forward(x, defined_or_empty(w), defined_or_empty(b),
+                                  batch_call(rm, rv, training, momentum, eps)));
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
+#define MEMSLIM_NORM(NAME, ...) m.impl(#NAME, TORCH_FN(NAME##_autograd));
+#include "memslim/kernels/norm_table.def"
+}
+
+// The plain forward is aten's on every backend (Meta included).
+TORCH_LIBRARY_IMPL(memslim, CompositeExplicitAutograd, m) {
+#define MEMSLIM_NORM(NAME, ...) m.impl(#NAME, TORCH_FN(NAME##_plain));
+#include "memslim/kernels/norm_table.def"
+}
+
+// norm_fallback has a data-dependent length: CPU and CUDA only; its fake impl
+// (python/memslim/_library.py) gives the length an unbacked size.
+TORCH_LIBRARY_IMPL(memslim, CPU, m) { m.impl("norm_fallback", TORCH_FN(norm_fallback_impl)); }
+#ifdef MEMSLIM_WITH_CUDA
+TORCH_LIBRARY_IMPL(memslim, CUDA, m) { m.impl("norm_fallback", TORCH_FN(norm_fallback_impl)); }
+#endif
+
+} // namespace memslim
