@@ -52,6 +52,10 @@ const std::vector<PassInfo>& registered_passes() {
        "maximal regions of elementwise ops (a hand-written activation's formula) become one "
        "memslim::recompute_region op keeping only the region's inputs, when that frees memory",
        run_recompute_pointwise_regions},
+      {"fuse-activation-consumer",
+       "an activation whose output only linear / conv layers read becomes part of them "
+       "(memslim::act_linear / act_conv*d keep its input and recompute it in backward)",
+       run_fuse_activation_consumer},
       {"output-saving-activations",
        "activations whose backward can use their output become memslim:: ops when that frees "
        "memory",
@@ -91,6 +95,11 @@ const std::vector<PipelineInfo>& registered_pipelines() {
            // is priced as a whole against output-saving that activation alone (the
            // region pass leaves the activation to output-saving when that frees more).
            "recompute-pointwise-regions",
+           // Activations whose output only linear / conv layers read go into them (they
+           // keep the activation's input): before output-saving, which would take the
+           // activation alone and keep its output + bits, and before the norms, which
+           // then see their output kept by the fused ops.
+           "fuse-activation-consumer",
            // Output-saving: swaps each activation whose output a consumer keeps anyway.
            "output-saving-activations",
            // Norms after activations: a norm feeding an activation that now keeps its

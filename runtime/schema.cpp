@@ -22,6 +22,13 @@ TORCH_LIBRARY(memslim, m) {
 #define MEMSLIM_NORM(NAME, ARGS, ...) m.def(#NAME "(" ARGS ") -> Tensor");
 #include "memslim/kernels/norm_table.def"
 
+  // A linear / conv of act(input): one row each in consumer_table.def. `act`
+  // and `params` as in activation_forward. Keeps the input and the weight, not
+  // act(input); backward recomputes act(input) (aten's values, bit for bit).
+#define MEMSLIM_CONSUMER(NAME, ARGS, ...) \
+  m.def("act_" #NAME "(" ARGS ", str act, float[] params) -> Tensor");
+#include "memslim/kernels/consumer_table.def"
+
   // dropout(act(x), p, train) as one op (what fuse-activation-dropout emits). `act`
   // and `params` as in activation_forward. Keeps the output (which the next layer
   // keeps anyway) plus 1 bit/element of dropout mask and the activation's bit and

@@ -17,10 +17,12 @@ std::optional<ActivationInfo> aten_activation(const GraphView& g, NodeRef n) {
   return info;
 }
 
+} // namespace
+
 // The kernel activation and parameters of activation `a` when its arguments
 // are constants (activation_dropout takes them as constants): the runtime's
 // own spec functions, so celu/selu/gelu map exactly as the ops do.
-std::optional<ActSpec> kernel_act(const GraphView& g, NodeRef a) {
+std::optional<ActSpec> activation_spec_of(const GraphView& g, NodeRef a) {
   std::vector<c10::IValue> args;
   for (size_t i = 1; i < g.num_inputs(a); ++i) {
     auto iv = g.constant(g.input(a, i));
@@ -33,7 +35,6 @@ std::optional<ActSpec> kernel_act(const GraphView& g, NodeRef a) {
     return std::nullopt; // e.g. celu(alpha=0): left to aten's own error
   }
 }
-} // namespace
 
 bool is_fuse_dropout_site(const GraphView& g, NodeRef d) {
   if (g.kind(d) != "aten::dropout" || g.num_inputs(d) < 3 || g.num_outputs(d) != 1) return false;
@@ -60,7 +61,13 @@ FuseDropoutDecision decide_fuse_dropout(const GraphView& g, NodeRef d, const Cos
     dec.text = "the activation's output has other uses";
     return out;
   }
-  auto spec = kernel_act(g, a);
+  if (saved::dropout_is_identity(g, d)) {
+    // It keeps nothing: the activation's own rewrites (into its consumer, or
+    // output-saving) see through it.
+    dec.text = "the dropout returns its input (p = 0 or not training)";
+    return out;
+  }
+  auto spec = activation_spec_of(g, a);
   if (!spec) {
     dec.text = "non-constant activation arguments";
     return out;

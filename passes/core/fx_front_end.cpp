@@ -7,6 +7,7 @@
 
 #include "memslim/core/canonicalize.h"
 #include "memslim/core/functionalize.h"
+#include "memslim/core/fuse_act_consumer.h"
 #include "memslim/core/fuse_dropout.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/output_saving_norms.h"
@@ -110,6 +111,42 @@ void output_saving(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
     if (d.rewrite())
       apply_or_keep(g, n, d.decision, d.memslim_kind, gate.check(n, {d.guarded[0], d.guarded[1]}),
                     out);
+    out.decisions.push_back(std::move(d.decision));
+  }
+}
+
+// fuse-activation-consumer: each consumer of the activation becomes
+// memslim::act_<consumer>(h, <its other arguments>, act, params); the
+// activation goes with the last.
+void fuse_act_consumer(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
+  std::vector<NodeRef> sites;
+  for (NodeRef n : g.nodes())
+    if (is_act_consumer_site(g, n)) sites.push_back(n);
+  for (NodeRef a : sites) {
+    const ViewGate gate(g);
+    ActConsumerDecision d = decide_act_consumer(g, a, policy);
+    if (d.rewrite()) {
+      std::vector<NodeRef> covers{a};
+      covers.insert(covers.end(), d.passed.begin(), d.passed.end());
+      covers.insert(covers.end(), d.consumers.begin(), d.consumers.end());
+      std::string why = gate.check_between(covers);
+      if (why.empty()) why = gate.check(a, d.guarded);
+      if (!refused(d.decision, why)) {
+        const size_t act = add_constant(g, c10::IValue(d.spec.act), "'" + d.spec.act + "'");
+        const size_t params = add_constant(g, c10::IValue(d.spec.params), "params");
+        for (size_t i = 0; i < d.consumers.size(); ++i) {
+          const NodeRef c = d.consumers[i];
+          std::vector<size_t> inputs{g.id(d.h)};
+          for (size_t k = 1; k < g.num_inputs(c); ++k) inputs.push_back(g.id(g.input(c, k)));
+          inputs.push_back(act);
+          inputs.push_back(params);
+          std::vector<NodeRef> goes{a};
+          goes.insert(goes.end(), d.passed.begin(), d.passed.end());
+          goes.push_back(c);
+          replace_formula(g, c, d.fused_kind[i], inputs, goes, out);
+        }
+      }
+    }
     out.decisions.push_back(std::move(d.decision));
   }
 }
@@ -243,9 +280,10 @@ void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
 } // namespace
 
 const std::vector<std::string>& fx_default_passes() {
-  static const std::vector<std::string> passes = {kFunctionalizePass, kCanonicalizePass,
-                                                  kFuseDropoutPass,   kRecomputeRegionsPass,
-                                                  kOutputSavingPass,  kOutputSavingNormsPass};
+  // The TorchScript pipeline's order (pass_registry.cpp says why).
+  static const std::vector<std::string> passes = {
+      kFunctionalizePass,   kCanonicalizePass, kFuseDropoutPass,      kRecomputeRegionsPass,
+      kFuseActConsumerPass, kOutputSavingPass, kOutputSavingNormsPass};
   return passes;
 }
 
@@ -254,6 +292,8 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
   for (const std::string& p : passes) {
     if (p == kOutputSavingPass) {
       output_saving(g, policy, out);
+    } else if (p == kFuseActConsumerPass) {
+      fuse_act_consumer(g, policy, out);
     } else if (p == kOutputSavingNormsPass) {
       output_saving_norms(g, policy, out);
     } else if (p == kFunctionalizePass) {

@@ -181,6 +181,9 @@ bool keeps_input(const GraphView& g, NodeRef user, size_t index) {
   if (name == "aten::pow") return true;             // base and exponent (when tensors)
   if (name == "aten::embedding") return index == 1; // the indices
   if (name == "aten::addmm") return index >= 1;     // mat1, mat2
+  // memslim::act_<consumer> keeps its input (it recomputes the activation from
+  // it) and the weight.
+  if (starts_with(name, "memslim::act_")) return index <= 1;
   if (starts_with(name, "memslim::")) return false;
   return true; // unknown op: conservatively keeps every tensor input
 }

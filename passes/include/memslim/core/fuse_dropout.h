@@ -31,6 +31,12 @@ namespace memslim {
 inline constexpr const char* kFuseDropoutPass = "fuse-activation-dropout";
 inline constexpr const char* kActivationDropout = "memslim::activation_dropout";
 
+// The kernel activation and parameters of aten activation `a` when its
+// arguments are constants (the runtime's own spec functions, so celu/selu/gelu
+// map exactly as the ops do); nullopt otherwise. Shared by the fusions that
+// take an activation as `str act, float[] params`.
+std::optional<ActSpec> activation_spec_of(const GraphView& g, NodeRef a);
+
 // Whether `d` is an aten::dropout of an aten activation with an output-keeping
 // memslim kernel (the mask-only kernels keep no output to fuse with).
 bool is_fuse_dropout_site(const GraphView& g, NodeRef d);

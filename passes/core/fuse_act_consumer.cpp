@@ -1,0 +1,170 @@
+//===- fuse_act_consumer.cpp - linear/conv(act(h)) keeps h, any view -------===//
+//
+// Finds, prices and decides one activation site (see fuse_act_consumer.h).
+//
+//===----------------------------------------------------------------------===//
+#include "memslim/core/fuse_act_consumer.h"
+
+#include <sstream>
+
+#include "memslim/core/fuse_dropout.h"
+#include "memslim/core/output_saving.h"
+#include "memslim/core/output_saving_norms.h"
+#include "memslim/core/saved_tensors.h"
+#include "memslim/passes/activation_table.h"
+#include "memslim/passes/norm_table.h"
+
+namespace memslim {
+
+namespace {
+
+// The fused op for consumer `c` of value `a` (read as its input 0 only), or "".
+std::string fused_kind_of(const GraphView& g, const Use& use, ValueRef a) {
+  if (use.index != 0) return "";
+  const NodeRef c = use.user;
+  const std::string k = g.kind(c);
+  for (size_t i = 1; i < g.num_inputs(c); ++i)
+    if (g.input(c, i) == a) return ""; // also its weight or bias
+  if (g.num_outputs(c) != 1) return "";
+#define MEMSLIM_CONSUMER(NAME, ARGS, SPATIAL)                                    \
+  if (k == "aten::" #NAME) {                                                     \
+    /* the int-list padding form only (conv2d.padding takes "same" / "valid") */ \
+    if (SPATIAL > 0 && g.num_inputs(c) > 4) {                                    \
+      const auto pad = g.constant(g.input(c, 4));                                \
+      if (pad && pad->isString()) return "";                                     \
+    }                                                                            \
+    return "memslim::act_" #NAME;                                                \
+  }
+#include "memslim/kernels/consumer_table.def"
+  return "";
+}
+
+int64_t opmath_bytes(c10::ScalarType t) {
+  return (t == c10::kHalf || t == c10::kBFloat16) ? 4 : int64_t(c10::elementSize(t));
+}
+
+} // namespace
+
+bool is_act_consumer_site(const GraphView& g, NodeRef a) {
+  auto info = activation_info(c10::Symbol::fromQualString(g.kind(a)));
+  return info && g.kind(a) == info->aten.toQualString() && g.num_inputs(a) > 0 &&
+         g.num_outputs(a) == 1 && g.is_tensor(g.input(a, 0));
+}
+
+ActConsumerDecision decide_act_consumer(const GraphView& g, NodeRef a, const CostPolicy& policy) {
+  const ActivationInfo info = *activation_info(c10::Symbol::fromQualString(g.kind(a)));
+  ActConsumerDecision out;
+  Decision& d = out.decision;
+  d.pass = kFuseActConsumerPass;
+  d.site = site_name(g, a);
+  d.verdict = Decision::Verdict::Kept;
+  out.h = g.input(a, 0);
+  const ValueRef act_out = g.output(a, 0);
+  auto hb = g.bytes(out.h), ab = g.bytes(act_out);
+  if (!hb || !ab) {
+    d.text = "unknown shape (give input shapes)";
+    return out;
+  }
+  // The readers, looking through dropouts that return their input (p = 0 or
+  // not training: ViT's MLP dropout at p = 0), which go with the rewrite.
+  std::vector<std::pair<Use, ValueRef>> uses;
+  std::vector<ValueRef> todo{act_out};
+  while (!todo.empty()) {
+    const ValueRef v = todo.back();
+    todo.pop_back();
+    for (const Use& u : g.uses(v)) {
+      if (u.index == 0 && saved::is_dropout_kind(g.kind(u.user), /*inplace=*/false) &&
+          g.num_outputs(u.user) == 1 && saved::dropout_is_identity(g, u.user) &&
+          g.owner(u.user) == g.owner(a)) {
+        out.passed.push_back(u.user);
+        todo.push_back(g.output(u.user, 0));
+        continue;
+      }
+      uses.push_back({u, v});
+    }
+  }
+  if (uses.empty()) {
+    d.text = "its output is not read";
+    return out;
+  }
+  for (const auto& [u, read] : uses) {
+    const std::string k = fused_kind_of(g, u, read);
+    if (k.empty()) {
+      d.text = "its output is read by " + g.kind(u.user) +
+               " (only linear / conv inputs take the activation in)";
+      return out;
+    }
+    if (g.owner(u.user) != g.owner(a)) {
+      d.text = "a reader sits in another block";
+      return out;
+    }
+    out.consumers.push_back(u.user);
+    out.fused_kind.push_back(k);
+  }
+  auto spec = activation_spec_of(g, a);
+  if (!spec) {
+    d.text = "its arguments are not constants";
+    return out;
+  }
+  // Backward evaluates the activation once more per element.
+  constexpr double kWork = 1.0;
+  if (policy.max_added_work >= 0 && kWork > policy.max_added_work) {
+    std::ostringstream why;
+    why << "adds ~" << kWork << " evaluation per element in backward, above the maximum "
+        << policy.max_added_work;
+    d.text = why.str();
+    d.price = {std::nullopt, std::nullopt, kWork};
+    return out;
+  }
+  out.spec = *spec;
+  out.guarded = {out.h, act_out};
+  for (NodeRef c : out.consumers)
+    for (size_t i = 1; i < g.num_inputs(c) && i < 3; ++i)
+      if (g.is_tensor(g.input(c, i))) out.guarded.push_back(g.input(c, i));
+  saved::NodeSet self{a};
+  for (NodeRef c : out.consumers) self.insert(c);
+  for (NodeRef p : out.passed) self.insert(p);
+  std::string h_by;
+  const bool h_else = saved::kept_by_other(g, out.h, self, &h_by);
+  // What aten keeps: act(h) in the consumers (and in the activation when it
+  // keeps its output), h in the activation when it keeps its input.
+  const int64_t aten = *ab + (info.aten_keeps == Keeps::Input && !h_else ? *hb : 0);
+  int64_t ours = h_else ? 0 : *hb;
+  // A norm made h and nothing else reads it: output-saving-norms will keep h
+  // for it instead of its input (priced here, decided and rewritten there).
+  std::string chain;
+  int64_t norm_freed = 0;
+  const NodeRef n = g.producer(out.h);
+  if (n && !h_else && is_norm_site(g, n) && g.uses(out.h).size() == 1) {
+    const ValueRef x = g.input(n, 0);
+    const auto norm = norm_info(c10::Symbol::fromQualString(g.kind(n)));
+    const auto xb = g.bytes(x);
+    const auto xt = g.dtype(x);
+    const auto xn = g.numel(x);
+    if (norm && xb && xt && xn && !saved::kept_by_other(g, x, {n})) {
+      norm_freed = *xb + norm->aten_extra * *xn * opmath_bytes(*xt);
+      chain = "; " + g.kind(n) + " at " + g.name(out.h) + " keeping its output then";
+    }
+  }
+  // The price carries this rewrite's own bytes; the norm's are its own
+  // decision's (predicted_bytes_freed sums the records).
+  const int64_t freed = aten - ours + norm_freed;
+  d.price = {aten, ours, kWork};
+  std::ostringstream why;
+  if (freed < policy.min_bytes || freed <= 0) {
+    why << "frees " << freed << " B (keeps " << g.name(out.h) << " instead of " << g.name(act_out)
+        << (h_else ? "" : ", kept by nobody today") << ")";
+    d.text = why.str();
+    return out;
+  }
+  why << "fused " << g.kind(a) << " at " << g.name(act_out) << " into " << out.consumers.size()
+      << " consumer" << (out.consumers.size() > 1 ? "s" : "") << " (" << out.fused_kind.front()
+      << "): keeps its input instead of its output, frees " << (aten - ours) << " B (" << aten
+      << " -> " << ours << ")";
+  if (!chain.empty()) why << chain << " frees " << norm_freed << " B more";
+  d.verdict = Decision::Verdict::Rewrote;
+  d.text = why.str();
+  return out;
+}
+
+} // namespace memslim

@@ -1,0 +1,226 @@
+//===- act_consumer_ops.cpp - linear / conv of act(h) that keep h ----------===//
+//
+// What: memslim::act_linear, act_conv1d/2d/3d (rows of consumer_table.def):
+// aten's op applied to act(h), where act is a kernel activation of
+// activation_table.def (`act`, `params` as activation_forward takes them).
+// The Autograd kernel keeps h and the weight instead of act(h): backward
+// recomputes act(h) (one pointwise pass), runs aten's linear / convolution
+// backward on it, and multiplies the input gradient by act'(h) with aten's
+// own activation backward. Values and gradients are aten's exactly: the same
+// ops on the same values, act(h) recomputed bit for bit.
+// Why: the consumer keeps its input for the weight gradient; keeping h instead
+// makes act(h) a temporary. h is often kept anyway (by aten's activation,
+// which keeps its input, or by an output-saving norm that made h), so
+// conv -> norm -> act -> conv keeps one tensor, for every activation, ReLU
+// included, and without inverting anything.
+// Double backward is not supported (a create_graph backward raises).
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <string>
+
+namespace memslim {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+double param(at::ArrayRef<double> p, size_t i, double fallback) {
+  return i < p.size() ? p[i] : fallback;
+}
+
+// act(h) with aten's own op (`act`: a kernel activation name).
+at::Tensor act_forward(const at::Tensor& h, const std::string& act, at::ArrayRef<double> p) {
+  if (act == "gelu") return at::gelu(h, "none");
+  if (act == "gelu_tanh") return at::gelu(h, "tanh");
+  if (act == "silu") return at::silu(h);
+  if (act == "mish") return at::mish(h);
+  if (act == "hardswish") return at::hardswish(h);
+  if (act == "hardsigmoid") return at::hardsigmoid(h);
+  if (act == "sigmoid") return at::sigmoid(h);
+  if (act == "tanh") return at::tanh(h);
+  if (act == "relu") return at::relu(h);
+  if (act == "leaky_relu") return at::leaky_relu(h, param(p, 0, 0.01));
+  if (act == "softplus") return at::softplus(h, param(p, 0, 1), param(p, 1, 20));
+  if (act == "elu") return at::elu(h, param(p, 0, 1), param(p, 1, 1), param(p, 2, 1));
+  TORCH_CHECK(false, "memslim: act_* ops: unknown activation '", act, "'");
+}
+
+// dL/dh from dL/d act(h), with aten's activation backward.
+at::Tensor act_backward(const at::Tensor& g, const at::Tensor& h, const at::Tensor& a,
+                        const std::string& act, at::ArrayRef<double> p) {
+  if (act == "gelu") return at::gelu_backward(g, h, "none");
+  if (act == "gelu_tanh") return at::gelu_backward(g, h, "tanh");
+  if (act == "silu") return at::silu_backward(g, h);
+  if (act == "mish") return at::mish_backward(g, h);
+  if (act == "hardswish") return at::hardswish_backward(g, h);
+  if (act == "hardsigmoid") return at::hardsigmoid_backward(g, h);
+  if (act == "sigmoid") return at::sigmoid_backward(g, a);
+  if (act == "tanh") return at::tanh_backward(g, a);
+  if (act == "relu") return at::threshold_backward(g, a, 0);
+  if (act == "leaky_relu") return at::leaky_relu_backward(g, h, param(p, 0, 0.01), false);
+  if (act == "softplus") return at::softplus_backward(g, h, param(p, 0, 1), param(p, 1, 20));
+  if (act == "elu")
+    return at::elu_backward(g, param(p, 0, 1), param(p, 1, 1), param(p, 2, 1), false, h);
+  TORCH_CHECK(false, "memslim: act_* ops: unknown activation '", act, "'");
+}
+
+// One call's non-tensor arguments.
+struct ConsumerCall {
+  int64_t spatial = 0; // 0: linear
+  std::vector<c10::SymInt> stride, padding, dilation;
+  c10::SymInt groups = 1;
+  std::string act;
+  std::vector<double> params;
+  bool has_bias = true; // an absent bias travels as an empty tensor (see norm_ops.cpp)
+};
+
+at::Tensor consumer_forward(const at::Tensor& a, const at::Tensor& w, const at::Tensor& b,
+                            const ConsumerCall& c) {
+  const std::optional<at::Tensor> bias = b.defined() ? std::optional<at::Tensor>(b) : std::nullopt;
+  switch (c.spatial) {
+    case 0:
+      return at::linear(a, w, bias);
+    case 1:
+      return at::conv1d_symint(a, w, bias, c.stride, c.padding, c.dilation, c.groups);
+    case 2:
+      return at::conv2d_symint(a, w, bias, c.stride, c.padding, c.dilation, c.groups);
+    default:
+      return at::conv3d_symint(a, w, bias, c.stride, c.padding, c.dilation, c.groups);
+  }
+}
+
+struct ActConsumerFunction : public torch::autograd::Function<ActConsumerFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w,
+                            const at::Tensor& b_arg, const ConsumerCall& c) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    const at::Tensor b = c.has_bias ? b_arg : at::Tensor();
+    at::Tensor out = consumer_forward(act_forward(h, c.act, c.params), w, b, c);
+    ctx->save_for_backward({h, w});
+    ctx->saved_data["spatial"] = c.spatial;
+    ctx->saved_data["stride"] = c.stride;
+    ctx->saved_data["padding"] = c.padding;
+    ctx->saved_data["dilation"] = c.dilation;
+    ctx->saved_data["groups"] = c.groups;
+    ctx->saved_data["act"] = c.act;
+    ctx->saved_data["params"] = c.params;
+    ctx->saved_data["has_bias"] = c.has_bias;
+    if (c.has_bias) ctx->saved_data["bias_sizes"] = b.sym_sizes().vec();
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "memslim::act_*: double backward is not supported (the backward recomputes the "
+                "activation); use the aten ops where higher-order gradients are needed");
+    const at::Tensor& g = grads[0];
+    if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    auto s = ctx->get_saved_variables();
+    const at::Tensor &h = s[0], &w = s[1];
+    const std::string act = ctx->saved_data["act"].toStringRef();
+    const std::vector<double> params = ctx->saved_data["params"].toDoubleVector();
+    const int64_t spatial = ctx->saved_data["spatial"].toInt();
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1),
+               need_b = has_bias && ctx->needs_input_grad(2);
+    const at::Tensor a = act_forward(h, act, params); // bit for bit the forward's
+    at::Tensor ga, gw, gb;
+    if (spatial == 0) {
+      const int64_t out_f = w.size(0);
+      const at::Tensor g2 = g.reshape({-1, out_f});
+      if (need_h) ga = g.matmul(w);
+      if (need_w) gw = g2.t().mm(a.reshape({-1, a.size(-1)}));
+      if (need_b) gb = g2.sum(0);
+    } else {
+      std::vector<c10::SymInt> zeros(spatial, 0);
+      std::optional<std::vector<c10::SymInt>> bias_sizes;
+      if (has_bias) bias_sizes = ctx->saved_data["bias_sizes"].toSymIntVector();
+      auto [gi, gww, gbb] = at::convolution_backward_symint(
+          g, a, w, bias_sizes ? at::OptionalSymIntArrayRef(*bias_sizes) : std::nullopt,
+          ctx->saved_data["stride"].toSymIntVector(), ctx->saved_data["padding"].toSymIntVector(),
+          ctx->saved_data["dilation"].toSymIntVector(), false, zeros,
+          ctx->saved_data["groups"].toSymInt(), {need_h, need_w, need_b});
+      ga = gi, gw = gww, gb = gbb;
+    }
+    at::Tensor gh = need_h ? act_backward(ga, h, a, act, params) : at::Tensor();
+    return {gh, gw, gb, at::Tensor()};
+  }
+};
+
+at::Tensor act_consumer(const at::Tensor& h, const at::Tensor& w,
+                        const std::optional<at::Tensor>& bias, ConsumerCall c) {
+  const at::Tensor b = bias && bias->defined() ? *bias : at::Tensor();
+  const bool grad = at::GradMode::is_enabled() &&
+                    (h.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
+  if (!grad) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return consumer_forward(act_forward(h, c.act, c.params), w, b, c);
+  }
+  c.has_bias = b.defined();
+  return ActConsumerFunction::apply(h, w, b.defined() ? b : at::empty({0}, h.options()), c);
+}
+
+ConsumerCall conv_call(int64_t spatial, c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+                       c10::SymIntArrayRef dilation, c10::SymInt groups, c10::string_view act,
+                       at::ArrayRef<double> params) {
+  ConsumerCall c;
+  c.spatial = spatial;
+  c.stride.assign(stride.begin(), stride.end());
+  c.padding.assign(padding.begin(), padding.end());
+  c.dilation.assign(dilation.begin(), dilation.end());
+  c.groups = std::move(groups);
+  c.act = std::string(act);
+  c.params.assign(params.begin(), params.end());
+  return c;
+}
+
+// Kernels of the public ops (Autograd and the plain forward), one pair each.
+at::Tensor act_linear_autograd(const at::Tensor& h, const at::Tensor& w,
+                               const std::optional<at::Tensor>& b, c10::string_view act,
+                               at::ArrayRef<double> params) {
+  return act_consumer(h, w, b, conv_call(0, {}, {}, {}, 1, act, params));
+}
+at::Tensor act_linear_plain(const at::Tensor& h, const at::Tensor& w,
+                            const std::optional<at::Tensor>& b, c10::string_view act,
+                            at::ArrayRef<double> params) {
+  ConsumerCall c = conv_call(0, {}, {}, {}, 1, act, params);
+  return consumer_forward(act_forward(h, c.act, c.params), w, b ? *b : at::Tensor(), c);
+}
+
+#define MEMSLIM_CONV_KERNELS(NAME, SPATIAL)                                                     \
+  at::Tensor act_##NAME##_autograd(const at::Tensor& h, const at::Tensor& w,                    \
+                                   const std::optional<at::Tensor>& b, c10::SymIntArrayRef s,   \
+                                   c10::SymIntArrayRef p, c10::SymIntArrayRef d, c10::SymInt g, \
+                                   c10::string_view act, at::ArrayRef<double> params) {         \
+    return act_consumer(h, w, b, conv_call(SPATIAL, s, p, d, std::move(g), act, params));       \
+  }                                                                                             \
+  at::Tensor act_##NAME##_plain(const at::Tensor& h, const at::Tensor& w,                       \
+                                const std::optional<at::Tensor>& b, c10::SymIntArrayRef s,      \
+                                c10::SymIntArrayRef p, c10::SymIntArrayRef d, c10::SymInt g,    \
+                                c10::string_view act, at::ArrayRef<double> params) {            \
+    ConsumerCall c = conv_call(SPATIAL, s, p, d, std::move(g), act, params);                    \
+    return consumer_forward(act_forward(h, c.act, c.params), w, b ? *b : at::Tensor(), c);      \
+  }
+MEMSLIM_CONV_KERNELS(conv1d, 1)
+MEMSLIM_CONV_KERNELS(conv2d, 2)
+MEMSLIM_CONV_KERNELS(conv3d, 3)
+#undef MEMSLIM_CONV_KERNELS
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
+#define MEMSLIM_CONSUMER(NAME, ...) m.impl("act_" #NAME, TORCH_FN(act_##NAME##_autograd));
+#include "memslim/kernels/consumer_table.def"
+}
+
+// The plain forward is aten's on every backend (Meta included).
+TORCH_LIBRARY_IMPL(memslim, CompositeExplicitAutograd, m) {
+#define MEMSLIM_CONSUMER(NAME, ...) m.impl("act_" #NAME, TORCH_FN(act_##NAME##_plain));
+#include "memslim/kernels/consumer_table.def"
+}
+
+} // namespace memslim
