@@ -607,10 +607,30 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   // is one it cannot see: the merged value would carry the write to the new
   // op's readers (long-fuzz seed 161800: x * sigmoid(x) -> silu(x) beside the
   // user's silu(x), whose eval-mode dropout's output mul_ wrote).
+  // Across a grad-mode switch, CSE merges a value made under no_grad with one
+  // made with grad (or the reverse): gradients then cross the block (long-fuzz
+  // seed 401503: x * tanh(softplus(x)) under no_grad -> mish(x), the user's
+  // mish(x) outside; x got a gradient eager never gives it).
+  auto switch_between = [&](const Node* a, const Node* b) {
+    if (a->owningBlock() != b->owningBlock()) { // conservatively: any switch at all
+      torch::jit::DepthFirstGraphNodeIterator it(graph_);
+      for (const Node* n = it.next(); n; n = it.next())
+        if (switches_grad_mode(n->kind().toQualString())) return true;
+      return false;
+    }
+    if (b->isBefore(a)) std::swap(a, b);
+    for (const Node* m = a->next(); m != b; m = m->next())
+      if (switches_grad_mode(m->kind().toQualString())) return true;
+    return false;
+  };
   for (const auto& [kind, x] : p.makes)
     for (const auto& use : x->uses()) {
       const Node* twin = use.user;
       if (twin->kind() != kind || use.offset != 0 || members.count(twin)) continue;
+      if (switch_between(twin, first))
+        return "torch's CSE may merge the new " + std::string(kind.toQualString()) +
+               " with the one at " + name_of(twin->output(0)) +
+               " across a with-block (grad mode, autocast)";
       for (const Value* o : twin->outputs())
         if (const Node* w = hidden_writer(o))
           return "torch's CSE may merge the new " + std::string(kind.toQualString()) +

@@ -229,6 +229,7 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
     def apply() -> dict:
         """Applies the rewrites; returns {old node name: new node name} for the values a
         region op's outputs replaced."""
+        _repair_users(gm.graph)
         # Which fx node (or getitem of one) carries each value id.
         carrier = {}
         for node, ids in s.outs.items():
@@ -295,6 +296,17 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
         return renamed
 
     return [Decision(r) for r in records], apply
+
+
+def _repair_users(graph: torch.fx.Graph) -> None:
+    """Makes every node a user of each node it reads. torch.export's graph around a
+    no_grad block (wrap_with_set_grad_enabled) can list a value's users without a reader
+    outside the block (long-fuzz seed 401084: sigmoid read by mul and by the block, its
+    users only the block), and then setting the reader's args raises inside torch.fx."""
+    for node in graph.nodes:
+        for inp in node.all_input_nodes:
+            if node not in inp.users:
+                inp.users[node] = None
 
 
 def _checkpoint_ids(gm, s, regions) -> dict:

@@ -192,9 +192,10 @@ class Reference:
     may round differently (silu rounds once where x * sigmoid(x) rounds twice), but not
     be less accurate than eager by more than that factor."""
 
-    def __init__(self, dtype, eager, drift, scripted, rand, truth=None):
+    def __init__(self, dtype, eager, drift, scripted, rand, truth=None, sens=None):
         self.dtype, self.eager, self.drift, self.scripted, self.rand = dtype, eager, drift, scripted, rand
         self.truth = truth
+        self.sens = sens or {}  # per tensor: eager's own change under a few-ulp perturbation
         self.truth_err = {}
         if truth is not None:
             for k in eager:
@@ -220,6 +221,12 @@ def compare(R: Reference, got: dict, index: int, stats: Optional[dict] = None):
         rel, why = rel_err(ref[k], got[k])
         d = 0.0 if R.rand else R.drift.get(k, 0.0)
         bar = min(max(base, DRIFT_FACTOR * d), DRIFT_CAP * base) if math.isfinite(d) else base
+        sens = R.sens.get(k, 0.0)
+        if 0.5 < sens < math.inf:
+            # Rounding noise: a few ulps on the inputs move eager's own value by more
+            # than half of it (a gradient that sums to zero: a bias before a BatchNorm;
+            # long-fuzz seeds 402430, 402671). Judged at the scale of that noise.
+            bar = max(bar, DRIFT_FACTOR * sens)
         err = rel
         ok = rel <= bar
         notes = []
@@ -332,7 +339,7 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
             truth = call(m64, [up64(a) for a in inputs], trainable(m64))
         except Exception:  # noqa: BLE001 - then bf16 is judged against eager alone
             truth = None
-    R = Reference(dtype, ref, drift, sruns, rand, truth)
+    R = Reference(dtype, ref, drift, sruns, rand, truth, sensitivity(prog, inputs, ref, dtype, rand))
 
     stage("optimize")
     try:
@@ -436,6 +443,29 @@ def run_fx(prog, inputs, R: "Reference", res: Optional[dict] = None):
                 "matches fp64 eager within 1e-9, and the fp32 error is within 4 x eager's own "
                 "against fp64")
     return ("wrong", "fx", detail)
+
+
+def sensitivity(prog, inputs, ref: dict, dtype: str, rand: bool) -> dict:
+    """Per output / gradient: eager's own relative change when every floating parameter
+    and input is scaled by 1 + 8 ulps (fp32 / fp64; bf16 has its fp64 reference, random
+    programs a draw that would change). Over 0.5: that tensor is rounding noise."""
+    import torch
+
+    eps = {"float32": 2.0 ** -20, "float64": 2.0 ** -49}.get(dtype)
+    if eps is None or rand:
+        return {}
+    try:
+        m, _ = prog.make()
+        with torch.no_grad():
+            for p in m.parameters():
+                if p.is_floating_point():
+                    p.mul_(1 + eps)
+        ins = [a * (1 + eps) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+               for a in inputs]
+        got = call(m, ins, trainable(m))
+        return {k: rel_err(ref[k], got[k])[0] for k in ref if k in got}
+    except Exception:  # noqa: BLE001 - then no tensor counts as noise
+        return {}
 
 
 def is_random(prog, inputs) -> bool:
@@ -559,7 +589,10 @@ def fp64_twin_same(prog, inputs, got: dict, R: Reference, front_end: str = "torc
                 continue
             # A random program's twins must draw what fp32 eager drew (own <= 1e-3):
             # a tensor whose draws differ in fp64 says nothing about rounding.
-            if not (rel <= 1e-3 and rel_err(truth[k], got64[k])[0] <= 1e-9
+            # Within 1e-3 of eager, or within 4x eager's own error where that is larger
+            # (fuzz seed 400522: a LayerNorm gamma's gradient through a BatchNorm with
+            # gammas near 0, eager fp32 1.6e-2 from fp64, memslim 5.8e-3 from eager).
+            if not (rel <= max(1e-3, 4 * own) and rel_err(truth[k], got64[k])[0] <= 1e-9
                     and ((own > 1e-3 and not R.rand) or mine <= max(base, 4 * own))):
                 return False
         return over > 0

@@ -1743,7 +1743,19 @@ class _NoGradSigmoid(_TwoLinears):
         return self.b(h * s)
 
 
-@pytest.mark.parametrize("model_fn", [_NoGradDropout, _NoGradSigmoid])
+class _NoGradCseTwin(_TwoLinears):
+    # Long-fuzz seed 401503 (session 13): the hand-written mish under no_grad became
+    # mish(h), beside the user's mish(h) outside; TorchScript's CSE merged them and
+    # the block's value carried a gradient.
+    def forward(self, x):
+        h = self.a(x)
+        m = F.mish(h)
+        with torch.no_grad():
+            n = h * torch.tanh(F.softplus(h))
+        return self.b(F.softplus(n, beta=2.0, threshold=5.0) + m)
+
+
+@pytest.mark.parametrize("model_fn", [_NoGradDropout, _NoGradSigmoid, _NoGradCseTwin])
 @pytest.mark.parametrize("front_end", ["torchscript", "fx", "fx_pre_dispatch"])
 def test_no_rewrite_reaches_across_a_no_grad_block(model_fn, front_end):
     # torch.export wraps the block in a higher-order op (opaque to memslim); make_fx's
