@@ -1,25 +1,23 @@
 //===- optimize.cpp - memslim::optimize over a module's methods ------------===//
 #include "memslim/passes/optimize.h"
 
-#include "memslim/passes/saved_tensor_analysis.h"
-
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
-#include <torch/csrc/jit/runtime/interpreter.h>
-
 #include <torch/csrc/jit/runtime/graph_iterator.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/library.h>
-
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "memslim/passes/saved_tensor_analysis.h"
 
 namespace memslim {
 

@@ -45,6 +45,10 @@ const std::vector<PassInfo>& registered_passes() {
        "hand-written activation formulas (x*sigmoid(x), the erf/tanh GELU, mish, hardswish) "
        "become the named aten op",
        run_canonicalize_activations},
+      {"canonicalize-norms",
+       "hand-written RMSNorm (transformers' LlamaRMSNorm / T5LayerNorm form, float32) becomes "
+       "aten::rms_norm",
+       run_canonicalize_norms},
       {"fuse-activation-dropout",
        "dropout(act(x)) in training becomes one memslim op keeping output + 2 bits/element",
        run_fuse_activation_dropout},
@@ -84,6 +88,9 @@ const std::vector<PipelineInfo>& registered_pipelines() {
            // Then: hand-written formulas become named ops, so every later pass sees
            // one shape per activation (and a formula's intermediates stop being saved).
            "canonicalize-activations",
+           // Hand-written norms likewise (LlamaRMSNorm -> aten::rms_norm), so
+           // output-saving-norms sees them.
+           "canonicalize-norms",
            // Drop the formulas' now-dead intermediates before pricing: otherwise the
            // saved-tensor analysis still sees them as consumers.
            "cleanup",

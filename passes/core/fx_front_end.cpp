@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "memslim/core/canonicalize.h"
+#include "memslim/core/canonicalize_norms.h"
 #include "memslim/core/functionalize.h"
 #include "memslim/core/fuse_act_consumer.h"
 #include "memslim/core/fuse_dropout.h"
@@ -64,10 +65,22 @@ const FxRewrite& replace_formula(FxGraphView& g, NodeRef root, const std::string
   g.rewrite_node(g.id(root), op, "", inputs);
   for (auto it = covers.rbegin(); it != covers.rend(); ++it) {
     if (*it == root) continue;
+    // torch.export's metadata asserts on a formula's intermediates (after its
+    // `.to()` calls) read them without needing them: they go with the formula.
+    std::vector<NodeRef> asserts;
     bool used = false;
     for (size_t o = 0; o < g.num_outputs(*it); ++o)
-      used = used || !g.uses(g.output(*it, o)).empty();
+      for (const Use& u : g.uses(g.output(*it, o))) {
+        if (g.kind(u.user) == "aten::_assert_tensor_metadata" && g.num_outputs(u.user) <= 1)
+          asserts.push_back(u.user);
+        else
+          used = true;
+      }
     if (used) continue;
+    for (NodeRef a : asserts) {
+      rw.erased.push_back(g.id(a));
+      g.erase_node(g.id(a));
+    }
     rw.erased.push_back(g.id(*it));
     g.erase_node(g.id(*it));
   }
@@ -97,6 +110,33 @@ void canonicalize(FxGraphView& g, FxResult& out) {
       }
     }
     out.decisions.push_back(std::move(d->decision));
+  }
+}
+
+// canonicalize-norms: a hand-written RMSNorm's final mul becomes
+// aten::rms_norm(x, [D], weight, eps); the formula's nodes nobody reads go.
+void canonicalize_norms(FxGraphView& g, FxResult& out) {
+  std::unordered_set<size_t> gone;
+  std::vector<NodeRef> roots;
+  for (NodeRef n : g.nodes())
+    if (g.kind(n) == "aten::mul") roots.push_back(n);
+  for (NodeRef root : roots) {
+    if (gone.count(g.id(root))) continue;
+    auto m = match_rms_norm(g, root);
+    if (!m) continue;
+    if (m->rewrite()) {
+      const ViewGate gate(g);
+      std::string why = gate.check_between(m->covers);
+      if (why.empty()) why = gate.check(root, {m->x, m->weight, g.output(root, 0)});
+      if (!refused(m->decision, why)) {
+        const std::vector<size_t> inputs{
+            g.id(m->x), add_constant(g, c10::IValue(std::vector<int64_t>{m->dim}), "shape"),
+            g.id(m->weight), add_constant(g, c10::IValue(m->eps), "eps")};
+        for (size_t n : replace_formula(g, root, "aten::rms_norm", inputs, m->covers, out).erased)
+          gone.insert(n);
+      }
+    }
+    out.decisions.push_back(std::move(m->decision));
   }
 }
 
@@ -282,8 +322,8 @@ void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
 const std::vector<std::string>& fx_default_passes() {
   // The TorchScript pipeline's order (pass_registry.cpp says why).
   static const std::vector<std::string> passes = {
-      kFunctionalizePass,   kCanonicalizePass, kFuseDropoutPass,      kRecomputeRegionsPass,
-      kFuseActConsumerPass, kOutputSavingPass, kOutputSavingNormsPass};
+      kFunctionalizePass,    kCanonicalizePass,    kCanonicalizeNormsPass, kFuseDropoutPass,
+      kRecomputeRegionsPass, kFuseActConsumerPass, kOutputSavingPass,      kOutputSavingNormsPass};
   return passes;
 }
 
@@ -292,6 +332,8 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
   for (const std::string& p : passes) {
     if (p == kOutputSavingPass) {
       output_saving(g, policy, out);
+    } else if (p == kCanonicalizeNormsPass) {
+      canonicalize_norms(g, out);
     } else if (p == kFuseActConsumerPass) {
       fuse_act_consumer(g, policy, out);
     } else if (p == kOutputSavingNormsPass) {

@@ -98,3 +98,46 @@ def test_zero_init_residual_resnet_is_exact(front_end):
     # The zero gammas' gradients are not zero (x_hat kept for those channels).
     bn2 = dict(ref.named_parameters())["layer1.0.bn2.weight"]
     assert bn2.grad.abs().max() > 0
+
+
+class LlamaStyle(nn.Module):
+    """transformers' LlamaRMSNorm (hand-written, with its casts) before a projection."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+        self.inp = nn.Linear(32, 64)
+        self.norm = LlamaRMSNorm(64, eps=1e-6)
+        self.proj = nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.proj(self.norm(self.inp(x)))
+
+
+@pytest.mark.parametrize("front_end", ["traced", "fx"])
+def test_hand_written_rms_norm_becomes_an_output_saving_rms_norm(front_end):
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = LlamaStyle().train()
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(4, 8, 32)
+    ref = copy.deepcopy(model)
+    if front_end == "traced":  # the trace holds eps as a 0-dim double tensor
+        opt = memslim.optimize(torch.jit.trace(copy.deepcopy(model), (x,)), (x,))
+        mod = opt
+    else:
+        opt = memslim.fx.optimize(torch.export.export(copy.deepcopy(model), (x,)))
+        mod = opt.module()
+    recs = memslim.report(opt)
+    assert any(r.pass_ == "canonicalize-norms" and r.verdict == "rewrote" for r in recs), recs
+    assert any(r.pass_ == "output-saving-norms" and r.verdict == "rewrote" for r in recs), recs
+    # It kept the norm's input, the squared input's operand and the normalized copy
+    # (4x8x64 fp32 = 8,192 B each); now only its output, which proj keeps anyway.
+    assert memslim.saved_bytes(ref, x) - memslim.saved_bytes(mod, x) >= 2 * 8192
+    got, want = _grads(mod, x), _grads(ref, x)
+    for a, b in zip(want[:2], got[:2]):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    for (n, p), q in zip(ref.named_parameters(), got[2:]):
+        torch.testing.assert_close(q, p.grad, rtol=1e-5, atol=1e-6, msg=n)
