@@ -34,20 +34,9 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
       ctx.remarks.add(std::move(d.decision));
       continue;
     }
-    Value* x = JitGraphView::value(d.guarded[0]);
-    Value* y = JitGraphView::value(d.guarded[1]);
-    Proposal prop;
-    prop.site = d.decision.site;
-    prop.covers = {n};
-    prop.guarded = {x, y};
-    const c10::Symbol kind = c10::Symbol::fromQualString(d.memslim_kind);
-    prop.apply = [&, n, y, kind]() {
-      replace_output(*g, n, y, kind, n->inputs());
-      return std::string();
-    };
-    prop.rewrote = d.decision.text;
-    prop.price = d.decision.price;
-    ctx.gate->submit(prop);
+    ctx.gate->submit(swap_proposal(
+        g, n, d.memslim_kind,
+        {JitGraphView::value(d.guarded[0]), JitGraphView::value(d.guarded[1])}, d.decision));
   }
 }
 

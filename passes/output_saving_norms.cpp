@@ -33,19 +33,9 @@ void run_output_saving_norms(const std::shared_ptr<torch::jit::Graph>& g, PassCo
       ctx.remarks.add(std::move(d.decision));
       continue;
     }
-    Value* y = JitGraphView::value(d.guarded[1]);
-    Proposal prop;
-    prop.site = d.decision.site;
-    prop.covers = {n};
-    for (ValueRef v : d.guarded) prop.guarded.push_back(JitGraphView::value(v));
-    const c10::Symbol kind = c10::Symbol::fromQualString(d.memslim_kind);
-    prop.apply = [&, n, y, kind]() {
-      replace_output(*g, n, y, kind, n->inputs());
-      return std::string();
-    };
-    prop.rewrote = d.decision.text;
-    prop.price = d.decision.price;
-    ctx.gate->submit(prop);
+    std::vector<Value*> guarded;
+    for (ValueRef v : d.guarded) guarded.push_back(JitGraphView::value(v));
+    ctx.gate->submit(swap_proposal(g, n, d.memslim_kind, std::move(guarded), d.decision));
   }
 }
 

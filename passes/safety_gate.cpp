@@ -274,6 +274,22 @@ void restore_graph(Graph& g, Graph& src) {
   });
 }
 
+Proposal swap_proposal(const std::shared_ptr<Graph>& g, Node* n, const std::string& kind,
+                       std::vector<Value*> guarded, const Decision& d) {
+  Proposal prop;
+  prop.site = d.site;
+  prop.covers = {n};
+  prop.guarded = std::move(guarded);
+  const c10::Symbol op = c10::Symbol::fromQualString(kind);
+  prop.apply = [g, n, op]() {
+    replace_output(*g, n, n->output(), op, n->inputs());
+    return std::string();
+  };
+  prop.rewrote = d.text;
+  prop.price = d.price;
+  return prop;
+}
+
 SafetyGate::SafetyGate(std::shared_ptr<Graph> graph, std::string pass, Remarks& remarks)
     : graph_(std::move(graph)), pass_(std::move(pass)), remarks_(remarks) {
   refresh();

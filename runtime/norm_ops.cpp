@@ -47,6 +47,14 @@ Norm norm_from(c10::string_view s) {
 
 at::ScalarType opmath(at::ScalarType t) { return at::toOpMathType(t); }
 
+// Optional tensor arguments (aten's `Tensor?`) to and from undefined tensors.
+std::optional<at::Tensor> opt(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+at::Tensor defined_or_empty(const std::optional<at::Tensor>& t) {
+  return t && t->defined() ? *t : at::Tensor();
+}
+
 // The largest |beta / gamma| whose channel is rebuilt from y (see the header).
 double inversion_bound(at::ScalarType y) {
   return (y == at::kHalf || y == at::kBFloat16) ? 2.0 : 64.0;
@@ -160,9 +168,6 @@ std::tuple<at::Tensor, at::Tensor> call_fallback(const at::Tensor& x, const at::
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("memslim::norm_fallback", "")
                              .typed<FallbackOp>();
-  auto opt = [](const at::Tensor& t) {
-    return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
-  };
   return op.call(x, opt(mean), rstd, opt(w), opt(b), norm, nd, groups, out_dtype);
 }
 
@@ -187,9 +192,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_forward(const at::Tensor& x,
                                                             const at::Tensor& w,
                                                             const at::Tensor& b,
                                                             const NormCall& c) {
-  auto opt = [](const at::Tensor& t) {
-    return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
-  };
   switch (norm_from(c.norm)) {
     case Norm::Layer:
       return at::native_layer_norm_symint(x, c.normalized_shape, opt(w), opt(b), c.eps);
@@ -322,10 +324,6 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     return {g[0], g[1], g[2], at::Tensor()};
   }
 };
-
-at::Tensor defined_or_empty(const std::optional<at::Tensor>& t) {
-  return t && t->defined() ? *t : at::Tensor();
-}
 
 // The Autograd kernel body: the saving path when anything requires grad, else
 // aten's forward (called as aten ops, so functionalization sees aten's

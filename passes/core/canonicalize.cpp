@@ -60,15 +60,7 @@ struct Matcher {
   size_t arity(NodeRef n) const { return g.num_inputs(n); }
   bool is(NodeRef n, const char* k) const { return n && g.kind(n) == k; }
 
-  std::optional<double> scalar(ValueRef v) const {
-    const auto iv = g.constant(v);
-    if (!iv) return std::nullopt;
-    if (iv->isDouble()) return iv->toDouble();
-    if (iv->isInt()) return double(iv->toInt());
-    if (iv->isTensor() && iv->toTensor().numel() == 1 && iv->toTensor().dim() == 0)
-      return iv->toTensor().item<double>();
-    return std::nullopt;
-  }
+  std::optional<double> scalar(ValueRef v) const { return scalar_constant(g, v); }
 
   // add/sub carry an `alpha` multiplier on the second operand.
   std::optional<double> alpha_of(NodeRef n) const {
@@ -278,6 +270,16 @@ struct Matcher {
 };
 
 } // namespace
+
+std::optional<double> scalar_constant(const GraphView& g, ValueRef v) {
+  const auto iv = g.constant(v);
+  if (!iv) return std::nullopt;
+  if (iv->isDouble()) return iv->toDouble();
+  if (iv->isInt()) return double(iv->toInt());
+  if (iv->isTensor() && iv->toTensor().numel() == 1 && iv->toTensor().dim() == 0)
+    return iv->toTensor().item<double>();
+  return std::nullopt;
+}
 
 std::vector<NodeRef> canonicalize_roots(const GraphView& g) {
   std::vector<NodeRef> roots;

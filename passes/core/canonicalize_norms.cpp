@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "memslim/core/canonicalize.h"
 #include "memslim/core/output_saving.h"
 
 namespace memslim {
@@ -22,16 +23,7 @@ struct M {
     const NodeRef n = g.producer(v);
     return n && g.kind(n) == kind ? n : NodeRef{};
   }
-  std::optional<double> number(ValueRef v) const {
-    const auto c = g.constant(v);
-    if (!c) return std::nullopt;
-    if (c->isDouble()) return c->toDouble();
-    if (c->isInt()) return double(c->toInt());
-    // A traced module's Python float: a 0-dim double tensor constant.
-    if (c->isTensor() && c->toTensor().dim() == 0 && c->toTensor().numel() == 1)
-      return c->toTensor().item<double>();
-    return std::nullopt;
-  }
+  std::optional<double> number(ValueRef v) const { return scalar_constant(g, v); }
   // A constant int list, or a prim::ListConstruct of int constants (TorchScript).
   std::optional<std::vector<int64_t>> int_list(ValueRef v) const {
     if (const auto c = g.constant(v); c && c->isIntList()) return c->toIntVector();

@@ -12,7 +12,6 @@
 #include "memslim/core/output_saving_norms.h"
 #include "memslim/core/saved_tensors.h"
 #include "memslim/passes/activation_table.h"
-#include "memslim/passes/norm_table.h"
 
 namespace memslim {
 
@@ -37,10 +36,6 @@ std::string fused_kind_of(const GraphView& g, const Use& use, ValueRef a) {
   }
 #include "memslim/kernels/consumer_table.def"
   return "";
-}
-
-int64_t opmath_bytes(c10::ScalarType t) {
-  return (t == c10::kHalf || t == c10::kBFloat16) ? 4 : int64_t(c10::elementSize(t));
 }
 
 } // namespace
@@ -137,12 +132,11 @@ ActConsumerDecision decide_act_consumer(const GraphView& g, NodeRef a, const Cos
   const NodeRef n = g.producer(out.h);
   if (n && !h_else && is_norm_site(g, n) && g.uses(out.h).size() == 1) {
     const ValueRef x = g.input(n, 0);
-    const auto norm = norm_info(c10::Symbol::fromQualString(g.kind(n)));
     const auto xb = g.bytes(x);
     const auto xt = g.dtype(x);
     const auto xn = g.numel(x);
-    if (norm && xb && xt && xn && !saved::kept_by_other(g, x, {n})) {
-      norm_freed = *xb + norm->aten_extra * *xn * opmath_bytes(*xt);
+    if (xb && xt && xn && !saved::kept_by_other(g, x, {n})) {
+      norm_freed = norm_input_keeps(g, n, false, *xb, *xn, *xt);
       chain = "; " + g.kind(n) + " at " + g.name(out.h) + " keeping its output then";
     }
   }

@@ -20,6 +20,13 @@ std::optional<NormInfo> info_of(const GraphView& g, NodeRef n) {
 }
 } // namespace
 
+int64_t norm_input_keeps(const GraphView& g, NodeRef n, bool x_kept_elsewhere, int64_t x_bytes,
+                         int64_t numel, c10::ScalarType dtype) {
+  const int64_t opmath =
+      (dtype == c10::kHalf || dtype == c10::kBFloat16) ? 4 : int64_t(c10::elementSize(dtype));
+  return (x_kept_elsewhere ? 0 : x_bytes) + info_of(g, n)->aten_extra * numel * opmath;
+}
+
 bool is_norm_site(const GraphView& g, NodeRef n) {
   auto info = info_of(g, n);
   return info && g.kind(n) == info->aten.toQualString() && g.num_inputs(n) > 0 &&
@@ -66,9 +73,7 @@ NormDecision decide_output_saving_norm(const GraphView& g, NodeRef n, const Cost
   std::string x_by, y_by;
   const bool x_else = saved::kept_by_other(g, x, self, &x_by);
   const bool y_else = saved::kept_by_other(g, y, self, &y_by);
-  const int64_t opmath_size =
-      (*dt == c10::kHalf || *dt == c10::kBFloat16) ? 4 : c10::elementSize(*dt);
-  const int64_t aten = (x_else ? 0 : *xb) + info.aten_extra * *n_el * opmath_size;
+  const int64_t aten = norm_input_keeps(g, n, x_else, *xb, *n_el, *dt);
   const int64_t ours = y_else ? 0 : *yb;
   d.price = {aten, ours, info.added_work};
   const int64_t freed = aten - ours;

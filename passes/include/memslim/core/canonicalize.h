@@ -34,6 +34,10 @@ struct CanonicalizeDecision {
   bool rewrite() const { return decision.verdict == Decision::Verdict::Rewrote; }
 };
 
+// A number `v` holds as a constant: a double, an int, or a 0-dim tensor (how
+// torch.jit.trace records a Python float); nullopt otherwise.
+std::optional<double> scalar_constant(const GraphView& g, ValueRef v);
+
 // The products to try, outermost first (an inner product of a matched formula
 // is then gone before it is tried on its own).
 std::vector<NodeRef> canonicalize_roots(const GraphView& g);

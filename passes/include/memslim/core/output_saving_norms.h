@@ -22,6 +22,12 @@ namespace memslim {
 
 inline constexpr const char* kOutputSavingNormsPass = "output-saving-norms";
 
+// Bytes aten's norm `n` keeps for backward beyond its output: its input x
+// (x_bytes, unless another node keeps it) and, for rms_norm, its normalized
+// copy in opmath. What the memslim op frees once a consumer keeps the output.
+int64_t norm_input_keeps(const GraphView& g, NodeRef n, bool x_kept_elsewhere, int64_t x_bytes,
+                         int64_t numel, c10::ScalarType dtype);
+
 // Whether `n` is an aten norm the rewrite knows.
 bool is_norm_site(const GraphView& g, NodeRef n);
 

@@ -87,6 +87,13 @@ struct Proposal {
   std::vector<std::pair<c10::Symbol, torch::jit::Value*>> makes;
 };
 
+// A proposal for "node `n` becomes `kind`, same inputs" (the output-saving
+// swaps): covers n, guards `guarded`, moves n's output to the new node; the
+// remark and price come from the core's Rewrote decision `d`.
+Proposal swap_proposal(const std::shared_ptr<torch::jit::Graph>& g, torch::jit::Node* n,
+                       const std::string& kind, std::vector<torch::jit::Value*> guarded,
+                       const Decision& d);
+
 class SafetyGate {
  public:
   SafetyGate(std::shared_ptr<torch::jit::Graph> graph, std::string pass, Remarks& remarks);
