@@ -23,18 +23,19 @@
 
 #include <string>
 
+#include "memslim/act_recompute.h"
+
 namespace memslim {
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
 double param(at::ArrayRef<double> p, size_t i, double fallback) {
   return i < p.size() ? p[i] : fallback;
 }
 
+} // namespace
+
 // act(h) with aten's own op (`act`: a kernel activation name).
-at::Tensor act_forward(const at::Tensor& h, const std::string& act, at::ArrayRef<double> p) {
+at::Tensor act_recompute(const at::Tensor& h, const std::string& act, at::ArrayRef<double> p) {
+  if (act == "none") return h;
   if (act == "gelu") return at::gelu(h, "none");
   if (act == "gelu_tanh") return at::gelu(h, "tanh");
   if (act == "silu") return at::silu(h);
@@ -47,12 +48,13 @@ at::Tensor act_forward(const at::Tensor& h, const std::string& act, at::ArrayRef
   if (act == "leaky_relu") return at::leaky_relu(h, param(p, 0, 0.01));
   if (act == "softplus") return at::softplus(h, param(p, 0, 1), param(p, 1, 20));
   if (act == "elu") return at::elu(h, param(p, 0, 1), param(p, 1, 1), param(p, 2, 1));
-  TORCH_CHECK(false, "memslim: act_* ops: unknown activation '", act, "'");
+  TORCH_CHECK(false, "memslim: unknown activation '", act, "'");
 }
 
 // dL/dh from dL/d act(h), with aten's activation backward.
-at::Tensor act_backward(const at::Tensor& g, const at::Tensor& h, const at::Tensor& a,
-                        const std::string& act, at::ArrayRef<double> p) {
+at::Tensor act_recompute_backward(const at::Tensor& g, const at::Tensor& h, const at::Tensor& a,
+                                  const std::string& act, at::ArrayRef<double> p) {
+  if (act == "none") return g;
   if (act == "gelu") return at::gelu_backward(g, h, "none");
   if (act == "gelu_tanh") return at::gelu_backward(g, h, "tanh");
   if (act == "silu") return at::silu_backward(g, h);
@@ -66,8 +68,13 @@ at::Tensor act_backward(const at::Tensor& g, const at::Tensor& h, const at::Tens
   if (act == "softplus") return at::softplus_backward(g, h, param(p, 0, 1), param(p, 1, 20));
   if (act == "elu")
     return at::elu_backward(g, param(p, 0, 1), param(p, 1, 1), param(p, 2, 1), false, h);
-  TORCH_CHECK(false, "memslim: act_* ops: unknown activation '", act, "'");
+  TORCH_CHECK(false, "memslim: unknown activation '", act, "'");
 }
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 // One call's non-tensor arguments.
 struct ConsumerCall {
@@ -99,7 +106,7 @@ struct ActConsumerFunction : public torch::autograd::Function<ActConsumerFunctio
                             const at::Tensor& b_arg, const ConsumerCall& c) {
     at::AutoDispatchBelowADInplaceOrView guard;
     const at::Tensor b = c.has_bias ? b_arg : at::Tensor();
-    at::Tensor out = consumer_forward(act_forward(h, c.act, c.params), w, b, c);
+    at::Tensor out = consumer_forward(act_recompute(h, c.act, c.params), w, b, c);
     ctx->save_for_backward({h, w});
     ctx->saved_data["spatial"] = c.spatial;
     ctx->saved_data["stride"] = c.stride;
@@ -127,7 +134,7 @@ struct ActConsumerFunction : public torch::autograd::Function<ActConsumerFunctio
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1),
                need_b = has_bias && ctx->needs_input_grad(2);
-    const at::Tensor a = act_forward(h, act, params); // bit for bit the forward's
+    const at::Tensor a = act_recompute(h, act, params); // bit for bit the forward's
     at::Tensor ga, gw, gb;
     if (spatial == 0) {
       const int64_t out_f = w.size(0);
@@ -146,7 +153,7 @@ struct ActConsumerFunction : public torch::autograd::Function<ActConsumerFunctio
           ctx->saved_data["groups"].toSymInt(), {need_h, need_w, need_b});
       ga = gi, gw = gww, gb = gbb;
     }
-    at::Tensor gh = need_h ? act_backward(ga, h, a, act, params) : at::Tensor();
+    at::Tensor gh = need_h ? act_recompute_backward(ga, h, a, act, params) : at::Tensor();
     return {gh, gw, gb, at::Tensor()};
   }
 };
@@ -158,7 +165,7 @@ at::Tensor act_consumer(const at::Tensor& h, const at::Tensor& w,
                     (h.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
   if (!grad) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return consumer_forward(act_forward(h, c.act, c.params), w, b, c);
+    return consumer_forward(act_recompute(h, c.act, c.params), w, b, c);
   }
   c.has_bias = b.defined();
   return ActConsumerFunction::apply(h, w, b.defined() ? b : at::empty({0}, h.options()), c);
@@ -188,7 +195,7 @@ at::Tensor act_linear_plain(const at::Tensor& h, const at::Tensor& w,
                             const std::optional<at::Tensor>& b, c10::string_view act,
                             at::ArrayRef<double> params) {
   ConsumerCall c = conv_call(0, {}, {}, {}, 1, act, params);
-  return consumer_forward(act_forward(h, c.act, c.params), w, b ? *b : at::Tensor(), c);
+  return consumer_forward(act_recompute(h, c.act, c.params), w, b ? *b : at::Tensor(), c);
 }
 
 #define MEMSLIM_CONV_KERNELS(NAME, SPATIAL)                                                     \
@@ -203,7 +210,7 @@ at::Tensor act_linear_plain(const at::Tensor& h, const at::Tensor& w,
                                 c10::SymIntArrayRef p, c10::SymIntArrayRef d, c10::SymInt g,    \
                                 c10::string_view act, at::ArrayRef<double> params) {            \
     ConsumerCall c = conv_call(SPATIAL, s, p, d, std::move(g), act, params);                    \
-    return consumer_forward(act_forward(h, c.act, c.params), w, b ? *b : at::Tensor(), c);      \
+    return consumer_forward(act_recompute(h, c.act, c.params), w, b ? *b : at::Tensor(), c);    \
   }
 MEMSLIM_CONV_KERNELS(conv1d, 1)
 MEMSLIM_CONV_KERNELS(conv2d, 2)

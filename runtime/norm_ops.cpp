@@ -27,7 +27,10 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <string>
+
+#include "memslim/act_recompute.h"
 
 namespace memslim {
 namespace {
@@ -222,12 +225,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_forward(const at::Tensor& x,
 }
 
 // The norm's backward from y (see the header): grads of input, gamma, beta.
+// `y` may be in opmath already (a join rebuilt it); `x_dtype` is the input's.
+// The kept slices are put back where gamma is given or a join asked for them.
 variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const at::Tensor& rstd,
                             const at::Tensor& w, const at::Tensor& b, const at::Tensor& idx,
-                            const at::Tensor& xh_kept, const NormCall& c,
-                            std::array<bool, 3> need) {
+                            const at::Tensor& xh_kept, const NormCall& c, std::array<bool, 3> need,
+                            at::ScalarType x_dtype, bool kept_slices) {
   const Norm k = norm_from(c.norm);
-  const auto om = opmath(y.scalar_type());
+  const auto om = opmath(x_dtype);
   const int64_t dim = y.dim();
   const Dims d = dims_of(k, dim, c.normalized_dims);
   const at::Tensor wv = w.defined() ? affine_view(w.to(om), d, dim) : at::Tensor();
@@ -235,7 +240,7 @@ variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const a
   at::Tensor xh = y.to(om);
   if (bv.defined()) xh = xh - bv;
   if (wv.defined()) xh = xh / wv;
-  if (w.defined()) {
+  if (kept_slices) {
     // The kept slices of the channels gamma does not invert (possibly none).
     // xh is fresh here (divided by gamma): written in place.
     at::Tensor x3 = as_acs(xh, d);
@@ -284,7 +289,7 @@ variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const a
         break;
       }
     }
-    gx = gx.to(y.scalar_type());
+    gx = gx.to(x_dtype);
   }
   return {gx, gw, gb};
 }
@@ -320,8 +325,96 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     c.training = ctx->saved_data["training"].toBool();
     auto g = norm_backward(
         grads[0], s[0], s[1], s[2], s[3], s[4], s[5], c,
-        {ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2)});
+        {ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2)},
+        s[0].scalar_type(), s[2].defined());
     return {g[0], g[1], g[2], at::Tensor()};
+  }
+};
+
+// The residual joins: out = norm(x) + act(residual) ("none": residual itself).
+// Keeps out and residual (each kept by the next layer or the previous one in
+// a ResNet) instead of x: backward rebuilds y = out - act(residual), then
+// x_hat from y. Rounding out adds about u (|y| + |act(residual)|) to y, so a
+// channel also falls back when max |act(residual)| there exceeds K |gamma|:
+// norm_fallback is asked with |beta| + that maximum as its beta.
+struct JoinCall {
+  std::string act;
+  std::vector<double> params;
+};
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> join_forward(
+    const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& residual,
+    const NormCall& c, const JoinCall& j, bool save) {
+  auto [y, mean, rstd] = aten_forward(x, w, b, c);
+  const at::Tensor a = act_recompute(residual, j.act, j.params);
+  at::Tensor out = at::add(y, a);
+  if (!save) return {out, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  const Norm k = norm_from(c.norm);
+  const Dims d = dims_of(k, a.dim(), c.normalized_dims);
+  const auto om = opmath(x.scalar_type());
+  // (Converted only where the dtype differs: `to` returning its input is an
+  // alias the schema checks of opcheck refuse below autograd.)
+  auto in_om = [&](const at::Tensor& t) { return t.scalar_type() == om ? t : t.to(om); };
+  const at::Tensor amax =
+      in_om(at::linalg_vector_norm(as_acs(a, d), INFINITY, at::IntArrayRef{0, 2}));
+  const at::Tensor weff = w.defined() ? w.reshape(-1) : at::ones_like(amax);
+  const at::Tensor beff = b.defined() ? in_om(b.reshape(-1)).abs() + amax : amax;
+  auto [idx, xh] = call_fallback(x, mean, rstd, weff, beff, c.norm, c.normalized_dims, c.groups,
+                                 y.scalar_type());
+  return {out, rstd, idx, xh, at::Tensor()};
+}
+
+struct NormJoinFunction : public torch::autograd::Function<NormJoinFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w_arg,
+                               const at::Tensor& b_arg, const at::Tensor& residual,
+                               const NormCall& c, const JoinCall& j) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    const at::Tensor w = c.has_weight ? w_arg : at::Tensor();
+    const at::Tensor b = c.has_bias ? b_arg : at::Tensor();
+    auto [out, rstd, idx, xh, unused] = join_forward(x, w, b, residual, c, j, /*save=*/true);
+    ctx->save_for_backward({out, residual, rstd, w, b, idx, xh});
+    ctx->saved_data["norm"] = c.norm;
+    ctx->saved_data["nd"] = c.normalized_dims;
+    ctx->saved_data["groups"] = c.groups;
+    ctx->saved_data["training"] = c.training;
+    ctx->saved_data["act"] = j.act;
+    ctx->saved_data["params"] = j.params;
+    ctx->saved_data["x_dtype"] = x.scalar_type();
+    return {out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const std::string norm = ctx->saved_data["norm"].toStringRef();
+    TORCH_CHECK(!at::GradMode::is_enabled(), "memslim::", norm,
+                "_add: double backward is not supported (the backward keeps only the output, "
+                "the residual and statistics); use the aten ops where higher-order gradients "
+                "are needed");
+    const variable_list none(4 + 2);
+    if (!grads[0].defined()) return none;
+    auto s = ctx->get_saved_variables();
+    const at::Tensor &out = s[0], &residual = s[1];
+    NormCall c;
+    c.norm = norm;
+    c.normalized_dims = ctx->saved_data["nd"].toInt();
+    c.groups = ctx->saved_data["groups"].toInt();
+    c.training = ctx->saved_data["training"].toBool();
+    const std::string act = ctx->saved_data["act"].toStringRef();
+    const std::vector<double> params = ctx->saved_data["params"].toDoubleVector();
+    const auto x_dtype = ctx->saved_data["x_dtype"].toScalarType();
+    const at::Tensor a = act_recompute(residual, act, params); // the forward's values
+    const auto om = opmath(x_dtype);
+    const at::Tensor y = out.to(om) - a.to(om);
+    variable_list r = none;
+    if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
+      auto g = norm_backward(
+          grads[0], y, s[2], s[3], s[4], s[5], s[6], c,
+          {ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2)}, x_dtype,
+          /*kept_slices=*/true);
+      r[0] = g[0], r[1] = g[1], r[2] = g[2];
+    }
+    if (ctx->needs_input_grad(3))
+      r[3] = act_recompute_backward(grads[0], residual, a, act, params).to(residual.scalar_type());
+    return r;
   }
 };
 
@@ -423,16 +516,96 @@ at::Tensor batch_norm_plain(const at::Tensor& x, const std::optional<at::Tensor>
                                   batch_call(rm, rv, training, momentum, eps)));
 }
 
+// The join kernels' body: the saving path when anything requires grad.
+at::Tensor join_autograd(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                         const std::optional<at::Tensor>& bias, const at::Tensor& residual,
+                         const NormCall& c, c10::string_view act, at::ArrayRef<double> params) {
+  const at::Tensor w = defined_or_empty(weight), b = defined_or_empty(bias);
+  JoinCall j{std::string(act), std::vector<double>(params.begin(), params.end())};
+  const bool grad = at::GradMode::is_enabled() &&
+                    (x.requires_grad() || residual.requires_grad() ||
+                     (w.defined() && w.requires_grad()) || (b.defined() && b.requires_grad()));
+  if (grad) {
+    NormCall call = c;
+    call.has_weight = w.defined();
+    call.has_bias = b.defined();
+    const at::Tensor absent = at::empty({0}, x.options());
+    return NormJoinFunction::apply(x, w.defined() ? w : absent, b.defined() ? b : absent, residual,
+                                   call, j)[0];
+  }
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return std::get<0>(join_forward(x, w, b, residual, c, j, /*save=*/false));
+}
+at::Tensor join_plain(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                      const std::optional<at::Tensor>& bias, const at::Tensor& residual,
+                      const NormCall& c, c10::string_view act, at::ArrayRef<double> params) {
+  JoinCall j{std::string(act), std::vector<double>(params.begin(), params.end())};
+  return std::get<0>(join_forward(x, defined_or_empty(weight), defined_or_empty(bias), residual, c,
+                                  j, /*save=*/false));
+}
+
+#define MEMSLIM_JOIN_ARGS \
+  const at::Tensor &residual, c10::string_view act, at::ArrayRef<double> params,
+at::Tensor layer_norm_add_autograd(MEMSLIM_JOIN_ARGS const at::Tensor& x, c10::SymIntArrayRef shape,
+                                   const std::optional<at::Tensor>& w,
+                                   const std::optional<at::Tensor>& b, double eps, bool) {
+  return join_autograd(x, w, b, residual, layer_call(shape, eps), act, params);
+}
+at::Tensor layer_norm_add_plain(MEMSLIM_JOIN_ARGS const at::Tensor& x, c10::SymIntArrayRef shape,
+                                const std::optional<at::Tensor>& w,
+                                const std::optional<at::Tensor>& b, double eps, bool) {
+  return join_plain(x, w, b, residual, layer_call(shape, eps), act, params);
+}
+at::Tensor rms_norm_add_autograd(MEMSLIM_JOIN_ARGS const at::Tensor& x, c10::SymIntArrayRef shape,
+                                 const std::optional<at::Tensor>& w, std::optional<double> eps) {
+  return join_autograd(x, w, std::nullopt, residual, rms_call(shape, eps), act, params);
+}
+at::Tensor rms_norm_add_plain(MEMSLIM_JOIN_ARGS const at::Tensor& x, c10::SymIntArrayRef shape,
+                              const std::optional<at::Tensor>& w, std::optional<double> eps) {
+  return join_plain(x, w, std::nullopt, residual, rms_call(shape, eps), act, params);
+}
+at::Tensor group_norm_add_autograd(MEMSLIM_JOIN_ARGS const at::Tensor& x, int64_t groups,
+                                   const std::optional<at::Tensor>& w,
+                                   const std::optional<at::Tensor>& b, double eps, bool) {
+  return join_autograd(x, w, b, residual, group_call(groups, eps), act, params);
+}
+at::Tensor group_norm_add_plain(MEMSLIM_JOIN_ARGS const at::Tensor& x, int64_t groups,
+                                const std::optional<at::Tensor>& w,
+                                const std::optional<at::Tensor>& b, double eps, bool) {
+  return join_plain(x, w, b, residual, group_call(groups, eps), act, params);
+}
+at::Tensor batch_norm_add_autograd(MEMSLIM_JOIN_ARGS const at::Tensor& x,
+                                   const std::optional<at::Tensor>& w,
+                                   const std::optional<at::Tensor>& b,
+                                   const std::optional<at::Tensor>& rm,
+                                   const std::optional<at::Tensor>& rv, bool training,
+                                   double momentum, double eps, bool) {
+  return join_autograd(x, w, b, residual, batch_call(rm, rv, training, momentum, eps), act, params);
+}
+at::Tensor batch_norm_add_plain(MEMSLIM_JOIN_ARGS const at::Tensor& x,
+                                const std::optional<at::Tensor>& w,
+                                const std::optional<at::Tensor>& b,
+                                const std::optional<at::Tensor>& rm,
+                                const std::optional<at::Tensor>& rv, bool training, double momentum,
+                                double eps, bool) {
+  return join_plain(x, w, b, residual, batch_call(rm, rv, training, momentum, eps), act, params);
+}
+#undef MEMSLIM_JOIN_ARGS
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
-#define MEMSLIM_NORM(NAME, ...) m.impl(#NAME, TORCH_FN(NAME##_autograd));
+#define MEMSLIM_NORM(NAME, ...)             \
+  m.impl(#NAME, TORCH_FN(NAME##_autograd)); \
+  m.impl(#NAME "_add", TORCH_FN(NAME##_add_autograd));
 #include "memslim/kernels/norm_table.def"
 }
 
 // The plain forward is aten's on every backend (Meta included).
 TORCH_LIBRARY_IMPL(memslim, CompositeExplicitAutograd, m) {
-#define MEMSLIM_NORM(NAME, ...) m.impl(#NAME, TORCH_FN(NAME##_plain));
+#define MEMSLIM_NORM(NAME, ...)          \
+  m.impl(#NAME, TORCH_FN(NAME##_plain)); \
+  m.impl(#NAME "_add", TORCH_FN(NAME##_add_plain));
 #include "memslim/kernels/norm_table.def"
 }
 

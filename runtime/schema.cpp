@@ -22,12 +22,28 @@ TORCH_LIBRARY(memslim, m) {
 #define MEMSLIM_NORM(NAME, ARGS, ...) m.def(#NAME "(" ARGS ") -> Tensor");
 #include "memslim/kernels/norm_table.def"
 
+  // The residual joins: act(residual) + NAME(input, ...) ("none": residual
+  // itself), the norm's signature after three arguments (first: the norm's have
+  // defaults). Each keeps its output and `residual` (and per-group rstd) instead
+  // of the norm's input; backward rebuilds the norm's output as
+  // out - act(residual) (norm_ops.cpp).
+#define MEMSLIM_NORM(NAME, ARGS, ...)                                                  \
+  m.def(#NAME "_add(Tensor residual, str residual_act, float[] residual_params, " ARGS \
+              ") -> Tensor");
+#include "memslim/kernels/norm_table.def"
+
   // A linear / conv of act(input): one row each in consumer_table.def. `act`
   // and `params` as in activation_forward. Keeps the input and the weight, not
   // act(input); backward recomputes act(input) (aten's values, bit for bit).
 #define MEMSLIM_CONSUMER(NAME, ARGS, ...) \
   m.def("act_" #NAME "(" ARGS ", str act, float[] params) -> Tensor");
 #include "memslim/kernels/consumer_table.def"
+
+  // aten::max_pool2d keeping only the position of each maximum in its window
+  // (int8 / int16), not the input and int64 indices (pool_ops.cpp).
+  m.def(
+      "max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
+      "int[2] dilation=1, bool ceil_mode=False) -> Tensor");
 
   // dropout(act(x), p, train) as one op (what fuse-activation-dropout emits). `act`
   // and `params` as in activation_forward. Keeps the output (which the next layer
