@@ -60,6 +60,14 @@ const std::vector<PassInfo>& registered_passes() {
        "an activation whose output only linear / conv layers read becomes part of them "
        "(memslim::act_linear / act_conv*d keep its input and recompute it in backward)",
        run_fuse_activation_consumer},
+      {"fuse-residual-join",
+       "norm(x) + r (ResNet's `out += identity`) becomes one memslim::<norm>_add keeping the "
+       "sum and r instead of x (an activation made r for the add alone: it goes in too)",
+       run_fuse_residual_join},
+      {"max-pool-positions",
+       "aten::max_pool2d becomes memslim::max_pool2d, keeping int8 window positions instead "
+       "of the input and int64 indices",
+       run_max_pool_positions},
       {"output-saving-activations",
        "activations whose backward can use their output become memslim:: ops when that frees "
        "memory",
@@ -98,6 +106,9 @@ const std::vector<PipelineInfo>& registered_pipelines() {
            // when fused with it (dropout keeps float noise; the next layer keeps
            // dropout's output, not the activation's).
            "fuse-activation-dropout",
+           // Max-pools keep window positions, not their input: before every pass that
+           // asks who keeps the pool's input (ResNet's stem ReLU then keeps a mask).
+           "max-pool-positions",
            // Recompute regions before output-saving: a formula around a known activation
            // is priced as a whole against output-saving that activation alone (the
            // region pass leaves the activation to output-saving when that frees more).
@@ -107,6 +118,11 @@ const std::vector<PipelineInfo>& registered_pipelines() {
            // activation alone and keep its output + bits, and before the norms, which
            // then see their output kept by the fused ops.
            "fuse-activation-consumer",
+           // Residual joins after the consumers: ResNet's identity ReLU is then read
+           // by the add alone and goes into the join; before output-saving (which would
+           // take that ReLU alone) and the norms (a downsample branch's norm then sees
+           // its output kept by the join).
+           "fuse-residual-join",
            // Output-saving: swaps each activation whose output a consumer keeps anyway.
            "output-saving-activations",
            // Norms after activations: a norm feeding an activation that now keeps its

@@ -10,6 +10,7 @@
 #include "memslim/core/fuse_dropout.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/output_saving_norms.h"
+#include "memslim/core/residual_join.h"
 #include "memslim/core/saved_tensors.h"
 #include "memslim/passes/activation_table.h"
 
@@ -36,6 +37,19 @@ std::string fused_kind_of(const GraphView& g, const Use& use, ValueRef a) {
   }
 #include "memslim/kernels/consumer_table.def"
   return "";
+}
+
+// A reader that keeps nothing of the value it reads as input `u.index`, holds
+// no view of it and does not write it.
+bool keeps_nothing_of(const GraphView& g, const Use& u) {
+  const std::string k = g.kind(u.user);
+  if (k == "prim::Return" || k.rfind("prim::", 0) == 0) return false;
+  if (saved::keeps_input(g, u.user, u.index) || saved::is_view_of_input(g, u.user, u.index))
+    return false;
+  const c10::FunctionSchema* s = g.schema(u.user);
+  if (!s || u.index >= s->arguments().size()) return false;
+  const c10::AliasInfo* ai = s->arguments()[u.index].alias_info();
+  return !(ai && ai->isWrite());
 }
 
 } // namespace
@@ -82,27 +96,42 @@ ActConsumerDecision decide_act_consumer(const GraphView& g, NodeRef a, const Cos
     d.text = "its output is not read";
     return out;
   }
+  // Readers that keep nothing of the output (ResNet's identity add) may stay:
+  // the activation then stays for them.
+  std::vector<Use> others;
+  std::string other_kind;
   for (const auto& [u, read] : uses) {
-    const std::string k = fused_kind_of(g, u, read);
-    if (k.empty()) {
-      d.text = "its output is read by " + g.kind(u.user) +
-               " (only linear / conv inputs take the activation in)";
-      return out;
-    }
     if (g.owner(u.user) != g.owner(a)) {
       d.text = "a reader sits in another block";
       return out;
     }
+    const std::string k = fused_kind_of(g, u, read);
+    if (k.empty()) {
+      if (read != act_out || !keeps_nothing_of(g, u)) {
+        d.text = "its output is read by " + g.kind(u.user) +
+                 " (only linear / conv inputs take the activation in)";
+        return out;
+      }
+      others.push_back(u);
+      other_kind = g.kind(u.user);
+      continue;
+    }
     out.consumers.push_back(u.user);
     out.fused_kind.push_back(k);
+  }
+  if (out.consumers.empty()) {
+    d.text = "its output is read by " + other_kind +
+             " (only linear / conv inputs take the activation in)";
+    return out;
   }
   auto spec = activation_spec_of(g, a);
   if (!spec) {
     d.text = "its arguments are not constants";
     return out;
   }
-  // Backward evaluates the activation once more per element.
-  constexpr double kWork = 1.0;
+  // Backward evaluates the activation once more per element; the forward
+  // once more too where the activation stays for other readers.
+  const double kWork = others.empty() ? 1.0 : 2.0;
   if (policy.max_added_work >= 0 && kWork > policy.max_added_work) {
     std::ostringstream why;
     why << "adds ~" << kWork << " evaluation per element in backward, above the maximum "
@@ -125,6 +154,25 @@ ActConsumerDecision decide_act_consumer(const GraphView& g, NodeRef a, const Cos
   // keeps its output), h in the activation when it keeps its input.
   const int64_t aten = *ab + (info.aten_keeps == Keeps::Input && !h_else ? *hb : 0);
   int64_t ours = h_else ? 0 : *hb;
+  // The activation staying for the other readers: keeping its input costs
+  // nothing more; keeping its output costs it, unless a residual join takes
+  // the activation in (fuse-residual-join, next) or output-saving then keeps
+  // a 1-bit mask (relu).
+  std::string stays;
+  if (!others.empty() && info.aten_keeps == Keeps::Input) {
+    stays = "; it stays for " + other_kind + " keeping its input";
+  } else if (!others.empty()) {
+    const bool joined = others.size() == 1 && join_would_take(g, others[0].user, act_out);
+    if (joined) {
+      stays = "; the residual join at " + g.name(g.output(others[0].user, 0)) + " taking it then";
+    } else if (info.memslim_keeps == Keeps::Bits) {
+      ours += (*g.numel(act_out) + 7) / 8;
+      stays = "; it stays for " + other_kind + " keeping a 1-bit mask";
+    } else {
+      ours += *ab;
+      stays = "; it stays for " + other_kind + " keeping its output";
+    }
+  }
   // A norm made h and nothing else reads it: output-saving-norms will keep h
   // for it instead of its input (priced here, decided and rewritten there).
   std::string chain;
@@ -138,6 +186,19 @@ ActConsumerDecision decide_act_consumer(const GraphView& g, NodeRef a, const Cos
     if (xb && xt && xn && !saved::kept_by_other(g, x, {n})) {
       norm_freed = norm_input_keeps(g, n, false, *xb, *xn, *xt);
       chain = "; " + g.kind(n) + " at " + g.name(out.h) + " keeping its output then";
+    }
+  } else if (n && !h_else && g.uses(out.h).size() == 1) {
+    // h is a residual join's sum (ResNet's block output): fuse-residual-join
+    // will keep it instead of the norm's input.
+    if (const NodeRef jn = join_norm(g, n)) {
+      const ValueRef x = g.input(jn, 0);
+      const auto xb = g.bytes(x);
+      const auto xt = g.dtype(x);
+      const auto xn = g.numel(x);
+      if (xb && xt && xn && !saved::kept_by_other(g, x, {jn})) {
+        norm_freed = norm_input_keeps(g, jn, false, *xb, *xn, *xt);
+        chain = "; the residual join at " + g.name(out.h) + " keeping it then";
+      }
     }
   }
   // The price carries this rewrite's own bytes; the norm's are its own
@@ -156,6 +217,7 @@ ActConsumerDecision decide_act_consumer(const GraphView& g, NodeRef a, const Cos
       << "): keeps its input instead of its output, frees " << (aten - ours) << " B (" << aten
       << " -> " << ours << ")";
   if (!chain.empty()) why << chain << " frees " << norm_freed << " B more";
+  why << stays;
   d.verdict = Decision::Verdict::Rewrote;
   d.text = why.str();
   return out;

@@ -10,9 +10,11 @@
 #include "memslim/core/functionalize.h"
 #include "memslim/core/fuse_act_consumer.h"
 #include "memslim/core/fuse_dropout.h"
+#include "memslim/core/max_pool.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/output_saving_norms.h"
 #include "memslim/core/recompute_regions.h"
+#include "memslim/core/residual_join.h"
 #include "memslim/core/view_gate.h"
 #include "memslim/passes/pass.h"
 
@@ -191,6 +193,53 @@ void fuse_act_consumer(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
   }
 }
 
+// fuse-residual-join: the add becomes memslim::<norm>_add(residual, act,
+// params, <the norm's arguments>); the norm and a folded activation go.
+void fuse_residual_join(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
+  std::vector<NodeRef> sites;
+  for (NodeRef n : g.nodes())
+    if (is_residual_join_site(g, n)) sites.push_back(n);
+  std::unordered_set<size_t> gone;
+  for (NodeRef add : sites) {
+    if (gone.count(g.id(add))) continue;
+    JoinDecision d = decide_residual_join(g, add, policy);
+    if (d.decision.verdict == Decision::Verdict::Note) continue; // not a join
+    if (d.rewrite()) {
+      const ViewGate gate(g);
+      std::vector<NodeRef> covers{d.norm};
+      if (d.act) covers.push_back(d.act);
+      covers.push_back(add);
+      std::string why = gate.check_between(covers);
+      if (why.empty() && d.inplace) why = gate.check_removed_write(add, g.input(add, 0));
+      if (why.empty()) why = gate.check(add, d.guarded);
+      if (!refused(d.decision, why)) {
+        std::vector<size_t> inputs{g.id(d.residual),
+                                   add_constant(g, c10::IValue(d.spec.act), "'" + d.spec.act + "'"),
+                                   add_constant(g, c10::IValue(d.spec.params), "params")};
+        for (size_t i = 0; i < g.num_inputs(d.norm); ++i)
+          inputs.push_back(g.id(g.input(d.norm, i)));
+        for (size_t n : replace_formula(g, add, d.join_kind, inputs, covers, out).erased)
+          gone.insert(n);
+      }
+    }
+    out.decisions.push_back(std::move(d.decision));
+  }
+}
+
+// max-pool-positions: the TorchScript pass's loop with the view gate.
+void max_pool_positions(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
+  const ViewGate gate(g);
+  std::vector<NodeRef> sites;
+  for (NodeRef n : g.nodes())
+    if (is_max_pool_site(g, n)) sites.push_back(n);
+  for (NodeRef n : sites) {
+    MaxPoolDecision d = decide_max_pool(g, n, policy);
+    if (d.rewrite())
+      apply_or_keep(g, n, d.decision, kMemslimMaxPool2d, gate.check(n, d.guarded), out);
+    out.decisions.push_back(std::move(d.decision));
+  }
+}
+
 // output-saving-norms: the TorchScript pass's loop with the view gate.
 void output_saving_norms(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
   const ViewGate gate(g);
@@ -322,8 +371,9 @@ void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
 const std::vector<std::string>& fx_default_passes() {
   // The TorchScript pipeline's order (pass_registry.cpp says why).
   static const std::vector<std::string> passes = {
-      kFunctionalizePass,    kCanonicalizePass,    kCanonicalizeNormsPass, kFuseDropoutPass,
-      kRecomputeRegionsPass, kFuseActConsumerPass, kOutputSavingPass,      kOutputSavingNormsPass};
+      kFunctionalizePass, kCanonicalizePass,     kCanonicalizeNormsPass, kFuseDropoutPass,
+      kMaxPoolPass,       kRecomputeRegionsPass, kFuseActConsumerPass,   kFuseResidualJoinPass,
+      kOutputSavingPass,  kOutputSavingNormsPass};
   return passes;
 }
 
@@ -336,6 +386,10 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
       canonicalize_norms(g, out);
     } else if (p == kFuseActConsumerPass) {
       fuse_act_consumer(g, policy, out);
+    } else if (p == kFuseResidualJoinPass) {
+      fuse_residual_join(g, policy, out);
+    } else if (p == kMaxPoolPass) {
+      max_pool_positions(g, policy, out);
     } else if (p == kOutputSavingNormsPass) {
       output_saving_norms(g, policy, out);
     } else if (p == kFunctionalizePass) {

@@ -135,6 +135,14 @@ bool returns_input(const GraphView& g, NodeRef d) {
   return is_dropout_kind(g.kind(d), /*inplace=*/false) && dropout_is_identity(g, d);
 }
 
+// memslim::<norm>_add, a residual join (norm_ops.cpp): keeps its output and
+// its residual (argument 0).
+bool is_join(const std::string& name) {
+  const size_t n = name.size();
+  return starts_with(name, "memslim::") && n > 4 && name.compare(n - 4, 4, "_add") == 0 &&
+         norm_info(c10::Symbol::fromQualString(name.substr(0, n - 4)));
+}
+
 std::optional<ActivationInfo> activation_of(const std::string& kind) {
   return activation_info(c10::Symbol::fromQualString(kind));
 }
@@ -184,6 +192,7 @@ bool keeps_input(const GraphView& g, NodeRef user, size_t index) {
   // memslim::act_<consumer> keeps its input (it recomputes the activation from
   // it) and the weight.
   if (starts_with(name, "memslim::act_")) return index <= 1;
+  if (is_join(name)) return index == 0;
   if (starts_with(name, "memslim::")) return false;
   return true; // unknown op: conservatively keeps every tensor input
 }
@@ -196,6 +205,7 @@ bool keeps_output(const GraphView& g, NodeRef producer) {
   }
   // memslim's norms keep their output (and per-group statistics).
   if (starts_with(name, "memslim::") && norm_info(c10::Symbol::fromQualString(name))) return true;
+  if (is_join(name)) return true;
   // pow with a tensor exponent also keeps its result (d/d exponent = result * log(base)).
   if (name == "aten::pow" && g.num_inputs(producer) > 1 && g.is_tensor(g.input(producer, 1)))
     return true;

@@ -123,6 +123,11 @@ std::optional<std::string> write_observable(const GraphView& g, ValueRef w) {
   if (g.kind(p).rfind("prim::", 0) == 0) return "its input comes from " + g.kind(p);
   const c10::FunctionSchema* schema = g.schema(p);
   if (!schema) return "its input comes from " + g.kind(p) + " (no schema)";
+  // The result of an in-place op (ResNet's `out += identity` on a norm's fresh
+  // output) is its first argument's storage: unobservable where that argument
+  // has no other use and is itself unobservable, down the chain.
+  if (saved::returns_written_first(schema) && g.num_inputs(p) > 0 && g.is_tensor(g.input(p, 0)))
+    return write_observable(g, g.input(p, 0));
   for (const auto& r : schema->returns())
     if (r.alias_info()) return "its input may alias another tensor (" + g.kind(p) + ")";
   return std::nullopt;

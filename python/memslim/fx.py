@@ -236,12 +236,19 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
             if len(ids) == 1:
                 carrier.setdefault(ids[0], node)
 
+        # Outputs of the region ops this plan adds: a later rewrite may read one (a
+        # residual join whose residual a region computes); its node exists once the
+        # region is applied, so the argument is resolved then.
+        region_new = {v for r in rewrites if r[5] is not None for v in r[5][3]}
+
         def value(tag, v):
             if tag == "c":
                 return v
             if v in carrier:
                 return carrier[v]
-            if s.values[v][4]:  # a constant argument of the original node
+            if v in region_new:
+                return _RegionOutput(v)
+            if v < len(s.values) and s.values[v][4]:  # a constant argument of the original node
                 return s.values[v][5]
             raise ValueError(f"memslim.fx.optimize: internal error: value {v} has no node")
 
@@ -287,7 +294,8 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
                 continue
             node.target = target
             if new_args is not None:
-                node.args, node.kwargs = new_args
+                node.args, node.kwargs = torch.fx.node.map_aggregate(
+                    new_args, lambda a: carrier[a.v] if isinstance(a, _RegionOutput) else a)
             for dead in erased:  # the C++ view erased them; a node still read stays
                 if not dead.users:
                     gm.graph.erase_node(dead)
@@ -339,6 +347,14 @@ def _checkpoint_ids(gm, s, regions) -> dict:
     for k in range(len(regions)):
         visit(k)
     return {id(regions[k]): start + n for n, k in enumerate(order)}
+
+
+class _RegionOutput:
+    """An argument that is a region op's output, resolved once that op is built."""
+    __slots__ = ("v",)
+
+    def __init__(self, v: int):
+        self.v = v
 
 
 def _apply_region(gm, s, region, target, carrier, value, ops, mode, tag_id, renamed):

@@ -688,7 +688,65 @@ class Gen:
                 args = ", self.%s, self.%s" % (self.param((chan,), gamma), self.param((chan,), "bias"))
             line = "%s = F.batch_norm(%s, self.%s, self.%s%s, training=self.training)" % (
                 V(r), V(v), rm, rv, args)
-        return [Stmt([line], [r.id], ["norm", "norm:" + kind])]
+        stmts = [Stmt([line], [r.id], ["norm", "norm:" + kind])]
+        if self.rng.random() < 0.4:
+            stmts += self.residual_tail(r)
+        return stmts
+
+    def residual_tail(self, y):
+        """A residual join after a norm (fuse-residual-join's pattern): y + r, r + y or
+        ResNet's in-place `y += r`, r sometimes an activation of another value made for
+        the add, the sum sometimes through relu (in place or not)."""
+        u = self.partner(y)
+        if u is None or u.id == y.id:
+            return []
+        lines, made, feats = [], [], ["residual_join"]
+        src = u
+        if self.rng.random() < 0.5:
+            feat, t = self.rng.choice([("relu", "torch.relu({x})")] + ACTS[:13])
+            a = self.new(u.shape)
+            self.act_saves(feat, u, a)
+            lines.append("%s = %s" % (V(a), t.format(x=V(u))))
+            made.append(a.id)
+            src = a
+        roll = self.rng.random()
+        if roll < 0.4 and self.inter(y):
+            lines.append("%s += %s" % (V(y), V(src)))
+            s = y
+        else:
+            s = self.new(y.shape)
+            expr = "%s + %s" % ((V(y), V(src)) if roll < 0.7 else (V(src), V(y)))
+            lines.append("%s = %s" % (V(s), expr))
+            made.append(s.id)
+        if self.rng.random() < 0.5:
+            if self.rng.random() < 0.5 and self.inter(s):
+                lines.append("F.relu(%s, inplace=True)" % V(s))
+                self.save(s)
+            else:
+                o = self.new(s.shape)
+                lines.append("%s = torch.relu(%s)" % (V(o), V(s)))
+                self.save(o)
+                made.append(o.id)
+        return [Stmt(lines, made, feats)]
+
+    def s_pool(self):
+        """max_pool2d over the last two dims (memslim::max_pool2d's pattern)."""
+        v = self.pick(lambda u: len(u.shape) in (3, 4) and u.shape[-1] >= 3 and u.shape[-2] >= 3)
+        if v is None:
+            return []
+        k, st, pad = self.rng.choice([(2, 2, 0), (3, 2, 1), (3, 1, 1), (2, 1, 0)])
+        ceil = self.rng.random() < 0.2
+        def size(n):
+            num = n + 2 * pad - k
+            out = (-(-num // st) if ceil else num // st) + 1
+            if ceil and (out - 1) * st >= n + pad:
+                out -= 1
+            return out
+        shape = tuple(v.shape[:-2]) + (size(v.shape[-2]), size(v.shape[-1]))
+        r = self.new(shape)
+        self.save(v)
+        line = "%s = F.max_pool2d(%s, %d, %d, %d, ceil_mode=%s)" % (V(r), V(v), k, st, pad, ceil)
+        return [Stmt([line], [r.id], ["max_pool"])]
 
     def s_dropout(self):
         p = self.rng.choice([0.1, 0.2, 0.5])
@@ -875,7 +933,7 @@ class Gen:
             p.body += self.s_linear()
         gens = [(self.s_linear, 10), (self.s_act, 16), (self.s_hand, 12), (self.s_pointwise, 14),
                 (self.s_inplace, 9), (self.s_view, 8), (self.s_if, 6), (self.s_loop, 5),
-                (self.s_dropout, 6), (self.s_method, 3), (self.s_no_grad, 4), (self.s_norm, 6)]
+                (self.s_dropout, 6), (self.s_method, 3), (self.s_no_grad, 4), (self.s_norm, 6), (self.s_pool, 2)]
         n = rng.randint(3, 13)
         while n > 0:
             g = rng.choices([g for g, _ in gens], [w for _, w in gens])[0]

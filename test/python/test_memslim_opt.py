@@ -289,8 +289,10 @@ def test_verify_passes_on_every_lit_input(tmp_path):
     assert not bad, "\n".join(bad)
     # Guard against a test that verifies nothing: the lit files hold > 50 such cases.
     # (Not differentiable as written: cases whose point is a later in-place write,
-    # e.g. output-saving-norms' beta: TorchScript's layer_norm gradient keeps beta.)
-    assert ok >= 80 and len(not_differentiable) <= 7, (ok, sorted(not_differentiable))
+    # e.g. output-saving-norms' beta: TorchScript's layer_norm gradient keeps beta;
+    # fuse-activation-consumer's relu output and fuse-residual-join's sum written in
+    # place after a conv / linear kept them.)
+    assert ok >= 80 and len(not_differentiable) <= 9, (ok, sorted(not_differentiable))
 
 
 def test_archive_write_errors_are_one_line(tmp_path):

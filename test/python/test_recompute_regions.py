@@ -12,7 +12,7 @@ import torch
 
 import memslim
 from memslim._models import FracAct, torchvision_with
-from test_optimize import assert_same_training
+from test_optimize import assert_training_error_like_eager
 
 REGION_IR = """graph(%x : Tensor, %a : Tensor):
   %one : int = prim::Constant[value=1]()
@@ -106,8 +106,10 @@ def test_frac_resnet18_trains_like_eager(frac_resnet18):
     ref = torchvision_with("resnet18", "frac")
     torch.manual_seed(1)
     xs = [torch.randn(16, 3, 32, 32) for _ in range(5)]
-    # loss, input and every parameter gradient (the 9 trainable orders included)
-    assert_same_training(ref, o, xs)
+    # loss, input and every parameter gradient (the 9 trainable orders included),
+    # against float64: after a step eager fp32's own early-layer gradients are noise
+    # (the residual joins round differently from aten's chain, 2.2e-12 against 9e-12).
+    assert_training_error_like_eager(ref, o, xs)
     assert sum(1 for n, _ in o.named_parameters() if n.endswith(".order")) == 9
 
 

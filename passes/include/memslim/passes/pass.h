@@ -86,6 +86,8 @@ void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, 
 void run_fuse_activation_consumer(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_canonicalize_norms(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_output_saving_norms(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
+void run_fuse_residual_join(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
+void run_max_pool_positions(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_cleanup(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_test_perturb_outputs(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 
