@@ -235,62 +235,89 @@ variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const a
   const auto om = opmath(x_dtype);
   const int64_t dim = y.dim();
   const Dims d = dims_of(k, dim, c.normalized_dims);
-  const at::Tensor wv = w.defined() ? affine_view(w.to(om), d, dim) : at::Tensor();
-  const at::Tensor bv = b.defined() ? affine_view(b.to(om), d, dim) : at::Tensor();
-  at::Tensor xh = y.to(om);
-  if (bv.defined()) xh = xh - bv;
-  if (wv.defined()) xh = xh / wv;
+  // x_hat = (y - beta) / gamma, in this order: a constant input's y is beta
+  // exactly, so its x_hat is 0 exactly, as aten's (y * (1 / gamma) - beta /
+  // gamma, one pass less, gave 5e-7: fuzz seed 88's gamma gradient, 0 in aten).
+  at::Tensor xh;
+  const at::Tensor w_om = w.defined() ? w.to(om) : at::Tensor();
+  if (b.defined()) {
+    xh = y.to(om) - affine_view(b.to(om), d, dim);
+    if (w.defined()) xh.div_(affine_view(w_om, d, dim));
+  } else {
+    xh = w.defined() ? y.to(om) / affine_view(w_om, d, dim) : y.to(om);
+  }
   if (kept_slices) {
-    // The kept slices of the channels gamma does not invert (possibly none).
-    // xh is fresh here (divided by gamma): written in place.
+    // The kept slices of the channels gamma does not invert (possibly none),
+    // written in place into a tensor of our own.
+    if (xh.is_alias_of(y)) xh = xh.clone();
     at::Tensor x3 = as_acs(xh, d);
     x3.index_copy_(1, idx, xh_kept.to(om));
     if (!x3.is_alias_of(xh)) xh = x3.reshape_symint(y.sym_sizes());
   }
-  // Sum over the non-affine dims (none: a 1-d layer_norm input).
-  auto sum_other = [&](const at::Tensor& t) { return d.other.empty() ? t : t.sum(d.other); };
+  // aten's own fused backward kernels, run on x_hat as their input with mean 0
+  // and rstd 1 (so they normalize nothing); the input gradient is then scaled
+  // by the real rstd (batch norm: folded into the weight it already scales by).
   const at::Tensor gy = grad.to(om);
-  at::Tensor gw, gb;
-  if (need[1] && w.defined())
-    gw = sum_other(gy * xh).reshape_symint(w.sym_sizes()).to(w.scalar_type());
-  if (need[2] && b.defined()) gb = sum_other(gy).reshape_symint(b.sym_sizes()).to(b.scalar_type());
-  at::Tensor gx;
-  if (need[0]) {
-    const at::Tensor g = wv.defined() ? gy * wv : gy;
-    switch (k) {
-      case Norm::Layer:
-      case Norm::Rms: {
+  const at::Tensor r = rstd.to(om);
+  const std::array<bool, 3> mask{need[0], need[1] && w.defined(), need[2] && b.defined()};
+  auto opt_om = [&](const at::Tensor& t) {
+    return t.defined() ? std::optional<at::Tensor>(t.to(om)) : std::nullopt;
+  };
+  at::Tensor gx, gw, gb;
+  auto sum_other = [&](const at::Tensor& t) { return d.other.empty() ? t : t.sum(d.other); };
+  switch (k) {
+    case Norm::Batch: {
+      const at::Tensor wr = w.defined() ? w_om.reshape(-1) * r : r;
+      if (c.training) {
+        std::tie(gx, gw, gb) =
+            at::native_batch_norm_backward(gy, xh, wr, std::nullopt, std::nullopt,
+                                           at::zeros_like(r), at::ones_like(r), true, 0.0, mask);
+      } else {
+        if (mask[0]) gx = gy * affine_view(wr, d, dim);
+        if (mask[1]) gw = sum_other(gy * xh);
+        if (mask[2]) gb = sum_other(gy);
+      }
+      break;
+    }
+    case Norm::Layer: {
+      std::vector<c10::SymInt> shape(y.sym_sizes().begin() + d.first_affine, y.sym_sizes().end());
+      std::tie(gx, gw, gb) = at::native_layer_norm_backward_symint(
+          gy, xh, shape, at::zeros_like(r), at::ones_like(r), opt_om(w), opt_om(b), mask);
+      if (gx.defined()) gx = gx * r;
+      break;
+    }
+    case Norm::Rms: {
+      if (y.is_cuda()) { // aten's fused kernel exists on CUDA only
+        std::vector<int64_t> shape;
+        for (int64_t i = d.first_affine; i < dim; ++i)
+          shape.push_back(y.sym_size(i).guard_int(__FILE__, __LINE__));
+        std::tie(gx, gw) = at::_fused_rms_norm_backward(gy, xh, shape, at::ones_like(r), opt_om(w),
+                                                        {mask[0], mask[1]});
+      } else {
         std::vector<int64_t> red;
         for (int64_t i = d.first_affine; i < dim; ++i) red.push_back(i);
-        at::Tensor inner = g - xh * (g * xh).mean(red, /*keepdim=*/true);
-        if (k == Norm::Layer) inner = inner - g.mean(red, /*keepdim=*/true);
-        gx = inner * rstd.to(om).reshape_symint([&] {
-          std::vector<c10::SymInt> s(y.sym_sizes().begin(), y.sym_sizes().end());
-          for (int64_t i = d.first_affine; i < dim; ++i) s[i] = 1;
-          return s;
-        }());
-        break;
+        const at::Tensor g = w.defined() ? gy * affine_view(w_om, d, dim) : gy;
+        if (mask[0]) gx = g - xh * (g * xh).mean(red, /*keepdim=*/true);
+        if (mask[1]) gw = sum_other(gy * xh);
       }
-      case Norm::Group: {
-        const c10::SymInt n = y.sym_size(0);
-        const at::Tensor g3 = g.reshape_symint({n, c.groups, -1});
-        const at::Tensor x3 = xh.reshape_symint({n, c.groups, -1});
-        const at::Tensor r = rstd.to(om).reshape_symint({n, c.groups, 1});
-        gx = ((g3 - g3.mean(2, true) - x3 * (g3 * x3).mean(2, true)) * r)
-                 .reshape_symint(y.sym_sizes());
-        break;
-      }
-      case Norm::Batch: {
-        const at::Tensor r = affine_view(rstd.to(om), d, dim);
-        if (c.training)
-          gx = (g - g.mean(d.other, true) - xh * (g * xh).mean(d.other, true)) * r;
-        else
-          gx = g * r;
-        break;
-      }
+      if (gx.defined()) gx = gx * r;
+      break;
     }
-    gx = gx.to(x_dtype);
+    case Norm::Group: {
+      const c10::SymInt n = y.sym_size(0), ch = y.sym_size(1);
+      c10::SymInt hw = 1;
+      for (int64_t i = 2; i < dim; ++i) hw = hw * y.sym_size(i);
+      std::tie(gx, gw, gb) = at::native_group_norm_backward_symint(
+          gy, xh, at::zeros_like(r), at::ones_like(r), opt_om(w), n, ch, hw, c.groups, mask);
+      if (gx.defined())
+        gx = (gx.reshape_symint({n, c.groups, -1}) * r.reshape_symint({n, c.groups, 1}))
+                 .reshape_symint(y.sym_sizes());
+      break;
+    }
   }
+  if (gx.defined()) gx = gx.to(x_dtype);
+  if (gw.defined()) gw = gw.reshape_symint(w.sym_sizes()).to(w.scalar_type());
+  if (gb.defined()) gb = gb.reshape_symint(b.sym_sizes()).to(b.scalar_type());
   return {gx, gw, gb};
 }
 
@@ -355,8 +382,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> join_forw
   // (Converted only where the dtype differs: `to` returning its input is an
   // alias the schema checks of opcheck refuse below autograd.)
   auto in_om = [&](const at::Tensor& t) { return t.scalar_type() == om ? t : t.to(om); };
-  const at::Tensor amax =
-      in_om(at::linalg_vector_norm(as_acs(a, d), INFINITY, at::IntArrayRef{0, 2}));
+  const at::Tensor amax = in_om(as_acs(a, d).abs().amax(at::IntArrayRef{0, 2}));
   const at::Tensor weff = w.defined() ? w.reshape(-1) : at::ones_like(amax);
   const at::Tensor beff = b.defined() ? in_om(b.reshape(-1)).abs() + amax : amax;
   auto [idx, xh] = call_fallback(x, mean, rstd, weff, beff, c.norm, c.normalized_dims, c.groups,
