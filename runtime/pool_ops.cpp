@@ -65,10 +65,16 @@ struct MaxPool2dFunction : public torch::autograd::Function<MaxPool2dFunction> {
     const Pool2d q = pool_of(k, s, p, d);
     const c10::Scalar w_in(x.sym_size(-1));
     auto [oh, ow] = origins(idx, q);
-    // Window position: ((ih - oh) / dh) * kw + (iw - ow) / dw, all exact.
-    const at::Tensor ih = idx.div(w_in, "floor"), iw = idx.remainder(w_in);
-    const at::Tensor pos =
-        (ih - oh).div_(q.dh, "floor").mul_(q.kw).add_((iw - ow).div_(q.dw, "floor"));
+    // Window position: ((ih - oh) / dh) * kw + (iw - ow) / dw, all exact. Without
+    // dilation that is idx + ih (kw - W) - (oh kw + ow): one integer division.
+    const at::Tensor ih = idx.div(w_in, "floor");
+    at::Tensor pos;
+    if (q.dh == 1 && q.dw == 1) {
+      pos = idx.add(ih, c10::Scalar(q.kw - x.sym_size(-1))).sub_(oh * q.kw + ow);
+    } else {
+      const at::Tensor iw = idx - ih * w_in;
+      pos = (ih - oh).div_(q.dh, "floor").mul_(q.kw).add_((iw - ow).div_(q.dw, "floor"));
+    }
     const auto small = q.kh * q.kw <= 127 ? at::kChar : at::kShort;
     ctx->save_for_backward({pos.to(small)});
     ctx->saved_data["sizes"] = x.sym_sizes().vec();
@@ -93,9 +99,13 @@ struct MaxPool2dFunction : public torch::autograd::Function<MaxPool2dFunction> {
                p = ctx->saved_data["p"].toIntVector(), d = ctx->saved_data["d"].toIntVector();
     const Pool2d q = pool_of(k, s, p, d);
     auto [oh, ow] = origins(pos, q);
-    const at::Tensor ih = pos.div(q.kw, "floor").mul_(q.dh).add_(oh);
-    const at::Tensor iw = pos.remainder(q.kw).mul_(q.dw).add_(ow);
-    const at::Tensor idx = ih.mul_(c10::Scalar(sizes.back())).add_(iw);
+    // idx = (oh + (pos / kw) dh) W + ow + (pos % kw) dw: the window origins' plane
+    // index plus a per-position offset looked up in a table of kh kw entries.
+    const c10::Scalar w_in(sizes.back());
+    const at::Tensor slot = at::arange(q.kh * q.kw, pos.options());
+    const at::Tensor offset =
+        slot.div(q.kw, "floor").mul_(q.dh).mul_(w_in).add_(slot.remainder(q.kw).mul_(q.dw));
+    const at::Tensor idx = at::take(offset, pos).add_(oh.mul(w_in) + ow);
     // aten's backward reads the input for its shape and layout only.
     const at::Tensor shape_only = at::empty_symint(
         sizes, grads[0].options().memory_format(
