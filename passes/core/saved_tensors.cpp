@@ -225,6 +225,32 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::s
       if (who) *who = g.kind(u);
       return true;
     }
+    // Packed into a tuple (a traced module passes each submodule's results
+    // through TupleConstruct -> TupleUnpack): whoever keeps the unpacked
+    // element keeps this tensor. A tuple read any other way: conservatively
+    // kept, unless it is returned.
+    if (g.kind(u) == "prim::TupleConstruct" && g.num_outputs(u) == 1) {
+      for (const Use& tu : g.uses(g.output(u, 0))) {
+        const std::string tk = g.kind(tu.user);
+        if (tk == "prim::TupleUnpack" && use.index < g.num_outputs(tu.user)) {
+          if (kept_by_other(g, g.output(tu.user, use.index), except, who)) return true;
+          continue;
+        }
+        if (tk == "prim::TupleIndex" && g.num_inputs(tu.user) > 1 && g.num_outputs(tu.user) == 1) {
+          const auto i = g.constant(g.input(tu.user, 1));
+          if (i && i->isInt()) {
+            if (i->toInt() == int64_t(use.index) &&
+                kept_by_other(g, g.output(tu.user, 0), except, who))
+              return true;
+            continue;
+          }
+        }
+        if (tk == "prim::Return" && !g.owner(tu.user)) continue;
+        if (who) *who = tk;
+        return true;
+      }
+      continue;
+    }
     // Returned from an If branch: whoever keeps the If's output keeps this
     // tensor (timm's SE gate: `x.sigmoid_() if inplace else x.sigmoid()`).
     // From a loop body: conservatively kept.
