@@ -230,7 +230,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_forward(const at::Tensor& x,
 variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const at::Tensor& rstd,
                             const at::Tensor& w, const at::Tensor& b, const at::Tensor& idx,
                             const at::Tensor& xh_kept, const NormCall& c, std::array<bool, 3> need,
-                            at::ScalarType x_dtype, bool kept_slices) {
+                            at::ScalarType x_dtype, bool kept_slices, bool y_is_temp = false) {
   const Norm k = norm_from(c.norm);
   const auto om = opmath(x_dtype);
   const int64_t dim = y.dim();
@@ -241,7 +241,9 @@ variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const a
   at::Tensor xh;
   const at::Tensor w_om = w.defined() ? w.to(om) : at::Tensor();
   if (b.defined()) {
-    xh = y.to(om) - affine_view(b.to(om), d, dim);
+    // (A join's y is a tensor of its own in opmath: rebuilt in place.)
+    xh = y_is_temp && y.scalar_type() == om ? y.sub_(affine_view(b.to(om), d, dim))
+                                            : y.to(om) - affine_view(b.to(om), d, dim);
     if (w.defined()) xh.div_(affine_view(w_om, d, dim));
   } else {
     xh = w.defined() ? y.to(om) / affine_view(w_om, d, dim) : y.to(om);
@@ -249,7 +251,7 @@ variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const a
   if (kept_slices) {
     // The kept slices of the channels gamma does not invert (possibly none),
     // written in place into a tensor of our own.
-    if (xh.is_alias_of(y)) xh = xh.clone();
+    if (xh.is_alias_of(y) && !y_is_temp) xh = xh.clone();
     at::Tensor x3 = as_acs(xh, d);
     x3.index_copy_(1, idx, xh_kept.to(om));
     if (!x3.is_alias_of(xh)) xh = x3.reshape_symint(y.sym_sizes());
@@ -373,16 +375,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> join_forw
     const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& residual,
     const NormCall& c, const JoinCall& j, bool save) {
   auto [y, mean, rstd] = aten_forward(x, w, b, c);
-  const at::Tensor a = act_recompute(residual, j.act, j.params);
-  at::Tensor out = at::add(y, a);
-  if (!save) return {out, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  at::Tensor a = act_recompute(residual, j.act, j.params);
+  // act(residual) is a fresh tensor of our own unless act is "none": the sum is
+  // written into it (y + a and a + y are the same IEEE sum).
+  const bool a_fresh = j.act != "none" && a.scalar_type() == y.scalar_type() &&
+                       a.sizes() == y.sizes() && !a.is_alias_of(residual);
+  if (!save)
+    return {a_fresh ? a.add_(y) : at::add(y, a), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   const Norm k = norm_from(c.norm);
   const Dims d = dims_of(k, a.dim(), c.normalized_dims);
   const auto om = opmath(x.scalar_type());
   // (Converted only where the dtype differs: `to` returning its input is an
   // alias the schema checks of opcheck refuse below autograd.)
   auto in_om = [&](const at::Tensor& t) { return t.scalar_type() == om ? t : t.to(om); };
-  const at::Tensor amax = in_om(as_acs(a, d).abs().amax(at::IntArrayRef{0, 2}));
+  // max |act(residual)| per channel; relu's output is >= 0 (or NaN, which amax
+  // keeps): no abs pass.
+  const at::Tensor a3 = as_acs(a, d);
+  const at::Tensor amax = in_om((j.act == "relu" ? a3 : a3.abs()).amax(at::IntArrayRef{0, 2}));
+  at::Tensor out = a_fresh ? a.add_(y) : at::add(y, a);
   const at::Tensor weff = w.defined() ? w.reshape(-1) : at::ones_like(amax);
   const at::Tensor beff = b.defined() ? in_om(b.reshape(-1)).abs() + amax : amax;
   auto [idx, xh] = call_fallback(x, mean, rstd, weff, beff, c.norm, c.normalized_dims, c.groups,
@@ -429,13 +440,13 @@ struct NormJoinFunction : public torch::autograd::Function<NormJoinFunction> {
     const auto x_dtype = ctx->saved_data["x_dtype"].toScalarType();
     const at::Tensor a = act_recompute(residual, act, params); // the forward's values
     const auto om = opmath(x_dtype);
-    const at::Tensor y = out.to(om) - a.to(om);
+    const at::Tensor y = out.to(om) - a.to(om); // a tensor of our own: rebuilt in place
     variable_list r = none;
     if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
       auto g = norm_backward(
           grads[0], y, s[2], s[3], s[4], s[5], s[6], c,
           {ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2)}, x_dtype,
-          /*kept_slices=*/true);
+          /*kept_slices=*/true, /*y_is_temp=*/true);
       r[0] = g[0], r[1] = g[1], r[2] = g[2];
     }
     if (ctx->needs_input_grad(3))
