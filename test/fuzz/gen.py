@@ -643,6 +643,14 @@ class Gen:
         if v is None:
             return []
         last, chan = v.shape[-1], v.shape[1]
+        pre = []
+        tail = self.rng.random() < 0.4
+        if tail and self.rng.random() < 0.6:
+            # A fresh input, as a conv's output in a ResNet block: only the norm keeps it.
+            h = self.new(v.shape)
+            pre.append("%s = F.linear(%s, self.%s)" % (V(h), V(v), self.param((last, last))))
+            self.save(v)
+            v = h
         r = self.new(v.shape)
         self.save(v)
         kind = self.rng.choice(["layer", "layer", "rms", "group", "batch"])
@@ -688,8 +696,8 @@ class Gen:
                 args = ", self.%s, self.%s" % (self.param((chan,), gamma), self.param((chan,), "bias"))
             line = "%s = F.batch_norm(%s, self.%s, self.%s%s, training=self.training)" % (
                 V(r), V(v), rm, rv, args)
-        stmts = [Stmt([line], [r.id], ["norm", "norm:" + kind])]
-        if self.rng.random() < 0.4:
+        stmts = [Stmt(pre + [line], [r.id] + ([v.id] if pre else []), ["norm", "norm:" + kind])]
+        if tail:
             stmts += self.residual_tail(r)
         return stmts
 
@@ -727,6 +735,15 @@ class Gen:
                 lines.append("%s = torch.relu(%s)" % (V(o), V(s)))
                 self.save(o)
                 made.append(o.id)
+        # Keepers of the sum and of the residual (what makes the join pay: in a
+        # ResNet the next block's conv keeps both).
+        last = y.shape[-1]
+        for src_v, prob in ((s, 0.6), (u, 0.4)):
+            if self.rng.random() < prob:
+                k = self.new(tuple(src_v.shape[:-1]) + (last,))
+                lines.append("%s = F.linear(%s, self.%s)" % (V(k), V(src_v), self.param((last, last))))
+                self.save(src_v)
+                made.append(k.id)
         return [Stmt(lines, made, feats)]
 
     def s_pool(self):
