@@ -132,7 +132,9 @@ std::tuple<at::Tensor, at::Tensor> norm_fallback_impl(
   const Norm k = norm_from(norm);
   const auto om = opmath(input.scalar_type());
   const Dims d = dims_of(k, input.dim(), normalized_dims);
-  auto idx_opts = input.options().dtype(at::kLong);
+  // int32 channel indices: a zero-initialised gamma sends every channel here,
+  // and int64 made the op keep more than aten (timm's tresnet_m: +26 KB).
+  auto idx_opts = input.options().dtype(at::kInt);
   if (!weight || !weight->defined()) {
     // gamma = 1 everywhere: every channel inverts.
     return {at::empty({0}, idx_opts), at::empty({0}, input.options().dtype(om))};
@@ -143,7 +145,7 @@ std::tuple<at::Tensor, at::Tensor> norm_fallback_impl(
     const at::Tensor b = bias->reshape(-1).to(om);
     ok = ok.logical_and(b.abs().le(w.abs() * inversion_bound(out_dtype)));
   }
-  const at::Tensor idx = at::nonzero(ok.logical_not()).reshape(-1);
+  const at::Tensor idx = at::nonzero(ok.logical_not()).reshape(-1).to(at::kInt);
   const at::Tensor x3 = as_acs(input, d);
   if (idx.numel() == 0) // fresh empty tensors: nonzero's result may hold storage
     return {at::empty({0}, idx_opts),
@@ -253,7 +255,7 @@ variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const a
     // written in place into a tensor of our own.
     if (xh.is_alias_of(y) && !y_is_temp) xh = xh.clone();
     at::Tensor x3 = as_acs(xh, d);
-    x3.index_copy_(1, idx, xh_kept.to(om));
+    x3.index_copy_(1, idx.to(at::kLong), xh_kept.to(om));
     if (!x3.is_alias_of(xh)) xh = x3.reshape_symint(y.sym_sizes());
   }
   // aten's own fused backward kernels, run on x_hat as their input with mean 0

@@ -82,7 +82,7 @@ TORCH_LIBRARY(memslim, m) {
   m.def("activation_backward(Tensor grad, Tensor? out, Tensor bits, Tensor exact_idx, "
         "Tensor exact_val, str act, float[] params) -> Tensor");
   // Internal: the channels (affine elements) of a norm whose gamma cannot be
-  // inverted within the error bound for `out_dtype` (int64 indices) and x_hat
+  // inverted within the error bound for `out_dtype` (int32 indices) and x_hat
   // there, (A, k, S) in opmath, A the dims before the affine ones and S those
   // after. `norm` is a norm_table.def name; `normalized_dims` counts
   // layer/rms_norm's trailing dims, `groups` group_norm's. Data-dependent length.

@@ -158,18 +158,26 @@ ActConsumerDecision decide_act_consumer(const GraphView& g, NodeRef a, const Cos
   // nothing more; keeping its output costs it, unless a residual join takes
   // the activation in (fuse-residual-join, next) or output-saving then keeps
   // a 1-bit mask (relu).
+  // Until then it keeps what aten's keeps (its output, for relu / sigmoid /
+  // tanh: priced here); the residual join (next) may take it in, or
+  // output-saving turn it into a 1-bit mask: their bytes, counted in their own
+  // records, make the decision here (as the norm's below) but not its price.
   std::string stays;
+  int64_t stays_bonus = 0;
   if (!others.empty() && info.aten_keeps == Keeps::Input) {
     stays = "; it stays for " + other_kind + " keeping its input";
   } else if (!others.empty()) {
+    ours += *ab;
     const bool joined = others.size() == 1 && join_would_take(g, others[0].user, act_out);
     if (joined) {
-      stays = "; the residual join at " + g.name(g.output(others[0].user, 0)) + " taking it then";
+      stays_bonus = *ab;
+      stays = "; it stays for the residual join at " + g.name(g.output(others[0].user, 0)) +
+              ", which takes it in then (" + std::to_string(stays_bonus) + " B more)";
     } else if (info.memslim_keeps == Keeps::Bits) {
-      ours += (*g.numel(act_out) + 7) / 8;
-      stays = "; it stays for " + other_kind + " keeping a 1-bit mask";
+      stays_bonus = *ab - (*g.numel(act_out) + 7) / 8;
+      stays = "; it stays for " + other_kind + ", where output-saving then keeps a 1-bit mask (" +
+              std::to_string(stays_bonus) + " B more)";
     } else {
-      ours += *ab;
       stays = "; it stays for " + other_kind + " keeping its output";
     }
   }
@@ -203,7 +211,7 @@ ActConsumerDecision decide_act_consumer(const GraphView& g, NodeRef a, const Cos
   }
   // The price carries this rewrite's own bytes; the norm's are its own
   // decision's (predicted_bytes_freed sums the records).
-  const int64_t freed = aten - ours + norm_freed;
+  const int64_t freed = aten - ours + norm_freed + stays_bonus;
   d.price = {aten, ours, kWork};
   std::ostringstream why;
   if (freed < policy.min_bytes || freed <= 0) {

@@ -131,6 +131,6 @@ def _register_fakes() -> None:
             _ignorable_in_dynamo(k)
         else:
             k = 0
-        return (input.new_empty((k,), dtype=torch.long),
+        return (input.new_empty((k,), dtype=torch.int32),
                 input.new_empty((a, k, s), dtype=opmath))
 
