@@ -13,6 +13,9 @@
 // guarding x, the norm's output, r, the residual, the sum, gamma and beta.
 //
 //===----------------------------------------------------------------------===//
+#include <algorithm>
+#include <functional>
+
 #include "memslim/core/residual_join.h"
 #include "memslim/passes/jit_graph_view.h"
 #include "memslim/passes/pass.h"
@@ -22,6 +25,34 @@ namespace memslim {
 
 using torch::jit::Node;
 using torch::jit::Value;
+
+std::string module_state_path(const torch::jit::Value* v); // safety_gate.cpp
+
+namespace {
+// TorchScript reads a module buffer through a GetAttr per access: a node
+// between the norm and the add (in any block under it) reading a value with
+// the path of one of the norm's running statistics, or null.
+const Node* reads_stats_by_path(Node* norm, Node* add) {
+  if (norm->kind() != c10::aten::batch_norm || norm->inputs().size() < 5) return nullptr;
+  std::vector<std::string> paths;
+  for (size_t i : {3, 4}) {
+    const std::string p = module_state_path(norm->input(i));
+    if (!p.empty()) paths.push_back(p);
+  }
+  if (paths.empty()) return nullptr;
+  std::function<const Node*(const Node*)> scan = [&](const Node* m) -> const Node* {
+    for (const Value* in : m->inputs())
+      if (std::find(paths.begin(), paths.end(), module_state_path(in)) != paths.end()) return m;
+    for (const torch::jit::Block* b : m->blocks())
+      for (const Node* k : b->nodes())
+        if (const Node* hit = scan(k)) return hit;
+    return nullptr;
+  };
+  for (Node* m = norm->next(); m != add && m->kind() != c10::prim::Return; m = m->next())
+    if (const Node* hit = scan(m)) return hit;
+  return nullptr;
+}
+} // namespace
 
 void run_fuse_residual_join(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
   const JitGraphView view(g);
@@ -39,6 +70,13 @@ void run_fuse_residual_join(const std::shared_ptr<torch::jit::Graph>& g, PassCon
     }
     Node* norm = JitGraphView::node(d.norm);
     if (!ctx.gate->alive(norm) || (d.act && !ctx.gate->alive(JitGraphView::node(d.act)))) continue;
+    if (const Node* r = reads_stats_by_path(norm, add)) {
+      d.decision.verdict = Decision::Verdict::Kept;
+      d.decision.text = std::string(r->kind().toQualString()) +
+                        " reads the norm's running statistics between the norm and the add";
+      ctx.remarks.add(std::move(d.decision));
+      continue;
+    }
     Proposal prop;
     prop.site = d.decision.site;
     prop.covers = {norm, add};

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 #include "memslim/core/residual_join.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "memslim/core/fuse_dropout.h"
@@ -42,6 +43,27 @@ bool is_residual_join_site(const GraphView& g, NodeRef add) {
   return (k == "aten::add" || k == "aten::add_") && g.num_inputs(add) >= 2 &&
          g.num_outputs(add) == 1 && g.is_tensor(g.input(add, 0)) && g.is_tensor(g.input(add, 1)) &&
          alpha_is_one(g, add);
+}
+
+std::string reads_running_stats_between(const GraphView& g, NodeRef norm, NodeRef add) {
+  if (g.kind(norm) != "aten::batch_norm" || g.num_inputs(norm) < 5) return "";
+  bool between = false;
+  std::vector<NodeRef> inside;
+  for (NodeRef n : g.nodes()) {
+    if (n == norm) {
+      between = true;
+      continue;
+    }
+    if (n == add) break;
+    if (between) inside.push_back(n);
+  }
+  for (int i : {3, 4}) {
+    const ValueRef v = g.input(norm, i);
+    if (!g.is_tensor(v)) continue;
+    for (const Use& u : g.uses(v))
+      if (std::find(inside.begin(), inside.end(), u.user) != inside.end()) return g.kind(u.user);
+  }
+  return "";
 }
 
 NodeRef join_norm(const GraphView& g, NodeRef add, int* which) {
@@ -96,6 +118,14 @@ JoinDecision decide_residual_join(const GraphView& g, NodeRef add, const CostPol
     why << "adds ~" << info.added_work + 1 << " passes per element, above the maximum "
         << policy.max_added_work;
     d.text = why.str();
+    return out;
+  }
+  // The op stands where the add stood: a batch norm's running-stat update moves
+  // there. Nothing between may read the running statistics (it would see them
+  // before the update). (TorchScript reaches a buffer through more than one
+  // GetAttr: its adapter also compares attribute paths.)
+  if (const std::string who = reads_running_stats_between(g, out.norm, add); !who.empty()) {
+    d.text = who + " reads the norm's running statistics between the norm and the add";
     return out;
   }
   // The residual: an activation read only here goes into the op.

@@ -169,3 +169,39 @@ def test_hand_written_rms_norm_becomes_an_output_saving_rms_norm(front_end):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
     for (n, p), q in zip(ref.named_parameters(), got[2:]):
         torch.testing.assert_close(q, p.grad, rtol=1e-5, atol=1e-6, msg=n)
+
+
+class ReadsStatsBeforeTheAdd(nn.Module):
+    """A read of a BatchNorm's running mean between the norm and the residual add: the
+    join op (which updates the statistics where the add stood) would move the update
+    after the read."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2, self.c3 = (nn.Conv2d(8, 8, 1) for _ in range(3))
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x, r):
+        y = self.bn(self.c1(x))
+        seen = self.bn.running_mean * 1.0
+        s = y + r
+        return self.c2(s) + self.c3(r), seen
+
+
+@pytest.mark.parametrize("front_end", ["torchscript", "fx"])
+def test_join_refused_where_running_stats_are_read_before_the_add(front_end):
+    torch.manual_seed(0)
+    model = ReadsStatsBeforeTheAdd().train()
+    x, r = torch.randn(2, 8, 6, 6), torch.randn(2, 8, 6, 6)
+    ref = copy.deepcopy(model)
+    if front_end == "torchscript":
+        opt = memslim.optimize(model, (x, r))
+        mod = opt
+    else:
+        opt = memslim.fx.optimize(torch.export.export(model, (x, r)))
+        mod = opt.module()
+    joins = [r_ for r_ in memslim.report(opt) if r_.pass_ == "fuse-residual-join"]
+    assert joins and all(j.verdict == "kept" for j in joins), joins
+    assert "running statistics" in joins[0].text, joins
+    want, got = ref(x, r), mod(x, r)
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)

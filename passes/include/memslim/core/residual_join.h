@@ -37,6 +37,10 @@ bool is_residual_join_site(const GraphView& g, NodeRef add);
 // `which` its operand; null: not a join.
 NodeRef join_norm(const GraphView& g, NodeRef add, int* which = nullptr);
 
+// A node between a batch norm and the add (graph order) that reads one of the
+// norm's running statistics (its kind), or "".
+std::string reads_running_stats_between(const GraphView& g, NodeRef norm, NodeRef add);
+
 // Whether fuse-residual-join could take the activation whose output `r` is
 // into the join at `add` (the other operand a norm's output read only there):
 // fuse-activation-consumer prices the activation it leaves there as gone.
