@@ -212,31 +212,7 @@ bool keeps_output(const GraphView& g, NodeRef producer) {
   return kKeepsOutput.count(name) > 0;
 }
 
-// Whether `v` is (a view of) module state: a parameter or buffer lives as long
-// as the module, so keeping it costs autograd nothing (timm's StdConv2d
-// standardises its weight with F.batch_norm: that norm's input is the weight).
-// TorchScript: a GetAttr; FX: a graph input that requires grad (torch.export's
-// parameters; a user input requiring grad is held by the caller too).
-bool is_module_state(const GraphView& g, ValueRef v) {
-  for (int guard = 0; guard < 1000; ++guard) {
-    const NodeRef p = g.producer(v);
-    if (!p) return g.requires_grad(v).value_or(false);
-    const std::string k = g.kind(p);
-    if (k == "prim::GetAttr") return true;
-    if (k == "prim::Param") return g.requires_grad(v).value_or(false);
-    if (g.num_inputs(p) == 0 || !is_view_of_input(g, p, 0)) return false;
-    v = g.input(p, 0);
-  }
-  return false;
-}
-
 bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::string* who) {
-  if (g.autograd() == GraphView::Autograd::Eager || g.producer(v)) {
-    if (is_module_state(g, v)) {
-      if (who) *who = "the module (a parameter or buffer)";
-      return true;
-    }
-  }
   const NodeRef p = g.producer(v);
   if (p && !except.count(p) && !g.is_input(v) && keeps_output(g, p)) {
     if (who) *who = g.kind(p);
