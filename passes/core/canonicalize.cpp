@@ -281,6 +281,19 @@ std::optional<double> scalar_constant(const GraphView& g, ValueRef v) {
   return std::nullopt;
 }
 
+std::optional<std::vector<int64_t>> int_list_constant(const GraphView& g, ValueRef v) {
+  if (const auto c = g.constant(v); c && c->isIntList()) return c->toIntVector();
+  const NodeRef n = g.producer(v);
+  if (!n || g.kind(n) != "prim::ListConstruct") return std::nullopt;
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < g.num_inputs(n); ++i) {
+    const auto c = g.constant(g.input(n, i));
+    if (!c || !c->isInt()) return std::nullopt;
+    out.push_back(c->toInt());
+  }
+  return out;
+}
+
 std::vector<NodeRef> canonicalize_roots(const GraphView& g) {
   std::vector<NodeRef> roots;
   for (NodeRef n : g.nodes()) {

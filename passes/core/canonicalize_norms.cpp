@@ -24,19 +24,7 @@ struct M {
     return n && g.kind(n) == kind ? n : NodeRef{};
   }
   std::optional<double> number(ValueRef v) const { return scalar_constant(g, v); }
-  // A constant int list, or a prim::ListConstruct of int constants (TorchScript).
-  std::optional<std::vector<int64_t>> int_list(ValueRef v) const {
-    if (const auto c = g.constant(v); c && c->isIntList()) return c->toIntVector();
-    const NodeRef n = g.producer(v);
-    if (!n || g.kind(n) != "prim::ListConstruct") return std::nullopt;
-    std::vector<int64_t> out;
-    for (size_t i = 0; i < g.num_inputs(n); ++i) {
-      const auto c = g.constant(g.input(n, i));
-      if (!c || !c->isInt()) return std::nullopt;
-      out.push_back(c->toInt());
-    }
-    return out;
-  }
+  std::optional<std::vector<int64_t>> int_list(ValueRef v) const { return int_list_constant(g, v); }
   // v through casts that keep float32 (`.to(torch.float32)` of a float32 value).
   ValueRef uncast(ValueRef v) {
     while (const NodeRef n = made_by(v, "aten::to")) {

@@ -187,26 +187,15 @@ ActConsumerDecision decide_act_consumer(const GraphView& g, NodeRef a, const Cos
   int64_t norm_freed = 0;
   const NodeRef n = g.producer(out.h);
   if (n && !h_else && is_norm_site(g, n) && g.uses(out.h).size() == 1) {
-    const ValueRef x = g.input(n, 0);
-    const auto xb = g.bytes(x);
-    const auto xt = g.dtype(x);
-    const auto xn = g.numel(x);
-    if (xb && xt && xn && !saved::kept_by_other(g, x, {n})) {
-      norm_freed = norm_input_keeps(g, n, false, *xb, *xn, *xt);
+    norm_freed = norm_output_saving_frees(g, n);
+    if (norm_freed > 0)
       chain = "; " + g.kind(n) + " at " + g.name(out.h) + " keeping its output then";
-    }
   } else if (n && !h_else && g.uses(out.h).size() == 1) {
     // h is a residual join's sum (ResNet's block output): fuse-residual-join
     // will keep it instead of the norm's input.
     if (const NodeRef jn = join_norm(g, n)) {
-      const ValueRef x = g.input(jn, 0);
-      const auto xb = g.bytes(x);
-      const auto xt = g.dtype(x);
-      const auto xn = g.numel(x);
-      if (xb && xt && xn && !saved::kept_by_other(g, x, {jn})) {
-        norm_freed = norm_input_keeps(g, jn, false, *xb, *xn, *xt);
-        chain = "; the residual join at " + g.name(out.h) + " keeping it then";
-      }
+      norm_freed = norm_output_saving_frees(g, jn);
+      if (norm_freed > 0) chain = "; the residual join at " + g.name(out.h) + " keeping it then";
     }
   }
   // The price carries this rewrite's own bytes; the norm's are its own

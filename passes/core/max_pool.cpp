@@ -8,26 +8,11 @@
 #include <optional>
 #include <sstream>
 
+#include "memslim/core/canonicalize.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/saved_tensors.h"
 
 namespace memslim {
-
-namespace {
-// An int[] argument's value: a constant list, or a list built from constants.
-std::optional<std::vector<int64_t>> int_list(const GraphView& g, ValueRef v) {
-  if (const auto c = g.constant(v); c && c->isIntList()) return c->toIntVector();
-  const NodeRef p = g.producer(v);
-  if (!p || g.kind(p) != "prim::ListConstruct") return std::nullopt;
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < g.num_inputs(p); ++i) {
-    const auto e = g.constant(g.input(p, i));
-    if (!e || !e->isInt()) return std::nullopt;
-    out.push_back(e->toInt());
-  }
-  return out;
-}
-} // namespace
 
 bool is_max_pool_site(const GraphView& g, NodeRef n) {
   return g.kind(n) == "aten::max_pool2d" && g.num_inputs(n) == 6 && g.num_outputs(n) == 1 &&
@@ -47,7 +32,7 @@ MaxPoolDecision decide_max_pool(const GraphView& g, NodeRef n, const CostPolicy&
     d.text = "unknown shape (give input shapes)";
     return out;
   }
-  const auto k = int_list(g, g.input(n, 1));
+  const auto k = int_list_constant(g, g.input(n, 1));
   if (!k || k->empty() || k->size() > 2) {
     d.text = "kernel_size is not a constant";
     return out;

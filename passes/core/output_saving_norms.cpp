@@ -27,6 +27,15 @@ int64_t norm_input_keeps(const GraphView& g, NodeRef n, bool x_kept_elsewhere, i
   return (x_kept_elsewhere ? 0 : x_bytes) + info_of(g, n)->aten_extra * numel * opmath;
 }
 
+int64_t norm_output_saving_frees(const GraphView& g, NodeRef n) {
+  const ValueRef x = g.input(n, 0);
+  const auto xb = g.bytes(x);
+  const auto xt = g.dtype(x);
+  const auto xn = g.numel(x);
+  if (!xb || !xt || !xn || saved::kept_by_other(g, x, {n})) return 0;
+  return norm_input_keeps(g, n, false, *xb, *xn, *xt);
+}
+
 bool is_norm_site(const GraphView& g, NodeRef n) {
   auto info = info_of(g, n);
   return info && g.kind(n) == info->aten.toQualString() && g.num_inputs(n) > 0 &&

@@ -25,17 +25,6 @@ bool alpha_is_one(const GraphView& g, NodeRef add) {
   return a && ((a->isInt() && a->toInt() == 1) || (a->isDouble() && a->toDouble() == 1.0));
 }
 
-// Bytes a norm at `n` frees by keeping its output (its input's and extra
-// bytes, where nothing else keeps the input), or 0.
-int64_t norm_freed(const GraphView& g, NodeRef n) {
-  const ValueRef x = g.input(n, 0);
-  const auto xb = g.bytes(x);
-  const auto xt = g.dtype(x);
-  const auto xn = g.numel(x);
-  if (!xb || !xt || !xn || saved::kept_by_other(g, x, {n})) return 0;
-  return norm_input_keeps(g, n, false, *xb, *xn, *xt);
-}
-
 } // namespace
 
 bool is_residual_join_site(const GraphView& g, NodeRef add) {
@@ -174,7 +163,7 @@ JoinDecision decide_residual_join(const GraphView& g, NodeRef add, const CostPol
   const NodeRef rn_node = g.producer(out.residual);
   if (!out.act && !res_else && rn_node && is_norm_site(g, rn_node) &&
       g.uses(out.residual).size() == 1) {
-    bonus = norm_freed(g, rn_node);
+    bonus = norm_output_saving_frees(g, rn_node);
     if (bonus > 0)
       chain = "; " + g.kind(rn_node) + " at " + g.name(out.residual) + " keeping its output then";
   }

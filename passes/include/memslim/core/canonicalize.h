@@ -38,6 +38,10 @@ struct CanonicalizeDecision {
 // torch.jit.trace records a Python float); nullopt otherwise.
 std::optional<double> scalar_constant(const GraphView& g, ValueRef v);
 
+// An int[] `v` holds as a constant: a constant list, or a prim::ListConstruct of
+// int constants (how TorchScript builds `[3, 3]`); nullopt otherwise.
+std::optional<std::vector<int64_t>> int_list_constant(const GraphView& g, ValueRef v);
+
 // The products to try, outermost first (an inner product of a matched formula
 // is then gone before it is tried on its own).
 std::vector<NodeRef> canonicalize_roots(const GraphView& g);

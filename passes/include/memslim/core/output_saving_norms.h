@@ -29,6 +29,11 @@ int64_t norm_input_keeps(const GraphView& g, NodeRef n, bool x_kept_elsewhere, i
                          int64_t numel, c10::ScalarType dtype);
 
 // Whether `n` is an aten norm the rewrite knows.
+// Bytes the norm at `n` frees by keeping its output instead (its input's and
+// aten's extra, where nothing else keeps the input), 0 where nothing or an
+// unknown shape: the chain price of the rewrites that make a norm's output kept.
+int64_t norm_output_saving_frees(const GraphView& g, NodeRef n);
+
 bool is_norm_site(const GraphView& g, NodeRef n);
 
 // The decision at a norm site. A Rewrote decision still goes through the
