@@ -49,6 +49,10 @@ const std::vector<PassInfo>& registered_passes() {
        "hand-written RMSNorm (transformers' LlamaRMSNorm / T5LayerNorm form, float32) becomes "
        "aten::rms_norm",
        run_canonicalize_norms},
+      {"remove-identity-dropouts",
+       "dropouts whose p is the constant 0 are removed (their output is their input; "
+       "TorchScript's autodiff would keep a mask for them)",
+       run_remove_identity_dropouts},
       {"fuse-activation-dropout",
        "dropout(act(x)) in training becomes one memslim op keeping output + 2 bits/element",
        run_fuse_activation_dropout},
@@ -99,6 +103,9 @@ const std::vector<PipelineInfo>& registered_pipelines() {
            // Hand-written norms likewise (LlamaRMSNorm -> aten::rms_norm), so
            // output-saving-norms sees them.
            "canonicalize-norms",
+           // Dropouts at p == 0 are the identity: removed before anything prices
+           // their reader (TorchScript's autodiff keeps a mask for them).
+           "remove-identity-dropouts",
            // Drop the formulas' now-dead intermediates before pricing: otherwise the
            // saved-tensor analysis still sees them as consumers.
            "cleanup",

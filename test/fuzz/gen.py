@@ -766,7 +766,7 @@ class Gen:
         return [Stmt([line], [r.id], ["max_pool"])]
 
     def s_dropout(self):
-        p = self.rng.choice([0.1, 0.2, 0.5])
+        p = self.rng.choice([0.0, 0.1, 0.2, 0.5])  # 0.0: remove-identity-dropouts
         roll = self.rng.random()
         train = self.rng.choice(["self.training", "self.training", "True"])
         out = []

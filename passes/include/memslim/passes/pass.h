@@ -87,6 +87,7 @@ void run_fuse_activation_consumer(const std::shared_ptr<torch::jit::Graph>& g, P
 void run_canonicalize_norms(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_output_saving_norms(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_fuse_residual_join(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
+void run_remove_identity_dropouts(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_max_pool_positions(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_cleanup(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_test_perturb_outputs(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
