@@ -212,7 +212,28 @@ bool keeps_output(const GraphView& g, NodeRef producer) {
   return kKeepsOutput.count(name) > 0;
 }
 
+// Whether `v` is (a view of) module state: a parameter or buffer lives as long
+// as the module, so keeping it costs autograd nothing (timm's StdConv2d
+// standardises its weight with F.batch_norm: that norm's input is the weight).
+// TorchScript: a prim::GetAttr (FX: a get_attr node); FX: also export's
+// parameter and buffer placeholders (GraphView::module_state).
+bool is_module_state(const GraphView& g, ValueRef v) {
+  for (int guard = 0; guard < 1000; ++guard) {
+    if (g.module_state(v)) return true;
+    const NodeRef p = g.producer(v);
+    if (!p) return false;
+    if (g.kind(p) == "prim::GetAttr") return g.is_tensor(v);
+    if (g.num_inputs(p) == 0 || !is_view_of_input(g, p, 0)) return false;
+    v = g.input(p, 0);
+  }
+  return false;
+}
+
 bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::string* who) {
+  if (is_module_state(g, v)) {
+    if (who) *who = "the module (a parameter or buffer)";
+    return true;
+  }
   const NodeRef p = g.producer(v);
   if (p && !except.count(p) && !g.is_input(v) && keeps_output(g, p)) {
     if (who) *who = g.kind(p);

@@ -163,7 +163,8 @@ PYBIND11_MODULE(_C, m) {
   // constant); nodes: (kind, overload or None for no registered op, input
   // value ids, output value ids); values may carry a 7th field, the device
   // type ("cpu", "cuda") or None, and an 8th, whether it requires grad when
-  // known (a buffer, a value made under no_grad) or None.
+  // known (a buffer, a value made under no_grad) or None; an optional 9th,
+  // whether it is a parameter or buffer of the module (export's placeholders).
   m.def(
       "fx_run",
       [](const py::list& values, const py::list& nodes, const std::vector<std::string>& passes,
@@ -179,6 +180,7 @@ PYBIND11_MODULE(_C, m) {
           if (t.size() > 6 && !t[6].is_none())
             v.device = c10::Device(py::cast<std::string>(t[6])).type();
           if (t.size() > 7 && !t[7].is_none()) v.requires_grad = py::cast<bool>(t[7]);
+          if (t.size() > 8) v.module_state = py::cast<bool>(t[8]);
           if (py::cast<bool>(t[4])) {
             v.constant = constant_ivalue(t[5]); // nullopt: unknown to the rules
           }

@@ -181,6 +181,13 @@ def _leaf_grad(aten: torch.fx.GraphModule, example_inputs) -> dict:
             if isinstance(t, torch.Tensor)}
 
 
+def _parameters(aten: torch.fx.GraphModule, example_inputs) -> set:
+    """The placeholders Dynamo lifted from the module's parameters (kept by the module)."""
+    placeholders = list(aten.graph.find_nodes(op="placeholder"))
+    return {p.name for p, t in zip(placeholders, example_inputs)
+            if isinstance(t, torch.nn.Parameter)}
+
+
 def _note(text: str, before, after) -> Decision:
     return Decision({"pass": "inductor-partition", "verdict": "note", "site": "", "text": text,
                      "line": "remark: inductor-partition: " + text, "bytes_before": before,
@@ -202,7 +209,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     try:
         aten, mode, fakes = _aten_graph(gm, example_inputs)
         decisions, apply = fx._plan(aten, _compile_passes(), policy,
-                                    leaf_grad=_leaf_grad(aten, example_inputs), regions="tags")
+                                    leaf_grad=_leaf_grad(aten, example_inputs),
+                                    state=_parameters(aten, example_inputs), regions="tags")
         rewrote = any(d.verdict == "rewrote" for d in decisions)
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)

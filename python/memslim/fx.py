@@ -42,19 +42,24 @@ class _Serializer:
     prim::GetAttr node per get_attr where it stands, a prim::ListConstruct per list
     argument, one prim::Return)."""
 
-    def __init__(self, graph: torch.fx.Graph, leaf_grad: Optional[dict] = None):
+    def __init__(self, graph: torch.fx.Graph, leaf_grad: Optional[dict] = None,
+                 state: Iterable[str] = ()):
         """leaf_grad: placeholder name -> whether it requires grad, where known (a
-        buffer: False; torch.compile's inputs: their flag)."""
+        buffer: False; torch.compile's inputs: their flag). state: the placeholders that
+        are the module's parameters and buffers (kept by the module, so keeping them
+        costs autograd nothing)."""
         self.values: List[tuple] = []
         self.nodes: List[tuple] = []
         self.fx_nodes: List[Optional[torch.fx.Node]] = []  # per record in self.nodes
         self.outs: dict = {}  # fx node -> [value ids]
         self._no_grad = False  # inside torch._C._set_grad_enabled(False) ... (True)
         leaf_grad = leaf_grad or {}
+        state = set(state)
         params = [n for n in graph.nodes if n.op == "placeholder"]
         ids = []
         for n in params:
-            ids.append(self._tensor_value(n.name, n.meta.get("val"), leaf_grad.get(n.name)))
+            ids.append(self._tensor_value(n.name, n.meta.get("val"), leaf_grad.get(n.name),
+                                          n.name in state))
             self.outs[n] = [ids[-1]]
         self._node("prim::Param", None, [], ids, None)
         for n in graph.nodes:
@@ -84,12 +89,13 @@ class _Serializer:
                 if n.target is torch._C._set_grad_enabled and n.args:
                     self._no_grad = not n.args[0]
 
-    def _tensor_value(self, name: str, val, requires_grad: Optional[bool] = None) -> int:
+    def _tensor_value(self, name: str, val, requires_grad: Optional[bool] = None,
+                      state: bool = False) -> int:
         if self._no_grad:  # made under no_grad: autograd records nothing for it
             requires_grad = False
         if isinstance(val, torch.Tensor):
             rec = (name, True, _hint(val.numel()), val.dtype, False, None, val.device.type,
-                   requires_grad)
+                   requires_grad, state)
         else:
             rec = (name, False, None, None, False, None, None, None)
         self.values.append(rec)
@@ -184,7 +190,8 @@ def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
             # Constants the graph holds (make_fx's _param_constant*) are real.
             FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(
                 *example_inputs)
-    decisions, apply = _plan(gm, passes, policy, leaf_grad=_leaf_grad(program))
+    decisions, apply = _plan(gm, passes, policy, leaf_grad=_leaf_grad(program),
+                             state=_module_state(program))
     renamed = apply()
     if exported and renamed:
         # A region output that was a program output (or a buffer's new value) is now a
@@ -208,8 +215,19 @@ def _leaf_grad(program) -> dict:
             and hasattr(spec.arg, "name")}
 
 
+def _module_state(program) -> set:
+    """An ExportedProgram's placeholders that are its parameters, buffers and constant
+    tensors: the module keeps them, whoever else does."""
+    if not isinstance(program, torch.export.ExportedProgram):
+        return set()
+    from torch.export.graph_signature import InputKind
+    return {spec.arg.name for spec in program.graph_signature.input_specs
+            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+            and hasattr(spec.arg, "name")}
+
+
 def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dict, *,
-          leaf_grad: Optional[dict] = None, regions: str = "op"):
+          leaf_grad: Optional[dict] = None, state: Iterable[str] = (), regions: str = "op"):
     """The decisions on `gm` (its nodes need `meta["val"]`) and a function that applies
     them; `gm` is left as it is until that function is called (memslim's torch.compile
     backend partitions the graph in between). leaf_grad: placeholder name -> whether it
@@ -219,7 +237,7 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
     which would inline the op's backward and save the region's values again)."""
     if regions not in ("op", "tags"):
         raise ValueError(f"memslim.fx: regions must be 'op' or 'tags', got {regions!r}")
-    s = _Serializer(gm.graph, leaf_grad)
+    s = _Serializer(gm.graph, leaf_grad, state)
     pass_list = list(passes) if passes is not None else []
     try:
         records, rewrites = _C.fx_run(s.values, s.nodes, pass_list, policy)

@@ -104,6 +104,31 @@ TEST(Core, SavedTensorRulesOverAnFxView) {
   EXPECT_FALSE(memslim::saved::kept_by_other(m.g, m.g.value_ref(m.h), {gelu}));
 }
 
+TEST(Core, ModuleStateIsKeptByTheModule) {
+  // timm's StdConv2d: batch_norm(weight.reshape(...)) -> conv. The norm's input
+  // is a view of a parameter: the module keeps it, whoever reads it; a user
+  // input of the same shape is kept by nobody.
+  Builder b;
+  const size_t x = b.tensor("x");
+  FxGraphView::Value param;
+  param.name = "w";
+  param.tensor = true;
+  param.numel = 64;
+  param.dtype = at::kFloat;
+  param.module_state = true;
+  const size_t w = b.g.add_value(param), u = b.tensor("u");
+  b.inputs({x, w, u});
+  const size_t shape = b.constant(c10::IValue(std::vector<int64_t>{1, 4, 16}));
+  const size_t wv = b.op("aten::reshape", "", {w, shape}, "wv");
+  const size_t uv = b.op("aten::reshape", "", {u, shape}, "uv");
+  const auto view = node_named(b.g, "aten::reshape");
+  std::string who;
+  EXPECT_TRUE(memslim::saved::kept_by_other(b.g, b.g.value_ref(wv), {view}, &who));
+  EXPECT_EQ(who, "the module (a parameter or buffer)");
+  EXPECT_FALSE(memslim::saved::kept_by_other(b.g, b.g.value_ref(uv), {}));
+  EXPECT_FALSE(memslim::saved::kept_by_other(b.g, b.g.value_ref(x), {}));
+}
+
 TEST(Core, OutputSavingDecisionAndPrice) {
   Mlp m;
   m.ret({m.out});

@@ -32,6 +32,7 @@ class FxGraphView final : public GraphView {
     std::optional<c10::ScalarType> dtype;
     std::optional<c10::DeviceType> device;
     std::optional<bool> requires_grad; // known: a buffer, a value made under no_grad
+    bool module_state = false;         // a parameter or buffer placeholder
     std::optional<c10::IValue> constant;
     std::string name;
     std::vector<Use> uses;
@@ -94,6 +95,7 @@ class FxGraphView final : public GraphView {
   std::optional<c10::DeviceType> device(ValueRef v) const override { return V(v).device; }
   std::string name(ValueRef v) const override { return "%" + V(v).name; }
   std::optional<bool> requires_grad(ValueRef v) const override { return V(v).requires_grad; }
+  bool module_state(ValueRef v) const override { return V(v).module_state; }
 
  private:
   static const Node& N(NodeRef n) { return *static_cast<const Node*>(n.p); }

@@ -99,6 +99,10 @@ class GraphView {
   // training (a parameter, a buffer, a constant, a value made under no_grad);
   // nullopt: unknown, MayRequireGrad (core/recompute_regions.h) derives it.
   virtual std::optional<bool> requires_grad(ValueRef) const { return std::nullopt; }
+  // Whether graph input `v` is a parameter or buffer of the module (FX:
+  // torch.export's parameter / buffer placeholders). TorchScript reads module
+  // state through prim::GetAttr instead, which the rules see by its producer.
+  virtual bool module_state(ValueRef) const { return false; }
 
   // Derived facts.
   bool is_input(ValueRef v) const {
