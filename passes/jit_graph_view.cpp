@@ -64,6 +64,26 @@ std::optional<int64_t> JitGraphView::numel(ValueRef v) const {
   return n;
 }
 
+std::optional<int64_t> JitGraphView::rank(ValueRef v) const {
+  auto t = V(v)->type()->cast<c10::TensorType>();
+  if (!t || !t->dim()) return std::nullopt;
+  return static_cast<int64_t>(*t->dim());
+}
+
+std::optional<bool> JitGraphView::contiguous(ValueRef v) const {
+  auto t = V(v)->type()->cast<c10::TensorType>();
+  if (!t) return std::nullopt;
+  const auto sizes = t->sizes().concrete_sizes();
+  const auto strides = t->strides().concrete_sizes();
+  if (!sizes || !strides || sizes->size() != strides->size()) return std::nullopt;
+  int64_t expected = 1;
+  for (size_t i = sizes->size(); i-- > 0;) {
+    if ((*sizes)[i] != 1 && (*strides)[i] != expected) return false;
+    expected *= (*sizes)[i];
+  }
+  return true;
+}
+
 std::optional<c10::ScalarType> JitGraphView::dtype(ValueRef v) const {
   auto t = V(v)->type()->cast<c10::TensorType>();
   if (!t) return std::nullopt;

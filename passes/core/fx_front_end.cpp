@@ -1,6 +1,7 @@
 //===- fx_front_end.cpp - memslim's passes over an aten-level FX graph -----===//
 #include "memslim/core/fx_front_end.h"
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <unordered_set>
@@ -115,26 +116,38 @@ void canonicalize(FxGraphView& g, FxResult& out) {
   }
 }
 
-// canonicalize-norms: a hand-written RMSNorm's final mul becomes
-// aten::rms_norm(x, [D], weight, eps); the formula's nodes nobody reads go.
+// canonicalize-norms: a hand-written RMSNorm's / LayerNorm's last node becomes
+// aten::rms_norm(x, [D], weight, eps) / aten::layer_norm(x, [D], weight, bias,
+// eps); the formula's nodes nobody reads go. Last first, as the TorchScript
+// pass: a LayerNorm's bias add is matched before the mul inside it.
 void canonicalize_norms(FxGraphView& g, FxResult& out) {
   std::unordered_set<size_t> gone;
-  std::vector<NodeRef> roots;
-  for (NodeRef n : g.nodes())
-    if (g.kind(n) == "aten::mul") roots.push_back(n);
+  std::vector<NodeRef> roots = g.nodes();
+  std::reverse(roots.begin(), roots.end());
   for (NodeRef root : roots) {
     if (gone.count(g.id(root))) continue;
-    auto m = match_rms_norm(g, root);
+    auto m = match_layer_norm(g, root);
+    if (!m && g.kind(root) == "aten::mul") m = match_rms_norm(g, root);
     if (!m) continue;
     if (m->rewrite()) {
       const ViewGate gate(g);
       std::string why = gate.check_between(m->covers);
-      if (why.empty()) why = gate.check(root, {m->x, m->weight, g.output(root, 0)});
+      std::vector<ValueRef> guarded{m->x, g.output(root, 0)};
+      for (ValueRef p : {m->weight, m->bias})
+        if (p) guarded.push_back(p);
+      if (why.empty()) why = gate.check(root, guarded);
       if (!refused(m->decision, why)) {
-        const std::vector<size_t> inputs{
-            g.id(m->x), add_constant(g, c10::IValue(std::vector<int64_t>{m->dim}), "shape"),
-            g.id(m->weight), add_constant(g, c10::IValue(m->eps), "eps")};
-        for (size_t n : replace_formula(g, root, "aten::rms_norm", inputs, m->covers, out).erased)
+        std::vector<size_t> inputs{
+            g.id(m->x), add_constant(g, c10::IValue(std::vector<int64_t>{m->dim}), "shape")};
+        if (m->op == "aten::layer_norm") {
+          for (ValueRef p : {m->weight, m->bias})
+            inputs.push_back(p ? g.id(p) : add_constant(g, c10::IValue(), "None"));
+        } else {
+          inputs.push_back(g.id(m->weight));
+        }
+        inputs.push_back(m->eps_value ? g.id(m->eps_value)
+                                      : add_constant(g, c10::IValue(m->eps), "eps"));
+        for (size_t n : replace_formula(g, root, m->op, inputs, m->covers, out).erased)
           gone.insert(n);
       }
     }

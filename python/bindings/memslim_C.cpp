@@ -164,7 +164,9 @@ PYBIND11_MODULE(_C, m) {
   // value ids, output value ids); values may carry a 7th field, the device
   // type ("cpu", "cuda") or None, and an 8th, whether it requires grad when
   // known (a buffer, a value made under no_grad) or None; an optional 9th,
-  // whether it is a parameter or buffer of the module (export's placeholders).
+  // whether it is a parameter or buffer of the module (export's placeholders);
+  // an optional 10th, its number of dimensions or None; an optional 11th,
+  // whether it is contiguous, or None.
   m.def(
       "fx_run",
       [](const py::list& values, const py::list& nodes, const std::vector<std::string>& passes,
@@ -181,6 +183,8 @@ PYBIND11_MODULE(_C, m) {
             v.device = c10::Device(py::cast<std::string>(t[6])).type();
           if (t.size() > 7 && !t[7].is_none()) v.requires_grad = py::cast<bool>(t[7]);
           if (t.size() > 8) v.module_state = py::cast<bool>(t[8]);
+          if (t.size() > 9 && !t[9].is_none()) v.rank = py::cast<int64_t>(t[9]);
+          if (t.size() > 10 && !t[10].is_none()) v.contiguous = py::cast<bool>(t[10]);
           if (py::cast<bool>(t[4])) {
             v.constant = constant_ivalue(t[5]); // nullopt: unknown to the rules
           }

@@ -36,6 +36,13 @@ def _hint(x) -> Optional[int]:
     return None
 
 
+def _contiguous(val) -> Optional[bool]:
+    try:
+        return bool(val.is_contiguous())
+    except Exception:  # a symbolic layout torch cannot decide
+        return None
+
+
 class _Serializer:
     """The FX graph as the value and node records _C.fx_run reads
     (passes/core/fx_graph_view.h: one prim::Param node for the placeholders, a
@@ -95,7 +102,7 @@ class _Serializer:
             requires_grad = False
         if isinstance(val, torch.Tensor):
             rec = (name, True, _hint(val.numel()), val.dtype, False, None, val.device.type,
-                   requires_grad, state)
+                   requires_grad, state, val.dim(), _contiguous(val))
         else:
             rec = (name, False, None, None, False, None, None, None)
         self.values.append(rec)

@@ -653,10 +653,12 @@ class Gen:
             v = h
         r = self.new(v.shape)
         self.save(v)
-        kind = self.rng.choice(["layer", "layer", "rms", "group", "batch"])
+        kind = self.rng.choice(["layer", "layer", "rms", "group", "batch", "hand"])
         gamma = "scale" if self.rng.random() < 0.7 else "edge_scale"
         affine = self.rng.random() < 0.8
-        if kind == "layer":
+        if kind == "hand":
+            line = self.hand_norm(v, r, gamma, affine)
+        elif kind == "layer":
             if self.rng.random() < 0.35:
                 n = self.name("norm")
                 extra = "" if affine else ", elementwise_affine=False"
@@ -700,6 +702,40 @@ class Gen:
         if tail:
             stmts += self.residual_tail(r)
         return stmts
+
+    def hand_norm(self, v, r, gamma, affine) -> str:
+        """A norm over the last dim written out by hand (canonicalize-norms' patterns and
+        near misses): BertLayerNorm's (x - u) / sqrt(s + eps), the rsqrt form, s by
+        mean of squares or var(unbiased=False), x.var()'s unbiased default (no layer
+        norm: must stay), LlamaRMSNorm; eps a literal or a module float attribute;
+        weight and bias each optional, in either operand order."""
+        x, last = V(v), v.shape[-1]
+        eps = self.rng.choice(["1e-5", "1e-12", "1e-6"])
+        if self.rng.random() < 0.4:
+            n = self.name("eps")
+            self.p.decls[n] = "self.%s = %s" % (n, eps)
+            eps = "self." + n
+        form = self.rng.choice(["pow", "mul", "var", "var_unbiased", "rms"])
+        if form == "rms":
+            core = "(%s * torch.rsqrt(%s.pow(2).mean(-1, keepdim=True) + %s))" % (x, x, eps)
+        else:
+            u = "%s.mean(-1, keepdim=True)" % x
+            s = {"pow": "(%s - %s).pow(2).mean(-1, keepdim=True)" % (x, u),
+                 "mul": "((%s - %s) * (%s - %s)).mean(-1, keepdim=True)" % (x, u, x, u),
+                 "var": "%s.var(-1, keepdim=True, unbiased=False)" % x,
+                 "var_unbiased": "%s.var(-1, keepdim=True)" % x}[form]
+            if self.rng.random() < 0.5:
+                core = "((%s - %s) / torch.sqrt(%s + %s))" % (x, u, s, eps)
+            else:
+                core = "((%s - %s) * torch.rsqrt(%s + %s))" % (x, u, s, eps)
+        expr = core
+        if affine:
+            w = "self.%s" % self.param((last,), gamma)
+            expr = "%s * %s" % ((w, core) if self.rng.random() < 0.5 else (core, w))
+        if affine and form != "rms" and self.rng.random() < 0.7:
+            b = "self.%s" % self.param((last,), "bias")
+            expr = "%s + %s" % ((expr, b) if self.rng.random() < 0.5 else (b, expr))
+        return "%s = %s" % (V(r), expr)
 
     def residual_tail(self, y):
         """A residual join after a norm (fuse-residual-join's pattern): y + r, r + y or

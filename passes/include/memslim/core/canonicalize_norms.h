@@ -1,4 +1,4 @@
-//===- canonicalize_norms.h - hand-written RMSNorm -> aten::rms_norm -------===//
+//===- canonicalize_norms.h - hand-written RMSNorm / LayerNorm -> aten ------===//
 //
 // What: recognises RMSNorm written out by hand, as transformers' LlamaRMSNorm
 // (and T5LayerNorm, Mistral, Qwen...) write it:
@@ -11,7 +11,19 @@
 // D is the reduced dim's size (numel(x) / numel(mean)); a weight of another
 // shape makes aten's rms_norm raise (it checks weight.shape == [D]), never a
 // silently different result.
-// Why here: both front ends decide with this function.
+// And LayerNorm over the last dim written out by hand, as BERT's original
+// BertLayerNorm (TF style), xLSTM and many research codebases write it:
+//   w * ((x - u) / sqrt(s + eps)) + b,   u = mean(x, -1, keepdim)
+// with s = mean((x - u)^2, -1, keepdim) or var(x, -1, unbiased=False,
+// keepdim), (x - u) * rsqrt(s + eps) also, w and b optional, any operand
+// order; it becomes aten::layer_norm(x, [D], w, b, eps). eps may be a value
+// (a scripted module's `self.eps`, read where the formula read it). Not bit for bit:
+// aten computes the moments in one pass (Welford), so the results differ in
+// rounding (measured on 768-wide rows, fp32: 6e-8 relative on random rows,
+// 2e-5 on rows constant to 1e-6, where aten is as close to the fp64 formula as
+// the hand-written form is). Float32 only, a weight / bias of one dimension.
+// The unbiased variance (x.var()'s default) is no layer norm: not matched.
+// Why here: both front ends decide with these functions.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -26,17 +38,24 @@ namespace memslim {
 
 inline constexpr const char* kCanonicalizeNormsPass = "canonicalize-norms";
 
-struct RmsNormMatch {
+struct NormMatch {
   Decision decision;           // Rewrote ("... -> aten::rms_norm") or Kept (why)
-  NodeRef root;                // the final mul: its output becomes rms_norm(...)
-  ValueRef x, weight;          // rms_norm's input and weight
+  std::string op;              // "aten::rms_norm" or "aten::layer_norm"
+  NodeRef root;                // the formula's last node: its output becomes op(...)
+  ValueRef x, weight, bias;    // the op's input, weight and bias (layer_norm: either null: None)
   int64_t dim = 0;             // D
-  double eps = 0;              // the constant added to the mean
-  std::vector<NodeRef> covers; // the formula's nodes, root last
+  double eps = 0;              // the constant added to the mean / variance
+  ValueRef eps_value;          // or the value added (a scripted module's float attribute)
+  std::vector<NodeRef> covers; // the formula's nodes, in graph order
   bool rewrite() const { return decision.verdict == Decision::Verdict::Rewrote; }
 };
 
 // The match rooted at mul node `root`, or nullopt when it is no RMSNorm formula.
-std::optional<RmsNormMatch> match_rms_norm(const GraphView& g, NodeRef root);
+std::optional<NormMatch> match_rms_norm(const GraphView& g, NodeRef root);
+
+// The match rooted at `root` (the bias add, the weight mul, or the normalising
+// mul / div), or nullopt when it is no LayerNorm formula. Try roots last
+// first: the add's match includes the mul's.
+std::optional<NormMatch> match_layer_norm(const GraphView& g, NodeRef root);
 
 } // namespace memslim

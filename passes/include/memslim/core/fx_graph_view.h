@@ -33,6 +33,8 @@ class FxGraphView final : public GraphView {
     std::optional<c10::DeviceType> device;
     std::optional<bool> requires_grad; // known: a buffer, a value made under no_grad
     bool module_state = false;         // a parameter or buffer placeholder
+    std::optional<int64_t> rank;       // number of dimensions
+    std::optional<bool> contiguous;    // row-major
     std::optional<c10::IValue> constant;
     std::string name;
     std::vector<Use> uses;
@@ -96,6 +98,8 @@ class FxGraphView final : public GraphView {
   std::string name(ValueRef v) const override { return "%" + V(v).name; }
   std::optional<bool> requires_grad(ValueRef v) const override { return V(v).requires_grad; }
   bool module_state(ValueRef v) const override { return V(v).module_state; }
+  std::optional<int64_t> rank(ValueRef v) const override { return V(v).rank; }
+  std::optional<bool> contiguous(ValueRef v) const override { return V(v).contiguous; }
 
  private:
   static const Node& N(NodeRef n) { return *static_cast<const Node*>(n.p); }

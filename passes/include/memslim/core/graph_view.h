@@ -90,6 +90,10 @@ class GraphView {
   // Elements and dtype where known (complete shapes; FX: the size hints).
   virtual std::optional<int64_t> numel(ValueRef v) const = 0;
   virtual std::optional<c10::ScalarType> dtype(ValueRef v) const = 0;
+  // The tensor's number of dimensions where known.
+  virtual std::optional<int64_t> rank(ValueRef) const { return std::nullopt; }
+  // Whether the tensor is contiguous (row-major), where known.
+  virtual std::optional<bool> contiguous(ValueRef) const { return std::nullopt; }
   // The tensor's device type where known (what aten's kernels choose by: eager
   // dropout keeps a bool mask on CUDA, float noise on the CPU).
   virtual std::optional<c10::DeviceType> device(ValueRef v) const = 0;

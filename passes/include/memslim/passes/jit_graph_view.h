@@ -48,6 +48,8 @@ class JitGraphView final : public GraphView {
   std::optional<c10::IValue> constant(ValueRef v) const override;
   std::optional<int64_t> numel(ValueRef v) const override;
   std::optional<c10::ScalarType> dtype(ValueRef v) const override;
+  std::optional<int64_t> rank(ValueRef v) const override;
+  std::optional<bool> contiguous(ValueRef v) const override;
   std::optional<c10::DeviceType> device(ValueRef v) const override;
   std::string name(ValueRef v) const override;
   // Constants: false; attributes: a parameter slot of the module's class true,
