@@ -222,10 +222,12 @@ def compare(R: Reference, got: dict, index: int, stats: Optional[dict] = None):
         d = 0.0 if R.rand else R.drift.get(k, 0.0)
         bar = min(max(base, DRIFT_FACTOR * d), DRIFT_CAP * base) if math.isfinite(d) else base
         sens = R.sens.get(k, 0.0)
-        if 0.5 < sens < math.inf:
+        if 0.1 < sens < math.inf:
             # Rounding noise: a few ulps on the inputs move eager's own value by more
-            # than half of it (a gradient that sums to zero: a bias before a BatchNorm;
-            # long-fuzz seeds 402430, 402671). Judged at the scale of that noise.
+            # than a tenth of it (a gradient that sums to zero: a bias before a BatchNorm;
+            # long-fuzz seeds 402430, 402671; 511470 moved 0.41 with 1 thread, 0.90 with
+            # 2: the measure of noise is itself noisy, so the threshold is well below
+            # the 0.5 it was). Judged at the scale of that noise.
             bar = max(bar, DRIFT_FACTOR * sens)
         err = rel
         ok = rel <= bar
@@ -447,14 +449,22 @@ def run_fx(prog, inputs, R: "Reference", res: Optional[dict] = None):
 
 def sensitivity(prog, inputs, ref: dict, dtype: str, rand: bool) -> dict:
     """Per output / gradient: eager's own relative change when every floating parameter
-    and input is scaled by 1 + 8 ulps (fp32 / fp64; bf16 has its fp64 reference, random
-    programs a draw that would change). Over 0.5: that tensor is rounding noise."""
+    and input is scaled by 1 + 8 ulps (fp32 / fp64; bf16 has its fp64 reference). Over
+    0.1: that tensor is rounding noise. Random programs too, where a fresh unperturbed
+    run under the same seed reproduces `ref` exactly (dropout's mask does not depend on
+    the values: long-fuzz seeds 510692 / 511470, a bias before a BatchNorm whose gradient
+    is 1e-32 / 1e-15, were judged wrong at 0.38 / 0.23 without it)."""
     import torch
 
     eps = {"float32": 2.0 ** -20, "float64": 2.0 ** -49}.get(dtype)
-    if eps is None or rand:
+    if eps is None:
         return {}
     try:
+        if rand:
+            m, _ = prog.make()
+            again = call(m, inputs, trainable(m))
+            if any(k not in again or not _same(ref[k], again[k]) for k in ref):
+                return {}
         m, _ = prog.make()
         with torch.no_grad():
             for p in m.parameters():
@@ -466,6 +476,14 @@ def sensitivity(prog, inputs, ref: dict, dtype: str, rand: bool) -> dict:
         return {k: rel_err(ref[k], got[k])[0] for k in ref if k in got}
     except Exception:  # noqa: BLE001 - then no tensor counts as noise
         return {}
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and torch.equal(a.nan_to_num(), b.nan_to_num())
+    return a is None and b is None
 
 
 def is_random(prog, inputs) -> bool:
