@@ -393,7 +393,7 @@ RegionDecision decide_region(const GraphView& g, std::vector<NodeRef> nodes,
   if (r.unknown) {
     kept << "unknown shape (give input shapes)";
   } else if (!r.acts.empty() && r.freed() <= r.alone) {
-    kept << "left to output-saving-activations (" << r.acts << " alone frees " << r.alone
+    kept << "left to the activation passes (output-saving " << r.acts << " alone frees " << r.alone
          << " B; recomputing the region would free " << r.freed() << " B)";
   } else if (r.freed() < policy.min_bytes) {
     kept << "frees " << r.freed() << " B, below the " << policy.min_bytes
