@@ -22,16 +22,26 @@ Decision decide_identity_dropout(const GraphView& g, NodeRef n, const CostPolicy
   d.pass = kIdentityDropoutPass;
   d.site = site_name(g, n);
   d.verdict = Decision::Verdict::Rewrote;
-  const auto numel = g.numel(g.output(n, 0));
+  const ValueRef in = g.input(n, 0), out = g.output(n, 0);
+  const auto numel = g.numel(out);
   const int mask = policy.dropout_mask_bytes > 0 ? policy.dropout_mask_bytes : 0;
-  if (numel) d.price = {*numel * mask, 0, 0.0};
+  // Where TorchScript's autodiff runs the dropout (mask > 0) its output is a
+  // tensor of its own: a reader keeping it keeps a second copy of the input
+  // when something else keeps the input too. Removed, that copy goes as well.
+  const saved::NodeSet self{n};
+  const bool copy =
+      mask > 0 && saved::kept_by_other(g, out, self) && saved::kept_by_other(g, in, self);
+  const int64_t copy_bytes = copy ? g.bytes(out).value_or(0) : 0;
+  if (numel) d.price = {*numel * mask + copy_bytes, 0, 0.0};
   const auto p = g.constant(g.input(n, 1));
   const bool p_zero = p && p->isDouble() && p->toDouble() == 0.0;
   std::ostringstream why;
   why << "removed " << g.kind(n) << " at " << g.name(g.output(n, 0)) << ": "
       << (p_zero ? "p is 0" : "train is false") << ", so its output is its input";
   if (numel && mask > 0)
-    why << " (frees the " << *numel * mask << " B mask TorchScript's autodiff keeps for it)";
+    why << " (frees the " << *numel * mask << " B mask TorchScript's autodiff keeps for it"
+        << (copy_bytes ? " and a " + std::to_string(copy_bytes) + " B copy of its input" : "")
+        << ")";
   d.text = why.str();
   return d;
 }

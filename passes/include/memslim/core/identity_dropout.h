@@ -11,7 +11,9 @@
 // which keeps a 1-byte mask per element even at p == 0 (measured: vit_b_16
 // scripted keeps 25 (B, 17, 768) bool masks eager does not).
 // Cost: frees the mask TorchScript's executor keeps (CostPolicy::
-// dropout_mask_bytes per element), adds no work (one op less).
+// dropout_mask_bytes per element), and the dropout's output where a reader
+// keeps it while something else keeps its input (autodiff's dropout output is
+// a copy); adds no work (one op less).
 // Only the TorchScript front end runs it: a torch.export program runs ATen's
 // dropout eagerly, which keeps nothing at p == 0.
 //
