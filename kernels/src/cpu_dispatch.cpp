@@ -10,11 +10,15 @@
 namespace memslim {
 namespace kernels {
 
-#define MEMSLIM_DECLARE_CPU(NS)                                                          \
-  namespace NS {                                                                         \
-  void forward_cpu(Act a, DType t, const ForwardArgs& args, int64_t b, int64_t e);       \
-  void backward_cpu(Act a, DType t, const BackwardArgs& args, int64_t b, int64_t e);     \
-  void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t b, int64_t e);           \
+#define MEMSLIM_DECLARE_CPU(NS)                                                                 \
+  namespace NS {                                                                                \
+  void forward_cpu(Act a, DType t, const ForwardArgs& args, int64_t b, int64_t e);              \
+  void backward_cpu(Act a, DType t, const BackwardArgs& args, int64_t b, int64_t e);            \
+  void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t b, int64_t e);                  \
+  void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S, \
+                             int64_t b, int64_t e);                                             \
+  void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b,       \
+                             int64_t e);                                                        \
   }
 MEMSLIM_DECLARE_CPU(baseline)
 #ifdef MEMSLIM_HAVE_AVX2_LOOPS
@@ -47,6 +51,13 @@ void backward_cpu(Act a, DType t, const BackwardArgs& args, int64_t b, int64_t e
 }
 void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t b, int64_t e) {
   MEMSLIM_PICK(fixup_cpu, a, t, args, b, e);
+}
+void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S,
+                           int64_t b, int64_t e) {
+  MEMSLIM_PICK(relu_join_forward_cpu, t, y, r, cmax, C, S, b, e);
+}
+void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b, int64_t e) {
+  MEMSLIM_PICK(relu_join_rebuild_cpu, t, y, out, r, b, e);
 }
 
 } // namespace kernels

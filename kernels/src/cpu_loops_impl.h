@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <cstring>
+#include <limits>
 
 #include "simd_math.h"
 #if defined(__AVX2__)
@@ -156,6 +157,82 @@ struct FixupRange {
     for (int64_t k = b; k < e; ++k) fixup_one<A, S>(k, p);
   }
 };
+
+template <typename T>
+inline T relu_of(T v) {
+  return v < T(0) ? T(0) : v; // aten's clamp_min(v, 0): NaN and -0.0 pass through
+}
+
+// One row: y += relu(r); returns max(m, relu(r) over the row), NaN-propagating.
+template <typename T>
+T relu_join_row(T* __restrict y, const T* __restrict r, int64_t S, T m) {
+  for (int64_t s = 0; s < S; ++s) y[s] = relu_of(r[s]) + y[s];
+  int64_t s = 0;
+  bool nan = false;
+#if defined(__AVX2__)
+  if constexpr (sizeof(T) == sizeof(float)) {
+    __m256 vm = _mm256_set1_ps(-__builtin_inff());
+    __m256 vn = _mm256_setzero_ps();
+    const __m256 zero = _mm256_setzero_ps();
+    for (; s + 8 <= S; s += 8) {
+      const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(r) + s);
+      vn = _mm256_or_ps(vn, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      vm = _mm256_max_ps(vm, _mm256_max_ps(v, zero)); // NaN lanes: flagged in vn
+    }
+    nan = _mm256_movemask_ps(vn) != 0;
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vm);
+    for (float l : lanes) m = l > m ? T(l) : m;
+  }
+#endif
+  for (; s < S; ++s) {
+    const T a = relu_of(r[s]);
+    if (a != a) nan = true;
+    m = a > m ? a : m;
+  }
+  return nan ? std::numeric_limits<T>::quiet_NaN() : m;
+}
+
+void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S,
+                           int64_t b, int64_t e) {
+  for (int64_t row = b; row < e; ++row) {
+    const int64_t c = row % C;
+    if (t == DType::Float) {
+      float* m = static_cast<float*>(cmax) + c;
+      if (*m != *m) { // NaN already: the row still gets its sum
+        relu_join_row<float>(static_cast<float*>(y) + row * S,
+                             static_cast<const float*>(r) + row * S, S, *m);
+        continue;
+      }
+      *m = relu_join_row<float>(static_cast<float*>(y) + row * S,
+                                static_cast<const float*>(r) + row * S, S, *m);
+    } else {
+      double* m = static_cast<double*>(cmax) + c;
+      if (*m != *m) {
+        relu_join_row<double>(static_cast<double*>(y) + row * S,
+                              static_cast<const double*>(r) + row * S, S, *m);
+        continue;
+      }
+      *m = relu_join_row<double>(static_cast<double*>(y) + row * S,
+                                 static_cast<const double*>(r) + row * S, S, *m);
+    }
+  }
+}
+
+template <typename T>
+void relu_join_rebuild_range(T* __restrict y, const T* __restrict out, const T* __restrict r,
+                             int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) y[i] = out[i] - relu_of(r[i]);
+}
+
+void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b, int64_t e) {
+  if (t == DType::Float)
+    relu_join_rebuild_range(static_cast<float*>(y), static_cast<const float*>(out),
+                            static_cast<const float*>(r), b, e);
+  else
+    relu_join_rebuild_range(static_cast<double*>(y), static_cast<const double*>(out),
+                            static_cast<const double*>(r), b, e);
+}
 
 void forward_cpu(Act a, DType t, const ForwardArgs& args, int64_t b, int64_t e) {
   dispatch<ForwardRange>(a, t, args, b, e);

@@ -57,6 +57,16 @@ void forward_cpu(Act a, DType t, const ForwardArgs& args, int64_t g_begin, int64
 void backward_cpu(Act a, DType t, const BackwardArgs& args, int64_t g_begin, int64_t g_end);
 void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t k_begin, int64_t k_end);
 
+// ResNet's residual join with a ReLU, for float / double (`t`): rows
+// [row_begin, row_end) of a contiguous (A, C, S) tensor, row = a * C + c.
+// Forward: y += relu(r) in place, and cmax[c] = max(cmax[c], relu(r) over the
+// row) (NaN propagates, as aten's amax). relu(v) is aten's clamp_min(v, 0)
+// value for value: v < 0 ? +0 : v. Rebuild (the backward): y = out - relu(r).
+void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S,
+                           int64_t row_begin, int64_t row_end);
+void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t begin,
+                           int64_t end);
+
 // Present only in builds with CUDA (MEMSLIM_WITH_CUDA).
 void forward_cuda(Act a, DType t, const ForwardArgs& args, cudaStream_t stream);
 void backward_cuda(Act a, DType t, const BackwardArgs& args, cudaStream_t stream);
