@@ -219,3 +219,29 @@ def test_join_compile_dynamic():
                                                    1e-5, False)).square().sum(), ins)
         for a, b in zip(got, want):
             assert _rel(a, b) < 1e-10
+
+
+@pytest.mark.parametrize("name", NORMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_relu_join_fused_pass_is_aten_bit_for_bit(name, dtype):
+    # Contiguous CPU float / double with act = relu takes the kernels library's fused
+    # pass (relu + add + the per-channel maximum; out - relu(r) in backward). Its sum
+    # must be aten's relu(r) + norm(x) bit for bit, NaN, inf and -0.0 included (relu
+    # is aten's clamp_min value for value), and the residual's gradient aten's exactly.
+    args, r, ins = _case(name, dtype, "relu", seed=7)
+    with torch.no_grad():
+        r.view(-1)[:6] = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), -1.0],
+                                      dtype=dtype)
+    ref, out = _both(name, args, r, "relu")
+    assert torch.equal(out.isnan(), ref.isnan())
+    assert torch.equal(out.nan_to_num(), ref.nan_to_num())
+    assert torch.equal(torch.signbit(out), torch.signbit(ref))
+    g = torch.randn(out.shape, dtype=dtype)
+    (gr_ref,) = torch.autograd.grad(ref, [r], g, retain_graph=True)
+    (gr,) = torch.autograd.grad(out, [r], g, retain_graph=True)
+    assert torch.equal(gr.nan_to_num(), gr_ref.nan_to_num())
+    # The channels holding NaN / inf keep their x_hat (the maximum is not finite):
+    # the input's gradient stays finite wherever aten's is.
+    gx_ref = torch.autograd.grad(ref, [ins[0]], g)[0]
+    gx = torch.autograd.grad(out, [ins[0]], g)[0]
+    assert torch.equal(gx.isfinite(), gx_ref.isfinite())
