@@ -23,8 +23,6 @@ namespace memslim {
 
 using kernels::Act;
 
-namespace {
-
 kernels::DType to_kernel_dtype(at::ScalarType t) {
   switch (t) {
   case at::kFloat: return kernels::DType::Float;
@@ -34,6 +32,8 @@ kernels::DType to_kernel_dtype(at::ScalarType t) {
   default: TORCH_CHECK(false, "memslim: unsupported dtype ", t);
   }
 }
+
+namespace {
 
 // Groups per parallel_for task: a group is 8 elements, so 512 groups = 4096
 // elements, enough work to amortise a task even for relu.

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "memslim/act_recompute.h"
-#include "memslim/kernels/launch.h"
+#include "memslim/activation_ops.h"
 
 namespace memslim {
 namespace {
@@ -400,15 +400,11 @@ bool relu_join_fusable(const at::Tensor& y, const at::Tensor& r, const std::stri
          r.is_contiguous() && y.numel() > 0;
 }
 
-kernels::DType kernel_dtype(const at::Tensor& t) {
-  return t.scalar_type() == at::kFloat ? kernels::DType::Float : kernels::DType::Double;
-}
-
 // y += relu(r) in place; returns max relu(r) per C of the (A, C, S) view.
 at::Tensor relu_join_forward(at::Tensor& y, const at::Tensor& r, int64_t A, int64_t C, int64_t S) {
   const int nt = at::get_num_threads();
   at::Tensor part = at::full({nt, C}, -std::numeric_limits<double>::infinity(), y.options());
-  const auto t = kernel_dtype(y);
+  const auto t = to_kernel_dtype(y.scalar_type());
   void* yp = y.data_ptr();
   const void* rp = r.const_data_ptr();
   char* pp = static_cast<char*>(part.data_ptr());
@@ -423,45 +419,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> join_forw
     const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& residual,
     const NormCall& c, const JoinCall& j, bool save) {
   auto [y, mean, rstd] = aten_forward(x, w, b, c);
-  if (relu_join_fusable(y, residual, j.act) && !y.is_alias_of(x) && !y.is_alias_of(residual)) {
-    const Dims d = dims_of(norm_from(c.norm), y.dim(), c.normalized_dims);
-    int64_t A = 1, C = 1, S = 1;
-    for (int64_t i = 0; i < y.dim(); ++i)
-      (i < d.first_affine ? A : i < d.first_affine + d.affine_count ? C : S) *= y.size(i);
-    const at::Tensor amax = relu_join_forward(y, residual, A, C, S);
-    if (!save) return {y, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-    const at::Tensor weff = w.defined() ? w.reshape(-1) : at::ones_like(amax);
-    // (Converted only where the dtype differs: `to` returning its input is an
-    // alias opcheck's schema checks refuse below autograd.)
-    const at::Tensor bf = b.defined() ? b.reshape(-1) : at::Tensor();
-    const at::Tensor beff =
-        !b.defined()
-            ? amax
-            : (bf.scalar_type() == amax.scalar_type() ? bf : bf.to(amax.scalar_type())).abs() +
-                  amax;
-    auto [idx, xh] = call_fallback(x, mean, rstd, weff, beff, c.norm, c.normalized_dims, c.groups,
-                                   y.scalar_type());
-    return {y, rstd, idx, xh, at::Tensor()};
-  }
-  at::Tensor a = act_recompute(residual, j.act, j.params);
-  // act(residual) is a fresh tensor of our own unless act is "none": the sum is
-  // written into it (y + a and a + y are the same IEEE sum).
-  const bool a_fresh = j.act != "none" && a.scalar_type() == y.scalar_type() &&
-                       a.sizes() == y.sizes() && !a.is_alias_of(residual);
-  if (!save)
-    return {a_fresh ? a.add_(y) : at::add(y, a), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
-  const Norm k = norm_from(c.norm);
-  const Dims d = dims_of(k, a.dim(), c.normalized_dims);
+  const Dims d = dims_of(norm_from(c.norm), y.dim(), c.normalized_dims);
   const auto om = opmath(x.scalar_type());
   // (Converted only where the dtype differs: `to` returning its input is an
   // alias the schema checks of opcheck refuse below autograd.)
   auto in_om = [&](const at::Tensor& t) { return t.scalar_type() == om ? t : t.to(om); };
-  // max |act(residual)| per channel; relu's output is >= 0 (or NaN, which amax
-  // keeps): no abs pass.
-  const at::Tensor a3 = as_acs(a, d);
-  const at::Tensor amax = in_om((j.act == "relu" ? a3 : a3.abs()).amax(at::IntArrayRef{0, 2}));
-  at::Tensor out = a_fresh ? a.add_(y) : at::add(y, a);
+  at::Tensor out, amax; // the sum; max |act(residual)| per channel (when saving)
+  if (relu_join_fusable(y, residual, j.act) && !y.is_alias_of(x) && !y.is_alias_of(residual)) {
+    int64_t A = 1, C = 1, S = 1;
+    for (int64_t i = 0; i < y.dim(); ++i)
+      (i < d.first_affine ? A : i < d.first_affine + d.affine_count ? C : S) *= y.size(i);
+    amax = in_om(relu_join_forward(y, residual, A, C, S));
+    out = y;
+  } else {
+    at::Tensor a = act_recompute(residual, j.act, j.params);
+    // act(residual) is a fresh tensor of our own unless act is "none": the sum is
+    // written into it (y + a and a + y are the same IEEE sum).
+    const bool a_fresh = j.act != "none" && a.scalar_type() == y.scalar_type() &&
+                         a.sizes() == y.sizes() && !a.is_alias_of(residual);
+    // relu's output is >= 0 (or NaN, which amax keeps): no abs pass.
+    if (save) {
+      const at::Tensor a3 = as_acs(a, d);
+      amax = in_om((j.act == "relu" ? a3 : a3.abs()).amax(at::IntArrayRef{0, 2}));
+    }
+    out = a_fresh ? a.add_(y) : at::add(y, a);
+  }
+  if (!save) return {out, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   const at::Tensor weff = w.defined() ? w.reshape(-1) : at::ones_like(amax);
   const at::Tensor beff = b.defined() ? in_om(b.reshape(-1)).abs() + amax : amax;
   auto [idx, xh] = call_fallback(x, mean, rstd, weff, beff, c.norm, c.normalized_dims, c.groups,
@@ -514,7 +497,7 @@ struct NormJoinFunction : public torch::autograd::Function<NormJoinFunction> {
     at::Tensor y; // a tensor of our own: rebuilt in place
     if (fused) {
       y = at::empty_like(out);
-      const auto t = kernel_dtype(out);
+      const auto t = to_kernel_dtype(out.scalar_type());
       void* yp = y.data_ptr();
       const void *op = out.const_data_ptr(), *rp = residual.const_data_ptr();
       at::parallel_for(0, out.numel(), 32768, [&](int64_t b, int64_t e) {

@@ -193,30 +193,21 @@ T relu_join_row(T* __restrict y, const T* __restrict r, int64_t S, T m) {
   return nan ? std::numeric_limits<T>::quiet_NaN() : m;
 }
 
+// Rows [b, e): a NaN maximum stays NaN (nothing compares greater than it).
+template <typename T>
+void relu_join_rows(T* y, const T* r, T* cmax, int64_t C, int64_t S, int64_t b, int64_t e) {
+  for (int64_t row = b; row < e; ++row)
+    cmax[row % C] = relu_join_row<T>(y + row * S, r + row * S, S, cmax[row % C]);
+}
+
 void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S,
                            int64_t b, int64_t e) {
-  for (int64_t row = b; row < e; ++row) {
-    const int64_t c = row % C;
-    if (t == DType::Float) {
-      float* m = static_cast<float*>(cmax) + c;
-      if (*m != *m) { // NaN already: the row still gets its sum
-        relu_join_row<float>(static_cast<float*>(y) + row * S,
-                             static_cast<const float*>(r) + row * S, S, *m);
-        continue;
-      }
-      *m = relu_join_row<float>(static_cast<float*>(y) + row * S,
-                                static_cast<const float*>(r) + row * S, S, *m);
-    } else {
-      double* m = static_cast<double*>(cmax) + c;
-      if (*m != *m) {
-        relu_join_row<double>(static_cast<double*>(y) + row * S,
-                              static_cast<const double*>(r) + row * S, S, *m);
-        continue;
-      }
-      *m = relu_join_row<double>(static_cast<double*>(y) + row * S,
-                                 static_cast<const double*>(r) + row * S, S, *m);
-    }
-  }
+  if (t == DType::Float)
+    relu_join_rows(static_cast<float*>(y), static_cast<const float*>(r), static_cast<float*>(cmax),
+                   C, S, b, e);
+  else
+    relu_join_rows(static_cast<double*>(y), static_cast<const double*>(r),
+                   static_cast<double*>(cmax), C, S, b, e);
 }
 
 template <typename T>

@@ -66,15 +66,17 @@ struct M {
     }
     return true;
   }
-  // Whether `v` is s + eps (add with alpha 1 and a scalar: a constant, or a
-  // value such as a scripted module's float attribute); sets s, eps / eps_value.
+  // Whether `v` is s + eps (add with alpha 1 and a constant number, a 0-dim
+  // tensor constant as a trace records it included, or a non-tensor value such
+  // as a scripted module's float attribute); sets s, eps / eps_value.
   bool plus_eps(ValueRef v, ValueRef& s, double& eps, ValueRef& eps_value) {
     const NodeRef add = made_by(v, "aten::add");
-    if (!add || g.num_inputs(add) < 2 || g.is_tensor(g.input(add, 1))) return false;
-    const auto e = number(g.input(add, 1));
+    if (!add || g.num_inputs(add) < 2) return false;
+    const ValueRef in = g.input(add, 1);
+    const auto e = number(in);
     const auto alpha = g.num_inputs(add) > 2 ? number(g.input(add, 2)) : std::optional<double>(1);
     if (!alpha || *alpha != 1) return false;
-    if (!e && g.constant(g.input(add, 1))) return false; // a constant that is no number
+    if (!e && (g.is_tensor(in) || g.constant(in))) return false; // no number
     nodes.push_back(add);
     s = g.input(add, 0);
     eps = e.value_or(0);
@@ -127,7 +129,8 @@ struct M {
   bool normalized(ValueRef n, ValueRef& x, ValueRef& mean, double& eps, ValueRef& eps_value) {
     ValueRef d, den;
     const char* root = nullptr;
-    const NodeRef top = made_by(n, "aten::mul") ? made_by(n, "aten::mul") : made_by(n, "aten::div");
+    NodeRef top = made_by(n, "aten::mul");
+    if (!top) top = made_by(n, "aten::div");
     if (!top || g.num_inputs(top) != 2) return false;
     if (g.kind(top) == "aten::div") {
       d = g.input(top, 0);
@@ -157,15 +160,11 @@ struct M {
   bool inv_rms(ValueRef r, ValueRef& h, double& eps, ValueRef& mean) {
     const NodeRef rs = made_by(r, "aten::rsqrt");
     if (!rs) return false;
-    const NodeRef add = made_by(g.input(rs, 0), "aten::add");
-    if (!add || g.num_inputs(add) < 2) return false;
-    const auto e = number(g.input(add, 1));
-    const auto alpha = g.num_inputs(add) > 2 ? number(g.input(add, 2)) : std::optional<double>(1);
-    if (!e || !alpha || *alpha != 1) return false;
-    const NodeRef mn = made_by(g.input(add, 0), "aten::mean");
+    ValueRef s, eps_value;
+    if (!plus_eps(g.input(rs, 0), s, eps, eps_value) || eps_value) return false; // a constant
+    const NodeRef mn = made_by(s, "aten::mean");
     if (!mn || !last_dim_mean(mn) || !square(g.input(mn, 0), h)) return false;
-    nodes.insert(nodes.end(), {mn, add, rs});
-    eps = *e;
+    nodes.insert(nodes.end(), {mn, rs});
     mean = g.output(mn, 0);
     return true;
   }

@@ -24,6 +24,10 @@ struct Launchers {
   void (*fixup)(kernels::Act, kernels::DType, const kernels::FixupArgs&);
 };
 
+// The kernels library's dtype for a tensor dtype (float, double, half,
+// bfloat16; anything else is an error).
+kernels::DType to_kernel_dtype(at::ScalarType t);
+
 const Launchers& cpu_launchers();
 #ifdef MEMSLIM_WITH_CUDA
 const Launchers& cuda_launchers();
