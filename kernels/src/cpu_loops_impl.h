@@ -26,6 +26,9 @@ namespace MEMSLIM_CPU_NS {
 
 constexpr int64_t kChunk = 512;  // elements per pass; a multiple of 8
 
+constexpr float iter_limits_float_max() { return detail::iter_limits<float>::finite_max; }
+
+// The activations whose fp32 backward evaluates derivative_tables.h.
 template <Act A> constexpr bool has_fast_inverse() {
   return A == Act::Gelu || A == Act::GeluTanh || A == Act::Silu || A == Act::Mish;
 }
@@ -96,6 +99,96 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
   }
 }
 
+#if defined(__AVX2__)
+// hd.h's fast_log, 8 lanes: the same operations in the same order.
+inline __m256 fast_log8(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  __m256i e = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 23), _mm256_set1_epi32(0xff)),
+                               _mm256_set1_epi32(127));
+  __m256 mnt = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffff)),
+                                                   _mm256_set1_epi32(0x3f800000)));
+  const __m256 big = _mm256_cmp_ps(mnt, _mm256_set1_ps(1.41421356f), _CMP_GT_OQ);
+  mnt = _mm256_blendv_ps(mnt, _mm256_mul_ps(mnt, _mm256_set1_ps(0.5f)), big);
+  e = _mm256_sub_epi32(e, _mm256_castps_si256(big)); // big lanes are -1: e + 1
+  const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 z = _mm256_div_ps(_mm256_sub_ps(mnt, one), _mm256_add_ps(mnt, one));
+  const __m256 z2 = _mm256_mul_ps(z, z);
+  __m256 q = _mm256_fmadd_ps(z2, _mm256_set1_ps(0.2222222222f), _mm256_set1_ps(0.2857142857f));
+  q = _mm256_fmadd_ps(z2, q, _mm256_set1_ps(0.4f));
+  q = _mm256_fmadd_ps(z2, q, _mm256_set1_ps(0.6666666667f));
+  q = _mm256_fmadd_ps(z2, q, _mm256_set1_ps(2.f));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(e), _mm256_set1_ps(0.69314718056f),
+                         _mm256_mul_ps(z, q));
+}
+
+// derivative_from_table (activations.h), 8 lanes at a time: the branch picks
+// each lane's piece, one vpermps per coefficient reads it from the 8-entry
+// table row. NaN for a non-finite y, as derivative_by_inversion. `bits`: the
+// packed branch bits of elements [0, len); returns how many were done (len
+// rounded down to 8); the caller does the rest one by one.
+template <Act A>
+int64_t table_derivatives8(const float* __restrict y, const uint8_t* __restrict bits,
+                           float* __restrict d, int64_t len) {
+  using D = typename detail::DerivFor<A>::type;
+  static_assert(tables::kPieces == 8, "one vpermps selects among 8 pieces");
+  __m256 coef[D::kDegree + 1];
+  for (int k = 0; k <= D::kDegree; ++k) coef[k] = _mm256_loadu_ps(D::kCoef + 8 * k);
+  const __m256 v0t = _mm256_setr_ps(D::kV0Right, D::kV0Left, D::kV0Tail, 0, 0, 0, 0, 0);
+  const __m256 scalet = _mm256_setr_ps(D::kScaleRight, D::kScaleLeft, D::kScaleTail, 0, 0, 0, 0, 0);
+  const __m256 piecest =
+      _mm256_setr_ps(D::kPiecesRight, D::kPiecesLeft, D::kPiecesTail, 0, 0, 0, 0, 0);
+  const __m256 baset = _mm256_setr_ps(D::kBaseRight, D::kBaseLeft, D::kBaseTail, 0, 0, 0, 0, 0);
+  const float ys1 = float(detail::min_info<A>().y);
+  const __m256 ys = _mm256_set1_ps(ys1);
+  const __m256 ys_lo = _mm256_set1_ps(float(detail::min_info<A>().y - double(ys1)));
+  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.f), two = _mm256_set1_ps(2.f);
+  const __m256 left_end = _mm256_set1_ps(D::kLeftEnd), right_end = _mm256_set1_ps(D::kRightEnd);
+  const __m256 fmax = _mm256_set1_ps(iter_limits_float_max());
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  int64_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    const __m256 yv = _mm256_loadu_ps(y + i);
+    const __m256i byte = _mm256_set1_epi32(bits[i / 8]);
+    const __m256 right =
+        _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(byte, lane_bit), lane_bit));
+    const __m256 t =
+        _mm256_sqrt_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_sub_ps(yv, ys), ys_lo), zero));
+    const __m256 tail = _mm256_andnot_ps(right, _mm256_cmp_ps(yv, left_end, _CMP_GT_OQ));
+    // Branch index: right 0, left 1, tail 2.
+    __m256i b = _mm256_andnot_si256(_mm256_castps_si256(right), _mm256_set1_epi32(1));
+    b = _mm256_add_epi32(b, _mm256_and_si256(_mm256_castps_si256(tail), _mm256_set1_epi32(1)));
+    __m256 v = t;
+    if (_mm256_movemask_ps(tail)) { // ~1 vector in 6 on N(0, 1) inputs
+      const __m256 ny = _mm256_max_ps(_mm256_sub_ps(zero, yv), _mm256_set1_ps(1e-30f));
+      const __m256 w =
+          _mm256_sqrt_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_set1_ps(-2.f), fast_log8(ny)), zero));
+      v = _mm256_blendv_ps(t, w, tail);
+    }
+    const __m256 pieces = _mm256_permutevar8x32_ps(piecest, b);
+    const __m256 u = _mm256_min_ps(
+        _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(v, _mm256_permutevar8x32_ps(v0t, b)),
+                                    _mm256_permutevar8x32_ps(scalet, b)),
+                      zero),
+        pieces);
+    const __m256 j =
+        _mm256_min_ps(_mm256_cvtepi32_ps(_mm256_cvttps_epi32(u)), _mm256_sub_ps(pieces, one));
+    const __m256 s = _mm256_sub_ps(_mm256_mul_ps(two, _mm256_sub_ps(u, j)), one);
+    const __m256i p = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_permutevar8x32_ps(baset, b), j));
+    __m256 acc = _mm256_permutevar8x32_ps(coef[D::kDegree], p);
+    for (int k = D::kDegree - 1; k >= 0; --k)
+      acc = _mm256_fmadd_ps(acc, s, _mm256_permutevar8x32_ps(coef[k], p));
+    __m256 dv = _mm256_blendv_ps(acc, _mm256_add_ps(_mm256_mul_ps(yv, acc), zero), tail);
+    dv = _mm256_blendv_ps(dv, one, _mm256_and_ps(right, _mm256_cmp_ps(yv, right_end, _CMP_GT_OQ)));
+    dv = _mm256_and_ps(dv, _mm256_cmp_ps(t, zero, _CMP_GT_OQ));
+    const __m256 bad = _mm256_cmp_ps(_mm256_and_ps(yv, abs_mask), fmax, _CMP_NLE_UQ);
+    dv = _mm256_blendv_ps(dv, _mm256_set1_ps(NAN), bad);
+    _mm256_storeu_ps(d + i, dv);
+  }
+  return i;
+}
+#endif
+
 template <Act A, typename S>
 void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
   using C = typename compute_type<S>::type;
@@ -103,7 +196,7 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
   const int64_t end = ge * 8 < p.n ? ge * 8 : p.n;
   const ActParams act = p.act;  // see forward_range
   C yv[kChunk], dv[kChunk];
-  unsigned char bv[kChunk], okv[kChunk];  // bytes, not bool: GCC vectorises these
+  unsigned char bv[kChunk]; // bytes, not bool: GCC vectorises these
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
     const int64_t len = end - c0 < kChunk ? end - c0 : kChunk;
     if (p.y) {
@@ -111,25 +204,22 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
     } else {
       for (int64_t i = 0; i < len; ++i) yv[i] = C(0);
     }
-    if (p.bits) {
-      const uint8_t* bits = p.bits + c0 / 8;
-      for (int64_t g = 0; g < (len + 7) / 8; ++g) {
-        const unsigned byte = bits[g];
-        for (int j = 0; j < 8; ++j) bv[8 * g + j] = (byte >> j) & 1u;
+    int64_t done = 0;
+#if defined(__AVX2__)
+    if constexpr (has_fast_inverse<A>() && sizeof(C) == sizeof(float))
+      done = table_derivatives8<A>(yv, p.bits + c0 / 8, dv, len);
+#endif
+    if (done < len) {
+      if (p.bits) {
+        const uint8_t* bits = p.bits + c0 / 8;
+        for (int64_t g = done / 8; g < (len + 7) / 8; ++g) {
+          const unsigned byte = bits[g];
+          for (int j = 0; j < 8; ++j) bv[8 * g + j] = (byte >> j) & 1u;
+        }
+      } else {
+        for (int64_t i = done; i < len; ++i) bv[i] = 0;
       }
-    } else {
-      for (int64_t i = 0; i < len; ++i) bv[i] = 0;
-    }
-    if constexpr (has_fast_inverse<A>() && sizeof(C) == sizeof(float)) {
-      for (int64_t i = 0; i < len; ++i) {
-        bool ok;
-        dv[i] = detail::fast_inverse_derivative<A, C>(yv[i], bv[i] != 0, ok);
-        okv[i] = ok ? 1 : 0;
-      }
-      for (int64_t i = 0; i < len; ++i)
-        if (!okv[i]) dv[i] = ActMath<A>::grad_from_output(yv[i], bv[i] != 0, act);
-    } else {
-      for (int64_t i = 0; i < len; ++i)
+      for (int64_t i = done; i < len; ++i)
         dv[i] = ActMath<A>::grad_from_output(yv[i], bv[i] != 0, act);
     }
     const S* __restrict g = p.grad + c0;

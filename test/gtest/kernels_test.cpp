@@ -350,6 +350,77 @@ TEST(NonFinite, EluOverflowAndSign) {
   EXPECT_EQ(ActMath<Act::Elu>::grad_from_output(yr, false, c), 0.f);
 }
 
+// fp32 backward of the inverting activations: derivative_tables.h, one
+// polynomial per element. Against the exact derivative at the exact preimage
+// of each float y (the double inversion), away from x* (where float(y*)'s own
+// rounding dominates and the guard band keeps inputs exactly): within the
+// table's error (generator: <= 1.4e-7) plus t's rounding. Both the scalar
+// function (CUDA's, the baseline loops') and the CPU loops (AVX2 vpermps).
+template <Act A>
+void check_derivative_table() {
+  ActParams p = params_for(A);
+  p.band = 0;
+  const double xs = detail::min_info<A>().x;
+  std::vector<float> y;
+  std::vector<double> ref;
+  std::vector<bool> right;
+  auto add = [&](double x) {
+    if (std::fabs(x - xs) < 0.05) return;
+    const float yf = float(ActMath<A>::forward(x, p));
+    const bool b = ActMath<A>::bit(x, p);
+    y.push_back(yf);
+    right.push_back(b);
+    ref.push_back(ActMath<A>::grad_from_output(double(yf), b, p));
+  };
+  for (int i = 0; i <= 400000; ++i) add(-60.0 + 120.0 * i / 400000.0);
+  std::mt19937 rng(3);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  for (int i = 0; i < 100000; ++i) add(dist(rng));
+  const int64_t n = int64_t(y.size());
+  std::vector<uint8_t> bits(groups_for(n), 0);
+  for (int64_t i = 0; i < n; ++i)
+    if (right[i]) bits[i / 8] |= uint8_t(1u << (i % 8));
+  std::vector<float> g(n, 1.f), gi(n);
+  BackwardArgs ba;
+  ba.grad = g.data();
+  ba.y = y.data();
+  ba.bits = bits.data();
+  ba.grad_in = gi.data();
+  ba.n = n;
+  ba.act = p;
+  backward_cpu(A, DType::Float, ba, 0, groups_for(n));
+  double worst_scalar = 0, worst_loop = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = detail::derivative_from_table<A>(y[i], right[i]);
+    ASSERT_NEAR(d, ref[i], 3e-7) << "y=" << y[i] << " right=" << right[i];
+    ASSERT_NEAR(double(gi[i]), ref[i], 3e-7) << "y=" << y[i] << " right=" << right[i];
+    worst_scalar = std::max(worst_scalar, std::fabs(d - ref[i]));
+    worst_loop = std::max(worst_loop, std::fabs(gi[i] - ref[i]));
+  }
+  std::printf("derivative table: max |error| scalar %.2e, CPU loops %.2e\n", worst_scalar,
+              worst_loop);
+}
+
+TEST(DerivativeTables, Fp32WithinTableError) {
+  check_derivative_table<Act::Gelu>();
+  check_derivative_table<Act::GeluTanh>();
+  check_derivative_table<Act::Silu>();
+  check_derivative_table<Act::Mish>();
+}
+
+// The table's edges: f'(x*) = 0 at (and rounded below) the minimum, an
+// underflowed left output gives +0, the right branch's end gives 1 exactly.
+TEST(DerivativeTables, Edges) {
+  const float ys = float(detail::min_info<Act::Gelu>().y);
+  EXPECT_EQ(detail::derivative_from_table<Act::Gelu>(ys, true), 0.f);
+  EXPECT_EQ(detail::derivative_from_table<Act::Gelu>(std::nextafter(ys, -1.f), false), 0.f);
+  const float z = detail::derivative_from_table<Act::Gelu>(-0.f, false);
+  EXPECT_EQ(z, 0.f);
+  EXPECT_FALSE(std::signbit(z));
+  EXPECT_EQ(detail::derivative_from_table<Act::Silu>(1e30f, true), 1.f);
+  EXPECT_EQ(detail::derivative_from_table<Act::Mish>(7e3f, true), 1.f);
+}
+
 TEST(Inversion, DoubleMatchesInputFormula) {
   check_inverse<Act::Gelu>(-9, 20, 1e-4);
   check_inverse<Act::GeluTanh>(-8, 20, 1e-4);

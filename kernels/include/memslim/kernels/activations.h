@@ -32,6 +32,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "memslim/kernels/derivative_tables.h"
 #include "memslim/kernels/hd.h"
 #include "memslim/kernels/inverse_fits.h"
 
@@ -291,23 +292,12 @@ template <Act A, typename T> MEMSLIM_HD T sqrt_newton_derivative(T x, T s, T lo,
   return fp;
 }
 
-// From a fitted guess (error <= 1.5e-4 in x): in float, one evaluation and
-// one Newton step x1 = x0 + d, d = (y - f)/f', with the derivative carried to
-// x1 by f'(x1) ~ f' + f'' d. Its error is f'''d^2/2 plus f'' times x1's own
-// error (f''/2f') d^2: <= 4e-6 even at the guard band's edge, where f' is
-// smallest. A larger step (a guess off its range) falls back to iterating; so
-// does double, which needs full precision for gradcheck.
-// With `near_min` (the t-fits, either side of x*; `right`: the branch) the
-// fallback is sqrt_newton_derivative; the tail fit's is Newton on f.
+// From a fitted guess (error <= 1.5e-4 in x, double only: float takes
+// derivative_from_table), Newton to full precision. With `near_min` (the
+// t-fits, either side of x*; `right`: the branch) it runs on the square-root
+// form (sqrt_newton_derivative); the tail fit's is Newton on f.
 template <Act A, typename T>
 MEMSLIM_HD T fitted_derivative(T x, T y, T lo, T hi, bool near_min = false, bool right = false) {
-  if (sizeof(T) == sizeof(float)) {
-    x = m::min(m::max(x, lo), hi);
-    T f, fp, fpp;
-    eval_accurate<A, T>(x, f, fp, fpp);
-    const T d = (y - f) / fp;
-    if (m::fabs(d) <= T(2e-4) * (T(1) + m::fabs(x))) return fp + fpp * d;
-  }
   if (near_min) {
     const T t = m::sqrt(y - T(min_info<A>().y));
     return sqrt_newton_derivative<A, T>(x, right ? t : -t, lo, hi);
@@ -315,37 +305,59 @@ MEMSLIM_HD T fitted_derivative(T x, T y, T lo, T hi, bool near_min = false, bool
   return newton_derivative<A, T>(x, y, lo, hi);
 }
 
-// Branch-free common case (float): both fits evaluated, the branch selected,
-// one evaluation and the f''-corrected Newton step of fitted_derivative. `ok`
-// is false where it does not apply (outside the fits' ranges, at or below the
-// minimum, y == 0 on the right branch, a step too large to trust); the caller
-// then takes derivative_by_inversion's general path. Written without
-// branches so the CPU loops vectorise it (libmvec) and CUDA threads of a warp
-// stay converged; for the elements where it applies it computes exactly what
-// fitted_derivative computes.
-template <Act A, typename T> MEMSLIM_HD T fast_inverse_derivative(T y, bool right, bool& ok) {
-  using Fit = FitFor<A>;
-  const MinInfo mi = min_info<A>();
-  const T xs = T(mi.x), ys = T(mi.y);
-  const T t = m::sqrt(m::max(y - ys, T(0)));
-  const T w = m::sqrt(m::max(T(-2) * fast_log(m::max(-y, T(1e-30))), T(0)));
-  const T xr = Fit::Right::guess(t);
-  const T xl = Fit::Left::guess(t);
-  const T xt = Fit::Tail::guess(w);
-  const bool near = y <= T(Fit::Left::y_end);  // left branch, within the t-fit
-  // The right bracket's lower end (max(x*, y) for y > 0) and the left one's.
-  const T lo = right ? (y > T(0) ? m::max(xs, y) : xs) : T(Fit::Tail::x_end) - T(0.5);
-  const T hi = right ? (y > T(0) ? T(2) * y : T(0)) : xs;
-  const T x = m::min(m::max(right ? xr : (near ? xl : xt), lo), hi);
-  T f, fp, fpp;
-  eval_accurate<A, T>(x, f, fp, fpp);
-  const T d = (y - f) / fp;
-  // Bitwise logic, not ?: between bools: GCC cannot vectorise a select of bools.
-  const bool right_ok = (y <= T(Fit::Right::y_end)) & (y != T(0));
-  const bool left_ok = y <= T(Fit::Tail::y_end);
-  const bool in_range = (right & right_ok) | (!right & left_ok);
-  ok = (y > ys) & in_range & (m::fabs(d) <= T(2e-4) * (T(1) + m::fabs(x)));
-  return fp + fpp * d;
+template <Act A>
+struct DerivFor;
+template <>
+struct DerivFor<Act::Gelu> {
+  using type = tables::GeluDeriv;
+};
+template <>
+struct DerivFor<Act::GeluTanh> {
+  using type = tables::GeluTanhDeriv;
+};
+template <>
+struct DerivFor<Act::Silu> {
+  using type = tables::SiluDeriv;
+};
+template <>
+struct DerivFor<Act::Mish> {
+  using type = tables::MishDeriv;
+};
+
+// fp32: f'(x) straight from y and the branch bit, one polynomial of
+// derivative_tables.h per element (no inversion, no erfc / exp): error
+// <= 1.5e-7 against float64 for every finite y (the table's max error), so
+// within aten's own fp32 backward error. Right branch: pieces in t =
+// sqrt(y - y*), f' = 1 beyond the table; left: pieces in t down to kLeftEnd,
+// then the tail, f' = y * p(w), w = sqrt(-2 log(-y)) clamped at the table's
+// far end (|f'| < 1e-14 there; an underflowed y = 0 gives 0). At or below
+// y* (rounding): f'(x*) = 0 exactly. Non-finite y is the caller's (NaN, as aten).
+// The CPU loops evaluate the same table 8 / 16 lanes at a time (cpu_loops_impl.h).
+template <Act A>
+MEMSLIM_HD float derivative_from_table(float y, bool right) {
+  using D = typename DerivFor<A>::type;
+  // y - y* with y* as a float pair: y - ys is exact near the minimum
+  // (Sterbenz), so only y's own rounding is left (float(y*) alone is off by
+  // up to 1.5e-8, which moved f' by 3e-7 at |x - x*| = 0.05).
+  const float ys = float(min_info<A>().y);
+  const float ys_lo = float(min_info<A>().y - double(ys));
+  const float t = m::sqrt(m::max((y - ys) - ys_lo, 0.f));
+  const bool tail = !right & (y > D::kLeftEnd);
+  const float w = m::sqrt(m::max(-2.f * fast_log(m::max(-y, 1e-30f)), 0.f));
+  const float v = tail ? w : t;
+  const float v0 = right ? D::kV0Right : tail ? D::kV0Tail : D::kV0Left;
+  const float scale = right ? D::kScaleRight : tail ? D::kScaleTail : D::kScaleLeft;
+  const float pieces = right ? D::kPiecesRight : tail ? D::kPiecesTail : D::kPiecesLeft;
+  const float base = right ? D::kBaseRight : tail ? D::kBaseTail : D::kBaseLeft;
+  const float u = m::min(m::max((v - v0) * scale, 0.f), pieces);
+  const float j = m::min(float(int(u)), pieces - 1.f);
+  const float s = 2.f * (u - j) - 1.f;
+  const int p = int(base + j);
+  float acc = D::coef(D::kDegree * tables::kPieces + p);
+  for (int k = D::kDegree - 1; k >= 0; --k) acc = m::fma(acc, s, D::coef(k * tables::kPieces + p));
+  float d = tail ? y * acc + 0.f : acc; // + 0: an underflowed -0.0 gives +0
+  d = (right & (y > D::kRightEnd)) ? 1.f : d;
+  return t > 0.f ? d : 0.f;
 }
 
 // f'(x) at the x with f(x) = y on the chosen branch (right: x >= x*).
@@ -357,14 +369,10 @@ template <Act A, typename T> MEMSLIM_HD T fast_inverse_derivative(T y, bool righ
 template <Act A, typename T> MEMSLIM_HD T derivative_by_inversion(T y, bool right) {
   using Fit = FitFor<A>;
   using L = iter_limits<T>;
-  if (sizeof(T) == sizeof(float)) {
-    bool ok;
-    const T d = fast_inverse_derivative<A, T>(y, right, ok);
-    if (ok) return d;
-  }
   // A NaN or +-inf input (the only way to a non-finite output): aten's
   // formulas give NaN (inf * 0, NaN arithmetic), and so does this.
   if (!(m::fabs(y) <= L::finite_max)) return T(NAN);
+  if constexpr (sizeof(T) == sizeof(float)) return derivative_from_table<A>(y, right);
   const MinInfo mi = min_info<A>();
   const T xs = T(mi.x), ys = T(mi.y);
   if (!(y > ys)) return T(0);  // at (or rounded below) the minimum: f'(x*) = 0

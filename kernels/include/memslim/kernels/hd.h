@@ -54,6 +54,8 @@ MEMSLIM_HD float sqrt(float x) { return ::sqrtf(x); }
 MEMSLIM_HD double sqrt(double x) { return ::sqrt(x); }
 MEMSLIM_HD float fabs(float x) { return ::fabsf(x); }
 MEMSLIM_HD double fabs(double x) { return ::fabs(x); }
+MEMSLIM_HD float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
+MEMSLIM_HD double fma(double a, double b, double c) { return ::fma(a, b, c); }
 template <typename T> MEMSLIM_HD T min(T a, T b) { return b < a ? b : a; }
 template <typename T> MEMSLIM_HD T max(T a, T b) { return a < b ? b : a; }
 template <typename T> MEMSLIM_HD bool isnan(T x) { return x != x; }
