@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "simd_math.h"
 #if defined(__AVX2__)
@@ -33,6 +34,47 @@ template <Act A> constexpr bool has_fast_inverse() {
   return A == Act::Gelu || A == Act::GeluTanh || A == Act::Silu || A == Act::Mish;
 }
 
+#if defined(__AVX2__)
+// InvertedAtMinimum's bit and exact (activations.h), 8 fp32 lanes at a time:
+// the bit byte straight from movemask, exact elements from their mask's set
+// bits, in index order. `len` a multiple of 8.
+template <Act A>
+void inverted_flags8(const float* __restrict x, const float* __restrict y, const ActParams& act,
+                     int64_t len, uint8_t* __restrict bits, const ForwardParams<float>* ex,
+                     int64_t c0) {
+  using L = detail::iter_limits<float>;
+  const __m256 xs = _mm256_set1_ps(float(detail::min_info<A>().x));
+  const __m256 band = _mm256_set1_ps(float(act.band));
+  const __m256 huge = _mm256_set1_ps(L::huge), fmax = _mm256_set1_ps(L::finite_max);
+  const __m256 scale = _mm256_set1_ps(float(act.out_scale)),
+               out_max = _mm256_set1_ps(float(act.out_max));
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t i = 0; i < len; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    if (bits) bits[i / 8] = uint8_t(_mm256_movemask_ps(_mm256_cmp_ps(xv, xs, _CMP_NLT_UQ)));
+    if (!ex) continue;
+    const __m256 ax = _mm256_and_ps(xv, abs_mask);
+    const __m256 fin = _mm256_cmp_ps(ax, fmax, _CMP_LE_OQ);
+    const __m256 band_in =
+        _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(xv, xs), abs_mask), band, _CMP_LT_OQ);
+    const __m256 big = _mm256_and_ps(_mm256_cmp_ps(ax, huge, _CMP_GT_OQ), fin);
+    const __m256 ovf = _mm256_and_ps(
+        _mm256_cmp_ps(_mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(y + i), scale), abs_mask),
+                      out_max, _CMP_GE_OQ),
+        fin);
+    for (uint32_t m = uint32_t(_mm256_movemask_ps(_mm256_or_ps(band_in, _mm256_or_ps(big, ovf))));
+         m; m &= m - 1) {
+      const int64_t j = i + __builtin_ctz(m);
+      const unsigned long long k = atomic_add(ex->exact_count, 1ull);
+      if (int64_t(k) < ex->exact_cap) {
+        ex->exact_idx[k] = int32_t(c0 + j);
+        ex->exact_val[k] = x[j];
+      }
+    }
+  }
+}
+#endif
+
 template <Act A, typename S>
 void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
   using C = typename compute_type<S>::type;
@@ -51,44 +93,56 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
       S* __restrict y = p.y + c0;
       for (int64_t i = 0; i < len; ++i) y[i] = store<S>(ActMath<A>::forward(xv[i], act));
     }
-    if (p.bits) {
-      for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::bit(xv[i], act) ? 1 : 0;
-      for (int64_t i = len; i < ((len + 7) & ~int64_t(7)); ++i) bv[i] = 0;
-      uint8_t* __restrict bits = p.bits + c0 / 8;
-      const int64_t groups = (len + 7) / 8;
-      int64_t g = 0;
+    // One pass of flags per element, bit 0 the branch bit and bit 1 "keep
+    // exactly" (decided from x and the output as stored: elu keeps overflowed
+    // ones), then 32 flags at a time: movemask packs the bits, and the exact
+    // elements (0.1% on N(0, 1) inputs) are found by their set bits.
+    const bool want_bits = p.bits != nullptr, want_exact = p.exact_idx != nullptr;
+    if (!want_bits && !want_exact) continue;
 #if defined(__AVX2__)
-      // 32 flags (0/1 bytes) -> 4 packed bytes: bit 0 of each byte to its top bit,
-      // then movemask (bit i = element i, little-endian: byte k = elements 8k..8k+7).
-      for (; g + 4 <= groups; g += 4) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bv + 8 * g));
-        const uint32_t m = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)));
-        std::memcpy(bits + g, &m, 4);
-      }
-#endif
-      for (; g < groups; ++g) {
-        const unsigned char* b = bv + 8 * g;
-        bits[g] = uint8_t(b[0] | b[1] << 1 | b[2] << 2 | b[3] << 3 | b[4] << 4 | b[5] << 5 |
-                          b[6] << 6 | b[7] << 7);
+    if constexpr (has_fast_inverse<A>() && std::is_same_v<S, float>) {
+      if (p.y && len == kChunk) {
+        inverted_flags8<A>(xv, p.y + c0, act, len, want_bits ? p.bits + c0 / 8 : nullptr,
+                           want_exact ? &p : nullptr, c0);
+        continue;
       }
     }
-    if (p.exact_idx) {
-      // Decided from x and the output as stored (elu keeps overflowed ones).
-      if (p.y) {
-        for (int64_t i = 0; i < len; ++i)
-          bv[i] = ActMath<A>::exact(xv[i], load<C>(p.y[c0 + i]), act) ? 1 : 0;
-      } else {
-        for (int64_t i = 0; i < len; ++i) {
-          const C yi = load<C>(store<S>(ActMath<A>::forward(xv[i], act)));
-          bv[i] = ActMath<A>::exact(xv[i], yi, act) ? 1 : 0;
-        }
-      }
-      // Most chunks hold no exact element: one vectorised OR decides.
-      unsigned char any = 0;
-      for (int64_t i = 0; i < len; ++i) any |= bv[i];
-      if (!any) continue;
+#endif
+    if (want_exact && p.y) {
+      for (int64_t i = 0; i < len; ++i)
+        bv[i] = (ActMath<A>::bit(xv[i], act) ? 1 : 0) |
+                (ActMath<A>::exact(xv[i], load<C>(p.y[c0 + i]), act) ? 2 : 0);
+    } else if (want_exact) {
       for (int64_t i = 0; i < len; ++i) {
-        if (!bv[i]) continue;
+        const C yi = load<C>(store<S>(ActMath<A>::forward(xv[i], act)));
+        bv[i] = (ActMath<A>::bit(xv[i], act) ? 1 : 0) | (ActMath<A>::exact(xv[i], yi, act) ? 2 : 0);
+      }
+    } else {
+      for (int64_t i = 0; i < len; ++i) bv[i] = ActMath<A>::bit(xv[i], act) ? 1 : 0;
+    }
+    const int64_t padded = (len + 31) & ~int64_t(31);
+    for (int64_t i = len; i < padded; ++i) bv[i] = 0;
+    uint8_t* __restrict bits = want_bits ? p.bits + c0 / 8 : nullptr;
+    const int64_t groups = (len + 7) / 8;
+    for (int64_t b0 = 0; b0 < padded; b0 += 32) {
+      uint32_t bit_mask = 0, exact_mask = 0;
+#if defined(__AVX2__)
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bv + b0));
+      bit_mask = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(v, 7)));
+      exact_mask = uint32_t(_mm256_movemask_epi8(_mm256_slli_epi16(v, 6)));
+#else
+      for (int j = 0; j < 32; ++j) {
+        bit_mask |= uint32_t(bv[b0 + j] & 1u) << j;
+        exact_mask |= uint32_t((bv[b0 + j] >> 1) & 1u) << j;
+      }
+#endif
+      if (want_bits) {
+        // bit i = element i, little-endian: byte k = elements 8k..8k+7.
+        for (int k = 0; k < 4 && b0 / 8 + k < groups; ++k)
+          bits[b0 / 8 + k] = uint8_t(bit_mask >> (8 * k));
+      }
+      for (; want_exact && exact_mask; exact_mask &= exact_mask - 1) {
+        const int64_t i = b0 + __builtin_ctz(exact_mask);
         const unsigned long long k = atomic_add(p.exact_count, 1ull);
         if (int64_t(k) < p.exact_cap) {
           p.exact_idx[k] = int32_t(c0 + i);
