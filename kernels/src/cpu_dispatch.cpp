@@ -1,10 +1,13 @@
 //===- cpu_dispatch.cpp - pick the CPU loops for this processor ------------===//
 //
-// What: the public CPU entry points of launch.h forward to the AVX2+FMA build of
-// the loops when the processor has both (checked once), else to the baseline
-// build. Both builds compute the same per-element math.
+// What: the public CPU entry points of launch.h forward to the AVX-512 build of
+// the loops where the processor has it, else the AVX2+FMA build, else the
+// baseline build (checked once). All compute the same per-element math.
 //
 //===----------------------------------------------------------------------===//
+#include <cstdlib>
+#include <string>
+
 #include "memslim/kernels/launch.h"
 
 namespace memslim {
@@ -24,21 +27,50 @@ MEMSLIM_DECLARE_CPU(baseline)
 #ifdef MEMSLIM_HAVE_AVX2_LOOPS
 MEMSLIM_DECLARE_CPU(avx2)
 #endif
+#ifdef MEMSLIM_HAVE_AVX512_LOOPS
+MEMSLIM_DECLARE_CPU(avx512)
+#endif
 #undef MEMSLIM_DECLARE_CPU
 
 namespace {
-bool use_avx2() {
+// Which build of the loops this processor runs, checked once. The
+// MEMSLIM_CPU_LOOPS environment variable (baseline, avx2, avx512) caps it, so
+// tests and benchmarks can compare the builds on one machine.
+enum class Isa { Baseline, Avx2, Avx512 };
+Isa detect_isa() {
+  Isa best = Isa::Baseline;
 #ifdef MEMSLIM_HAVE_AVX2_LOOPS
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-#else
-  return false;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::Avx2;
 #endif
+#ifdef MEMSLIM_HAVE_AVX512_LOOPS
+  if (best == Isa::Avx2 && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    best = Isa::Avx512;
+#endif
+  if (const char* cap = std::getenv("MEMSLIM_CPU_LOOPS")) {
+    const std::string c(cap);
+    if (c == "baseline")
+      best = Isa::Baseline;
+    else if (c == "avx2" && best == Isa::Avx512)
+      best = Isa::Avx2;
+  }
+  return best;
+}
+Isa isa() {
+  static const Isa i = detect_isa();
+  return i;
 }
 } // namespace
 
-#ifdef MEMSLIM_HAVE_AVX2_LOOPS
-#define MEMSLIM_PICK(FN, ...) (use_avx2() ? avx2::FN(__VA_ARGS__) : baseline::FN(__VA_ARGS__))
+#if defined(MEMSLIM_HAVE_AVX512_LOOPS)
+#define MEMSLIM_PICK(FN, ...)                     \
+  (isa() == Isa::Avx512 ? avx512::FN(__VA_ARGS__) \
+   : isa() == Isa::Avx2 ? avx2::FN(__VA_ARGS__)   \
+                        : baseline::FN(__VA_ARGS__))
+#elif defined(MEMSLIM_HAVE_AVX2_LOOPS)
+#define MEMSLIM_PICK(FN, ...) \
+  (isa() == Isa::Avx2 ? avx2::FN(__VA_ARGS__) : baseline::FN(__VA_ARGS__))
 #else
 #define MEMSLIM_PICK(FN, ...) baseline::FN(__VA_ARGS__)
 #endif

@@ -35,35 +35,172 @@ template <Act A> constexpr bool has_fast_inverse() {
 }
 
 #if defined(__AVX2__)
-// InvertedAtMinimum's bit and exact (activations.h), 8 fp32 lanes at a time:
-// the bit byte straight from movemask, exact elements from their mask's set
-// bits, in index order. `len` a multiple of 8.
+// ---- fp32 lanes for the inverting activations (AVX2: 8, AVX-512: 16) -----
+// GCC vector extensions, so one body serves both widths; the few operations
+// they lack (sqrt, lane selection from a table) are per-width intrinsics.
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+#else
+constexpr int kLanes = 8;
+#endif
+typedef float vf __attribute__((vector_size(kLanes * 4)));
+typedef int32_t vi __attribute__((vector_size(kLanes * 4)));
+
+MEMSLIM_HD vf vload(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+MEMSLIM_HD void vstore(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+MEMSLIM_HD vf vsqrt(vf v) {
+#if defined(__AVX512F__)
+  return vf(_mm512_sqrt_ps(__m512(v)));
+#else
+  return vf(_mm256_sqrt_ps(__m256(v)));
+#endif
+}
+// Lane l of the result: table[idx[l]], idx in [0, 8).
+MEMSLIM_HD vf vpermute8(const float* table8, vi idx) {
+#if defined(__AVX512F__)
+  const __m512 t = _mm512_broadcast_f32x8(_mm256_loadu_ps(table8));
+  return vf(_mm512_permutexvar_ps(__m512i(idx), t));
+#else
+  return vf(_mm256_permutevar8x32_ps(_mm256_loadu_ps(table8), __m256i(idx)));
+#endif
+}
+MEMSLIM_HD uint32_t vmask(vi m) { // lane l's sign bit -> bit l
+#if defined(__AVX512F__)
+  return _mm512_movepi32_mask(__m512i(m));
+#else
+  return uint32_t(_mm256_movemask_ps(__m256(m)));
+#endif
+}
+// Lanes from packed bits (kLanes / 8 bytes): all-ones where the bit is set.
+MEMSLIM_HD vi vbits(const uint8_t* bits) {
+  uint32_t word = 0;
+  std::memcpy(&word, bits, kLanes / 8);
+  vi lane;
+  for (int l = 0; l < kLanes; ++l) lane[l] = int32_t(1u << l);
+  return ((vi{} + int32_t(word)) & lane) != 0;
+}
+MEMSLIM_HD vf vmin(vf a, vf b) { return b < a ? b : a; } // m::min / m::max, lane by lane
+MEMSLIM_HD vf vmax(vf a, vf b) { return a < b ? b : a; }
+
+// hd.h's fast_log, lane by lane: the same operations in the same order.
+MEMSLIM_HD vf vfast_log(vf v) {
+  const vi u = vi(v);
+  vi e = ((u >> 23) & 0xff) - 127;
+  vf mnt = vf((u & 0x7fffff) | 0x3f800000);
+  const vi big = mnt > 1.41421356f;
+  mnt = big ? mnt * 0.5f : mnt;
+  e = e - big; // big lanes are -1: e + 1
+  const vf z = (mnt - 1.f) / (mnt + 1.f);
+  const vf z2 = z * z;
+  const vf series =
+      z * (2.f + z2 * (0.6666666667f + z2 * (0.4f + z2 * (0.2857142857f + z2 * 0.2222222222f))));
+  return __builtin_convertvector(e, vf) * 0.69314718056f + series;
+}
+
+// derivative_from_table (activations.h) for U vectors of kLanes elements:
+// each lane's branch picks its piece, one table lookup per coefficient
+// (vpermps). The U Horner chains are interleaved: one chain is FMA-latency
+// bound (4 cycles per coefficient), U of them fill the pipeline. NaN for a
+// non-finite y, as derivative_by_inversion.
+template <Act A, int U>
+MEMSLIM_HD void table_derivative_lanes(const vf* y, const vi* right, vf* d) {
+  using D = typename detail::DerivFor<A>::type;
+  static_assert(tables::kPieces == 8, "one vpermps selects among 8 pieces");
+  static const float v0t[8] = {D::kV0Right, D::kV0Left, D::kV0Tail};
+  static const float scalet[8] = {D::kScaleRight, D::kScaleLeft, D::kScaleTail};
+  static const float piecest[8] = {D::kPiecesRight, D::kPiecesLeft, D::kPiecesTail};
+  static const float baset[8] = {D::kBaseRight, D::kBaseLeft, D::kBaseTail};
+  const float ys = float(detail::min_info<A>().y);
+  const float ys_lo = float(detail::min_info<A>().y - double(ys));
+  const vf zero = vf{};
+  vf t[U], v[U], s[U], acc[U];
+  vi tail[U], p[U];
+  vi any_tail = vi{};
+  for (int q = 0; q < U; ++q) {
+    t[q] = vsqrt(vmax((y[q] - ys) - ys_lo, zero));
+    tail[q] = ~right[q] & (y[q] > D::kLeftEnd);
+    any_tail |= tail[q];
+    v[q] = t[q];
+  }
+  if (vmask(any_tail)) { // on N(0, 1) inputs 2% of lanes
+    for (int q = 0; q < U; ++q) {
+      const vf w = vsqrt(vmax(-2.f * vfast_log(vmax(-y[q], zero + 1e-30f)), zero));
+      v[q] = tail[q] ? w : t[q];
+    }
+  }
+  for (int q = 0; q < U; ++q) {
+    const vi b = (~right[q] & 1) + (tail[q] & 1); // right 0, left 1, tail 2
+    const vf pieces = vpermute8(piecest, b);
+    const vf u = vmin(vmax((v[q] - vpermute8(v0t, b)) * vpermute8(scalet, b), zero), pieces);
+    const vf j = vmin(__builtin_convertvector(__builtin_convertvector(u, vi), vf), pieces - 1.f);
+    s[q] = 2.f * (u - j) - 1.f;
+    p[q] = __builtin_convertvector(vpermute8(baset, b) + j, vi);
+    acc[q] = vpermute8(D::kCoef + tables::kPieces * D::kDegree, p[q]);
+  }
+  for (int k = D::kDegree - 1; k >= 0; --k)
+    for (int q = 0; q < U; ++q)
+      acc[q] = acc[q] * s[q] + vpermute8(D::kCoef + tables::kPieces * k, p[q]);
+  for (int q = 0; q < U; ++q) {
+    vf dq = tail[q] ? y[q] * acc[q] + 0.f : acc[q];
+    dq = (right[q] & (y[q] > D::kRightEnd)) ? zero + 1.f : dq;
+    dq = t[q] > 0.f ? dq : zero;
+    const vi finite =
+        vi(vf(vi(y[q]) & 0x7fffffff)) <= vi(vf{} + detail::iter_limits<float>::finite_max);
+    d[q] = finite ? dq : zero + NAN;
+  }
+}
+
+// Derivatives of elements [0, len) into d (grad == nullptr) or grad * d into
+// d; returns how many were done (len rounded down to a whole block).
 template <Act A>
-void inverted_flags8(const float* __restrict x, const float* __restrict y, const ActParams& act,
-                     int64_t len, uint8_t* __restrict bits, const ForwardParams<float>* ex,
-                     int64_t c0) {
+int64_t table_derivatives(const float* __restrict y, const uint8_t* __restrict bits,
+                          const float* __restrict grad, float* __restrict d, int64_t len) {
+  constexpr int U = 32 / kLanes; // interleaved chains: 4 with AVX2, 2 with AVX-512
+  constexpr int64_t block = int64_t(U) * kLanes;
+  int64_t i = 0;
+  for (; i + block <= len; i += block) {
+    vf yv[U], dv[U];
+    vi rv[U];
+    for (int q = 0; q < U; ++q) {
+      yv[q] = vload(y + i + q * kLanes);
+      rv[q] = vbits(bits + (i + q * kLanes) / 8);
+    }
+    table_derivative_lanes<A, U>(yv, rv, dv);
+    for (int q = 0; q < U; ++q)
+      vstore(d + i + q * kLanes, grad ? vload(grad + i + q * kLanes) * dv[q] : dv[q]);
+  }
+  return i;
+}
+
+// InvertedAtMinimum's bit and exact (activations.h) for fp32, kLanes at a
+// time: the bit bytes straight from the compare mask, exact elements from
+// their mask's set bits, in index order. `len` a multiple of kLanes.
+template <Act A>
+void inverted_flags(const float* __restrict x, const float* __restrict y, const ActParams& act,
+                    int64_t len, uint8_t* __restrict bits, const ForwardParams<float>* ex,
+                    int64_t c0) {
   using L = detail::iter_limits<float>;
-  const __m256 xs = _mm256_set1_ps(float(detail::min_info<A>().x));
-  const __m256 band = _mm256_set1_ps(float(act.band));
-  const __m256 huge = _mm256_set1_ps(L::huge), fmax = _mm256_set1_ps(L::finite_max);
-  const __m256 scale = _mm256_set1_ps(float(act.out_scale)),
-               out_max = _mm256_set1_ps(float(act.out_max));
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  for (int64_t i = 0; i < len; i += 8) {
-    const __m256 xv = _mm256_loadu_ps(x + i);
-    if (bits) bits[i / 8] = uint8_t(_mm256_movemask_ps(_mm256_cmp_ps(xv, xs, _CMP_NLT_UQ)));
+  const float xs = float(detail::min_info<A>().x), band = float(act.band);
+  const float scale = float(act.out_scale), out_max = float(act.out_max);
+  for (int64_t i = 0; i < len; i += kLanes) {
+    const vf xv = vload(x + i);
+    if (bits) {
+      const uint32_t m = vmask(~(xv < xs)); // !(x < x*): NaN sets the bit, as bit()
+      std::memcpy(bits + i / 8, &m, kLanes / 8);
+    }
     if (!ex) continue;
-    const __m256 ax = _mm256_and_ps(xv, abs_mask);
-    const __m256 fin = _mm256_cmp_ps(ax, fmax, _CMP_LE_OQ);
-    const __m256 band_in =
-        _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(xv, xs), abs_mask), band, _CMP_LT_OQ);
-    const __m256 big = _mm256_and_ps(_mm256_cmp_ps(ax, huge, _CMP_GT_OQ), fin);
-    const __m256 ovf = _mm256_and_ps(
-        _mm256_cmp_ps(_mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(y + i), scale), abs_mask),
-                      out_max, _CMP_GE_OQ),
-        fin);
-    for (uint32_t m = uint32_t(_mm256_movemask_ps(_mm256_or_ps(band_in, _mm256_or_ps(big, ovf))));
-         m; m &= m - 1) {
+    const vf ax = vf(vi(xv) & 0x7fffffff);
+    const vi fin = ax <= L::finite_max;
+    const vf dx = xv - xs;
+    const vi band_in = vf(vi(dx) & 0x7fffffff) < band;
+    const vi big = (ax > L::huge) & fin;
+    const vf sy = vload(y + i) * scale;
+    const vi ovf = (vf(vi(sy) & 0x7fffffff) >= out_max) & fin;
+    for (uint32_t m = vmask(band_in | big | ovf); m; m &= m - 1) {
       const int64_t j = i + __builtin_ctz(m);
       const unsigned long long k = atomic_add(ex->exact_count, 1ull);
       if (int64_t(k) < ex->exact_cap) {
@@ -102,8 +239,8 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
 #if defined(__AVX2__)
     if constexpr (has_fast_inverse<A>() && std::is_same_v<S, float>) {
       if (p.y && len == kChunk) {
-        inverted_flags8<A>(xv, p.y + c0, act, len, want_bits ? p.bits + c0 / 8 : nullptr,
-                           want_exact ? &p : nullptr, c0);
+        inverted_flags<A>(xv, p.y + c0, act, len, want_bits ? p.bits + c0 / 8 : nullptr,
+                          want_exact ? &p : nullptr, c0);
         continue;
       }
     }
@@ -153,102 +290,21 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
   }
 }
 
-#if defined(__AVX2__)
-// hd.h's fast_log, 8 lanes: the same operations in the same order.
-inline __m256 fast_log8(__m256 v) {
-  const __m256i u = _mm256_castps_si256(v);
-  __m256i e = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 23), _mm256_set1_epi32(0xff)),
-                               _mm256_set1_epi32(127));
-  __m256 mnt = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffff)),
-                                                   _mm256_set1_epi32(0x3f800000)));
-  const __m256 big = _mm256_cmp_ps(mnt, _mm256_set1_ps(1.41421356f), _CMP_GT_OQ);
-  mnt = _mm256_blendv_ps(mnt, _mm256_mul_ps(mnt, _mm256_set1_ps(0.5f)), big);
-  e = _mm256_sub_epi32(e, _mm256_castps_si256(big)); // big lanes are -1: e + 1
-  const __m256 one = _mm256_set1_ps(1.f);
-  const __m256 z = _mm256_div_ps(_mm256_sub_ps(mnt, one), _mm256_add_ps(mnt, one));
-  const __m256 z2 = _mm256_mul_ps(z, z);
-  __m256 q = _mm256_fmadd_ps(z2, _mm256_set1_ps(0.2222222222f), _mm256_set1_ps(0.2857142857f));
-  q = _mm256_fmadd_ps(z2, q, _mm256_set1_ps(0.4f));
-  q = _mm256_fmadd_ps(z2, q, _mm256_set1_ps(0.6666666667f));
-  q = _mm256_fmadd_ps(z2, q, _mm256_set1_ps(2.f));
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(e), _mm256_set1_ps(0.69314718056f),
-                         _mm256_mul_ps(z, q));
-}
-
-// derivative_from_table (activations.h), 8 lanes at a time: the branch picks
-// each lane's piece, one vpermps per coefficient reads it from the 8-entry
-// table row. NaN for a non-finite y, as derivative_by_inversion. `bits`: the
-// packed branch bits of elements [0, len); returns how many were done (len
-// rounded down to 8); the caller does the rest one by one.
-template <Act A>
-int64_t table_derivatives8(const float* __restrict y, const uint8_t* __restrict bits,
-                           float* __restrict d, int64_t len) {
-  using D = typename detail::DerivFor<A>::type;
-  static_assert(tables::kPieces == 8, "one vpermps selects among 8 pieces");
-  __m256 coef[D::kDegree + 1];
-  for (int k = 0; k <= D::kDegree; ++k) coef[k] = _mm256_loadu_ps(D::kCoef + 8 * k);
-  const __m256 v0t = _mm256_setr_ps(D::kV0Right, D::kV0Left, D::kV0Tail, 0, 0, 0, 0, 0);
-  const __m256 scalet = _mm256_setr_ps(D::kScaleRight, D::kScaleLeft, D::kScaleTail, 0, 0, 0, 0, 0);
-  const __m256 piecest =
-      _mm256_setr_ps(D::kPiecesRight, D::kPiecesLeft, D::kPiecesTail, 0, 0, 0, 0, 0);
-  const __m256 baset = _mm256_setr_ps(D::kBaseRight, D::kBaseLeft, D::kBaseTail, 0, 0, 0, 0, 0);
-  const float ys1 = float(detail::min_info<A>().y);
-  const __m256 ys = _mm256_set1_ps(ys1);
-  const __m256 ys_lo = _mm256_set1_ps(float(detail::min_info<A>().y - double(ys1)));
-  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.f), two = _mm256_set1_ps(2.f);
-  const __m256 left_end = _mm256_set1_ps(D::kLeftEnd), right_end = _mm256_set1_ps(D::kRightEnd);
-  const __m256 fmax = _mm256_set1_ps(iter_limits_float_max());
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  int64_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    const __m256 yv = _mm256_loadu_ps(y + i);
-    const __m256i byte = _mm256_set1_epi32(bits[i / 8]);
-    const __m256 right =
-        _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(byte, lane_bit), lane_bit));
-    const __m256 t =
-        _mm256_sqrt_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_sub_ps(yv, ys), ys_lo), zero));
-    const __m256 tail = _mm256_andnot_ps(right, _mm256_cmp_ps(yv, left_end, _CMP_GT_OQ));
-    // Branch index: right 0, left 1, tail 2.
-    __m256i b = _mm256_andnot_si256(_mm256_castps_si256(right), _mm256_set1_epi32(1));
-    b = _mm256_add_epi32(b, _mm256_and_si256(_mm256_castps_si256(tail), _mm256_set1_epi32(1)));
-    __m256 v = t;
-    if (_mm256_movemask_ps(tail)) { // ~1 vector in 6 on N(0, 1) inputs
-      const __m256 ny = _mm256_max_ps(_mm256_sub_ps(zero, yv), _mm256_set1_ps(1e-30f));
-      const __m256 w =
-          _mm256_sqrt_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_set1_ps(-2.f), fast_log8(ny)), zero));
-      v = _mm256_blendv_ps(t, w, tail);
-    }
-    const __m256 pieces = _mm256_permutevar8x32_ps(piecest, b);
-    const __m256 u = _mm256_min_ps(
-        _mm256_max_ps(_mm256_mul_ps(_mm256_sub_ps(v, _mm256_permutevar8x32_ps(v0t, b)),
-                                    _mm256_permutevar8x32_ps(scalet, b)),
-                      zero),
-        pieces);
-    const __m256 j =
-        _mm256_min_ps(_mm256_cvtepi32_ps(_mm256_cvttps_epi32(u)), _mm256_sub_ps(pieces, one));
-    const __m256 s = _mm256_sub_ps(_mm256_mul_ps(two, _mm256_sub_ps(u, j)), one);
-    const __m256i p = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_permutevar8x32_ps(baset, b), j));
-    __m256 acc = _mm256_permutevar8x32_ps(coef[D::kDegree], p);
-    for (int k = D::kDegree - 1; k >= 0; --k)
-      acc = _mm256_fmadd_ps(acc, s, _mm256_permutevar8x32_ps(coef[k], p));
-    __m256 dv = _mm256_blendv_ps(acc, _mm256_add_ps(_mm256_mul_ps(yv, acc), zero), tail);
-    dv = _mm256_blendv_ps(dv, one, _mm256_and_ps(right, _mm256_cmp_ps(yv, right_end, _CMP_GT_OQ)));
-    dv = _mm256_and_ps(dv, _mm256_cmp_ps(t, zero, _CMP_GT_OQ));
-    const __m256 bad = _mm256_cmp_ps(_mm256_and_ps(yv, abs_mask), fmax, _CMP_NLE_UQ);
-    dv = _mm256_blendv_ps(dv, _mm256_set1_ps(NAN), bad);
-    _mm256_storeu_ps(d + i, dv);
-  }
-  return i;
-}
-#endif
-
 template <Act A, typename S>
 void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
   using C = typename compute_type<S>::type;
-  const int64_t begin = gb * 8;
+  int64_t begin = gb * 8;
   const int64_t end = ge * 8 < p.n ? ge * 8 : p.n;
   const ActParams act = p.act;  // see forward_range
+#if defined(__AVX2__)
+  // fp32 storage: one pass from y, bits and grad to grad_in; the chunks below
+  // take what is left (fewer than kLanes elements).
+  if constexpr (has_fast_inverse<A>() && std::is_same_v<S, float>) {
+    if (p.y && p.bits)
+      begin += table_derivatives<A>(p.y + begin, p.bits + begin / 8, p.grad + begin,
+                                    p.grad_in + begin, end - begin);
+  }
+#endif
   C yv[kChunk], dv[kChunk];
   unsigned char bv[kChunk]; // bytes, not bool: GCC vectorises these
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
@@ -261,7 +317,7 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
     int64_t done = 0;
 #if defined(__AVX2__)
     if constexpr (has_fast_inverse<A>() && sizeof(C) == sizeof(float))
-      done = table_derivatives8<A>(yv, p.bits + c0 / 8, dv, len);
+      done = table_derivatives<A>(yv, p.bits + c0 / 8, nullptr, dv, len);
 #endif
     if (done < len) {
       if (p.bits) {
