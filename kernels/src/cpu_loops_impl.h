@@ -29,6 +29,18 @@ constexpr int64_t kChunk = 512;  // elements per pass; a multiple of 8
 
 constexpr float iter_limits_float_max() { return detail::iter_limits<float>::finite_max; }
 
+template <Act A>
+constexpr SaveKind save_kind_of() {
+  switch (A) {
+#define MEMSLIM_ACT(ENUM, NAME, SAVE, NPARAMS, PARAM_NAMES) \
+  case Act::ENUM:                                           \
+    return SaveKind::SAVE;
+#include "memslim/kernels/activation_table.def"
+    default:
+      return SaveKind::Output;
+  }
+}
+
 // The activations whose fp32 backward evaluates derivative_tables.h.
 template <Act A> constexpr bool has_fast_inverse() {
   return A == Act::Gelu || A == Act::GeluTanh || A == Act::Silu || A == Act::Mish;
@@ -176,6 +188,45 @@ int64_t table_derivatives(const float* __restrict y, const uint8_t* __restrict b
   return i;
 }
 
+// Mask activations (relu, leaky_relu, hardsigmoid): grad_in = chain(grad,
+// bit ? d1 : d0), d0 / d1 the two derivatives grad_from_output gives; chain
+// selects 0 where the derivative is 0 (NaN grad_out stays 0, as aten).
+template <Act A>
+int64_t mask_backward_lanes(const uint8_t* __restrict bits, const float* __restrict grad,
+                            float* __restrict gi, int64_t len, const ActParams& act) {
+  const float d1 = ActMath<A>::grad_from_output(0.f, true, act);
+  const float d0 = ActMath<A>::grad_from_output(0.f, false, act);
+  const bool select_zero = A == Act::Relu || A == Act::Hardsigmoid || A == Act::Hardswish;
+  int64_t i = 0;
+  for (; i + kLanes <= len; i += kLanes) {
+    const vi b = vbits(bits + i / 8);
+    const vf d = b ? vf{} + d1 : vf{} + d0;
+    const vf gd = vload(grad + i) * d;
+    vstore(gi + i, select_zero ? (d == 0.f ? vf{} : gd) : gd);
+  }
+  return i;
+}
+
+// ActMath<Hardswish>::grad_from_output and chain, lane by lane.
+MEMSLIM_HD int64_t hardswish_backward_lanes(const float* __restrict y,
+                                            const uint8_t* __restrict bits,
+                                            const float* __restrict grad, float* __restrict gi,
+                                            int64_t len) {
+  int64_t i = 0;
+  const vf zero = vf{};
+  for (; i + kLanes <= len; i += kLanes) {
+    const vf yv = vload(y + i);
+    const vi b = vbits(bits + i / 8);
+    const vf r = vsqrt(vmax(9.f + 24.f * yv, zero)) / 6.f;
+    const vf left = ((yv == 0.f) | (yv != yv)) ? zero : -r;
+    const vf right = yv >= 3.f ? zero + 1.f : r;
+    const vf d = b ? left : right;
+    const vf gd = vload(grad + i) * d;
+    vstore(gi + i, d == 0.f ? zero : gd);
+  }
+  return i;
+}
+
 // InvertedAtMinimum's bit and exact (activations.h) for fp32, kLanes at a
 // time: the bit bytes straight from the compare mask, exact elements from
 // their mask's set bits, in index order. `len` a multiple of kLanes.
@@ -220,12 +271,18 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
   // A local copy: parameter loads inside a select (x > 0 ? x : x * slope) are
   // then plain register reads the vectoriser may speculate.
   const ActParams act = p.act;
-  C xv[kChunk];
+  C xbuf[std::is_same_v<S, C> ? 1 : kChunk]; // compute-type copy, 16-bit storage only
   unsigned char bv[kChunk];
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
     const int64_t len = end - c0 < kChunk ? end - c0 : kChunk;
     const S* __restrict x = p.x + c0;
-    for (int64_t i = 0; i < len; ++i) xv[i] = load<C>(x[i]);
+    const C* __restrict xv;
+    if constexpr (std::is_same_v<S, C>) {
+      xv = x;
+    } else {
+      for (int64_t i = 0; i < len; ++i) xbuf[i] = load<C>(x[i]);
+      xv = xbuf;
+    }
     if (p.y) {
       S* __restrict y = p.y + c0;
       for (int64_t i = 0; i < len; ++i) y[i] = store<S>(ActMath<A>::forward(xv[i], act));
@@ -304,7 +361,29 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
       begin += table_derivatives<A>(p.y + begin, p.bits + begin / 8, p.grad + begin,
                                     p.grad_in + begin, end - begin);
   }
+  if constexpr (A == Act::Hardswish && std::is_same_v<S, float>) {
+    if (p.y && p.bits)
+      begin += hardswish_backward_lanes(p.y + begin, p.bits + begin / 8, p.grad + begin,
+                                        p.grad_in + begin, end - begin);
+  }
+  // A mask: the derivative is one of two constants, picked by the bit.
+  if constexpr (save_kind_of<A>() == SaveKind::Mask && std::is_same_v<S, float>) {
+    if (p.bits)
+      begin += mask_backward_lanes<A>(p.bits + begin / 8, p.grad + begin, p.grad_in + begin,
+                                      end - begin, act);
+  }
 #endif
+  // Storage in the compute type and no bit: one pass, the derivative from y.
+  if constexpr (std::is_same_v<S, C> && !has_fast_inverse<A>()) {
+    if (!p.bits && p.y) {
+      const S* __restrict y = p.y;
+      const S* __restrict g = p.grad;
+      S* __restrict gi = p.grad_in;
+      for (int64_t i = begin; i < end; ++i)
+        gi[i] = chain<A, C>(g[i], ActMath<A>::grad_from_output(y[i], false, act));
+      return;
+    }
+  }
   C yv[kChunk], dv[kChunk];
   unsigned char bv[kChunk]; // bytes, not bool: GCC vectorises these
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
