@@ -18,6 +18,7 @@
 #include <torch/library.h>
 
 #include <climits>
+#include <cstring>
 
 namespace memslim {
 
@@ -106,19 +107,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activation_forward_im
   TORCH_CHECK(n <= INT32_MAX, "memslim::", act, ": tensors over 2^31-1 elements are not "
               "supported yet (exact-list indices are int32)");
   int64_t cap = exact_capacity_guess(n, x.scalar_type());
+  // On the CPU the count lives on the stack and the list is copied to its
+  // exact size by memcpy: no dispatcher round trips per call (issue 13's
+  // per-call overhead); on a device, a device counter read back once.
+  const bool cpu = x.is_cpu();
   for (;;) {
     idx = at::empty({cap}, opts.dtype(at::kInt));
     val = at::empty({cap}, opts);
-    at::Tensor count = at::zeros({1}, opts.dtype(at::kLong));
+    unsigned long long host_count = 0;
+    at::Tensor count;
+    if (cpu) {
+      args.exact_count = &host_count;
+    } else {
+      count = at::zeros({1}, opts.dtype(at::kLong));
+      args.exact_count = reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>());
+    }
     args.exact_idx = idx.mutable_data_ptr<int32_t>();
     args.exact_val = val.mutable_data_ptr();
-    args.exact_count = reinterpret_cast<unsigned long long*>(count.mutable_data_ptr<int64_t>());
     args.exact_cap = cap;
     L.forward(a, dt, args);
-    const int64_t c = count.item<int64_t>();
+    const int64_t c = cpu ? int64_t(host_count) : count.item<int64_t>();
     if (c <= cap) {
       // Copy to exact size so the saved storages hold only what is needed.
-      if (c < cap) {
+      if (c < cap && cpu) {
+        at::Tensor i2 = at::empty({c}, opts.dtype(at::kInt)), v2 = at::empty({c}, opts);
+        std::memcpy(i2.mutable_data_ptr(), idx.const_data_ptr(), size_t(c) * sizeof(int32_t));
+        std::memcpy(v2.mutable_data_ptr(), val.const_data_ptr(), size_t(c) * val.element_size());
+        idx = i2;
+        val = v2;
+      } else if (c < cap) {
         idx = idx.narrow(0, 0, c).clone();
         val = val.narrow(0, 0, c).clone();
       }

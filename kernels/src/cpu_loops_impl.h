@@ -227,31 +227,53 @@ MEMSLIM_HD int64_t hardswish_backward_lanes(const float* __restrict y,
   return i;
 }
 
-// InvertedAtMinimum's bit and exact (activations.h) for fp32, kLanes at a
-// time: the bit bytes straight from the compare mask, exact elements from
-// their mask's set bits, in index order. `len` a multiple of kLanes.
+// The branch bit and the keep-exactly test of activations.h for fp32, lane by
+// lane: InvertedAtMinimum's (gelu, gelu(tanh), silu, mish) and hardswish's.
 template <Act A>
-void inverted_flags(const float* __restrict x, const float* __restrict y, const ActParams& act,
-                    int64_t len, uint8_t* __restrict bits, const ForwardParams<float>* ex,
-                    int64_t c0) {
-  using L = detail::iter_limits<float>;
-  const float xs = float(detail::min_info<A>().x), band = float(act.band);
-  const float scale = float(act.out_scale), out_max = float(act.out_max);
+constexpr bool has_lane_flags() {
+  return has_fast_inverse<A>() || A == Act::Hardswish;
+}
+
+template <Act A>
+MEMSLIM_HD void lane_flags(vf x, const float* y, const ActParams& act, vi& bit, vi& exact,
+                           bool want_exact) {
+  const vf ax = vf(vi(x) & 0x7fffffff);
+  if constexpr (A == Act::Hardswish) {
+    bit = x < -1.5f;
+    if (!want_exact) return;
+    const vi band_in = vf(vi(x + 1.5f) & 0x7fffffff) < float(act.band);
+    const vi kink = vf(vi(x - 3.f) & 0x7fffffff) < 0.05f;
+    exact = act.out_scale != 1.0 ? band_in | kink : band_in;
+  } else {
+    using L = detail::iter_limits<float>;
+    const float xs = float(detail::min_info<A>().x);
+    bit = ~(x < xs); // !(x < x*): NaN sets the bit, as bit()
+    if (!want_exact) return;
+    const vi fin = ax <= L::finite_max;
+    const vi band_in = vf(vi(x - xs) & 0x7fffffff) < float(act.band);
+    const vi big = (ax > L::huge) & fin;
+    const vf sy = vload(y) * float(act.out_scale);
+    const vi ovf = (vf(vi(sy) & 0x7fffffff) >= float(act.out_max)) & fin;
+    exact = band_in | big | ovf;
+  }
+}
+
+// Bits and exact list for elements [0, len) (a multiple of kLanes): the bit
+// bytes straight from the compare mask, exact elements from their mask's set
+// bits, in index order.
+template <Act A>
+void lane_flags_range(const float* __restrict x, const float* __restrict y, const ActParams& act,
+                      int64_t len, uint8_t* __restrict bits, const ForwardParams<float>* ex,
+                      int64_t c0) {
   for (int64_t i = 0; i < len; i += kLanes) {
-    const vf xv = vload(x + i);
+    vi bit, exact;
+    lane_flags<A>(vload(x + i), y + i, act, bit, exact, ex != nullptr);
     if (bits) {
-      const uint32_t m = vmask(~(xv < xs)); // !(x < x*): NaN sets the bit, as bit()
+      const uint32_t m = vmask(bit);
       std::memcpy(bits + i / 8, &m, kLanes / 8);
     }
     if (!ex) continue;
-    const vf ax = vf(vi(xv) & 0x7fffffff);
-    const vi fin = ax <= L::finite_max;
-    const vf dx = xv - xs;
-    const vi band_in = vf(vi(dx) & 0x7fffffff) < band;
-    const vi big = (ax > L::huge) & fin;
-    const vf sy = vload(y + i) * scale;
-    const vi ovf = (vf(vi(sy) & 0x7fffffff) >= out_max) & fin;
-    for (uint32_t m = vmask(band_in | big | ovf); m; m &= m - 1) {
+    for (uint32_t m = vmask(exact); m; m &= m - 1) {
       const int64_t j = i + __builtin_ctz(m);
       const unsigned long long k = atomic_add(ex->exact_count, 1ull);
       if (int64_t(k) < ex->exact_cap) {
@@ -294,10 +316,10 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
     const bool want_bits = p.bits != nullptr, want_exact = p.exact_idx != nullptr;
     if (!want_bits && !want_exact) continue;
 #if defined(__AVX2__)
-    if constexpr (has_fast_inverse<A>() && std::is_same_v<S, float>) {
+    if constexpr (has_lane_flags<A>() && std::is_same_v<S, float>) {
       if (p.y && len == kChunk) {
-        inverted_flags<A>(xv, p.y + c0, act, len, want_bits ? p.bits + c0 / 8 : nullptr,
-                          want_exact ? &p : nullptr, c0);
+        lane_flags_range<A>(xv, p.y + c0, act, len, want_bits ? p.bits + c0 / 8 : nullptr,
+                            want_exact ? &p : nullptr, c0);
         continue;
       }
     }
