@@ -9,7 +9,9 @@ of t = sqrt(y - y*) through the minimum, so f'(x(t)) is too; the left tail,
 where x -> -inf as y -> 0-, is f'/y as a function of w = sqrt(-2 log(-y))
 (~|x|), so its error stays relative to the tiny y there.
 
-Layout (one table per activation, 8 pieces: what one AVX2 vpermps selects):
+Layout: two tables per activation, of 8 pieces (what one AVX2 vpermps selects
+among; the AVX2 loops) and of 32 (one AVX-512 vpermt2ps; the AVX-512 loops and
+the scalar function, CUDA's): more pieces, lower degree, less work per element.
   right branch (bit set): `r` pieces uniform in t over [0, t(x_end)]; beyond
     x_end, f' = 1 to within 5e-8.
   left branch, y <= left_end: `l` pieces uniform in t over [0, t(x_left)].
@@ -28,7 +30,7 @@ import numpy as np
 
 from gen_inverse_fits import K, gelu, gelu_tanh, mish, silu
 
-PIECES = 8
+PIECE_COUNTS = (8, 32)  # AVX2's vpermps selects among 8, AVX-512's vpermt2ps among 32
 TARGET = 1.5e-7  # aten's own fp32 backward is off by up to 2.8e-7 (gelu) .. 1e-6
 MAX_DEG = 14
 SAMPLES = 8001
@@ -129,33 +131,36 @@ def fit_branch(samples, pieces, deg):
     return coefs, worst
 
 
-def best_table(act):
+def best_table(job):
+    act, pieces = job
     smp = branch_samples(act)
-    for deg in range(4, MAX_DEG + 1):
+    for deg in range(3, MAX_DEG + 1):
+        errs = {}
+        for br in ("right", "left", "tail"):
+            errs[br] = {n: fit_branch(smp[br], n, deg) for n in range(1, pieces - 1)}
         best = None
-        for r in range(1, PIECES - 1):
-            for l in range(1, PIECES - r):
-                t = PIECES - r - l
-                fits = [fit_branch(smp["right"], r, deg), fit_branch(smp["left"], l, deg),
-                        fit_branch(smp["tail"], t, deg)]
+        for r in range(1, pieces - 1):
+            for l in range(1, pieces - r):
+                t = pieces - r - l
+                fits = [errs["right"][r], errs["left"][l], errs["tail"][t]]
                 err = max(e for _, e in fits)
                 if best is None or err < best[0]:
                     best = (err, (r, l, t), fits)
         if best[0] <= TARGET:
-            return act, smp, deg, best
-    raise ValueError(f"{act[0]}: no table within {TARGET} up to degree {MAX_DEG}")
+            return act, pieces, smp, deg, best
+    raise ValueError(f"{act[0]}: no {pieces}-piece table within {TARGET} up to degree {MAX_DEG}")
 
 
 def f32(v):
     return repr(float(np.float32(v))) + "f"
 
 
-def emit(out, act, smp, deg, best):
+def emit(out, act, pieces, smp, deg, best):
     name, f, df, xs, ys, xl, xt = act
     err, (r, l, t), fits = best
     right_y = f(smp["x_end"])
     left_y = f(xl)
-    coef = [[0.0] * PIECES for _ in range(deg + 1)]
+    coef = [[0.0] * pieces for _ in range(deg + 1)]
     p = 0
     for coefs, _ in fits:
         for pc in coefs:
@@ -166,19 +171,20 @@ def emit(out, act, smp, deg, best):
     v1 = [smp["tr"], smp["tl"], smp["wb"]]
     n = [r, l, t]
     scale = [n[b] / (v1[b] - v0[b]) for b in range(3)]
-    out.append(f"// {name}: right x in [x*, {smp['x_end']}] ({r} pieces), left x in [{xl}, x*] ({l}),")
+    out.append(f"// {name}, {pieces} pieces: right x in [x*, {smp['x_end']}] ({r}), left x in [{xl}, x*] ({l}),")
     out.append(f"// tail x in [{xt}, {xl}] ({t}, times y); degree {deg}, max error {err:.2e} (float32 Horner).")
-    cname = f"k{name}Coef"
+    cname = f"k{name}Coef{pieces}"
     body = [", ".join(f32(c) for c in coef[k]) + "," for k in range(deg + 1)]
-    out.append(f"constexpr float {cname}[{(deg + 1) * PIECES}] = {{  // [k * {PIECES} + p]: s^k in piece p")
+    out.append(f"constexpr float {cname}[{(deg + 1) * pieces}] = {{  // [k * {pieces} + p]: s^k in piece p")
     out += ["    " + b for b in body]
     out.append("};")
     out.append("#if defined(__CUDACC__)")
-    out.append(f"static __device__ const float {cname}Dev[{(deg + 1) * PIECES}] = {{")
+    out.append(f"static __device__ const float {cname}Dev[{(deg + 1) * pieces}] = {{")
     out += ["    " + b for b in body]
     out.append("};")
     out.append("#endif")
-    out.append(f"struct {name}Deriv {{")
+    out.append(f"struct {name}Deriv{pieces} {{")
+    out.append(f"  static constexpr int kPieces = {pieces};")
     out.append(f"  static constexpr int kDegree = {deg};")
     out.append(f"  static constexpr float kRightEnd = {f32(right_y)};  // y beyond: f' = 1")
     out.append(f"  static constexpr float kLeftEnd = {f32(left_y)};  // left branch, y above: the tail")
@@ -199,8 +205,9 @@ def emit(out, act, smp, deg, best):
 
 
 def main():
+    jobs = [(act, pieces) for act in ACTS for pieces in PIECE_COUNTS]
     with ProcessPoolExecutor(max_workers=2) as ex:
-        results = list(ex.map(best_table, ACTS))
+        results = list(ex.map(best_table, jobs))
     out = [
         "//===- derivative_tables.h - f'(x) from the saved output, fp32 (generated) -===//",
         "//",
@@ -208,7 +215,7 @@ def main():
         "// non-monotonic activation, f'(x) as a piecewise polynomial of the saved",
         "// output y and the branch bit (see the generator for the layout). Evaluated",
         "// by derivative_from_table (activations.h) and, 8 or 16 lanes at a time, by",
-        "// the AVX2 / AVX-512 CPU loops.",
+        "// the AVX2 (8 pieces) / AVX-512 (32) CPU loops.",
         "//",
         "//===----------------------------------------------------------------------===//",
         "#pragma once",
@@ -219,12 +226,10 @@ def main():
         "namespace kernels {",
         "namespace tables {",
         "",
-        f"constexpr int kPieces = {PIECES};",
-        "",
     ]
-    for act, smp, deg, best in results:
-        emit(out, act, smp, deg, best)
-        print(f"{act[0]}: degree {deg}, pieces {best[1]}, max error {best[0]:.2e}", file=sys.stderr)
+    for act, pieces, smp, deg, best in results:
+        emit(out, act, pieces, smp, deg, best)
+        print(f"{act[0]} ({pieces}): degree {deg}, pieces {best[1]}, max error {best[0]:.2e}", file=sys.stderr)
     out += ["} // namespace tables", "} // namespace kernels", "} // namespace memslim", ""]
     print("\n".join(out))
 

@@ -71,11 +71,24 @@ MEMSLIM_HD vf vsqrt(vf v) {
   return vf(_mm256_sqrt_ps(__m256(v)));
 #endif
 }
-// Lane l of the result: table[idx[l]], idx in [0, 8).
+// Lane l of the result: table[idx[l]], idx in [0, kTablePieces): one vpermps
+// over 8 entries (AVX2), one vpermt2ps over 32 (AVX-512).
+#if defined(__AVX512F__)
+constexpr int kTablePieces = 32;
+MEMSLIM_HD vf vpermute(const float* table, vi idx) {
+  return vf(
+      _mm512_permutex2var_ps(_mm512_loadu_ps(table), __m512i(idx), _mm512_loadu_ps(table + 16)));
+}
+#else
+constexpr int kTablePieces = 8;
+MEMSLIM_HD vf vpermute(const float* table, vi idx) {
+  return vf(_mm256_permutevar8x32_ps(_mm256_loadu_ps(table), __m256i(idx)));
+}
+#endif
+// The same for a per-branch parameter (3 entries, padded to 8).
 MEMSLIM_HD vf vpermute8(const float* table8, vi idx) {
 #if defined(__AVX512F__)
-  const __m512 t = _mm512_broadcast_f32x8(_mm256_loadu_ps(table8));
-  return vf(_mm512_permutexvar_ps(__m512i(idx), t));
+  return vf(_mm512_permutexvar_ps(__m512i(idx), _mm512_broadcast_f32x8(_mm256_loadu_ps(table8))));
 #else
   return vf(_mm256_permutevar8x32_ps(_mm256_loadu_ps(table8), __m256i(idx)));
 #endif
@@ -120,8 +133,7 @@ MEMSLIM_HD vf vfast_log(vf v) {
 // non-finite y, as derivative_by_inversion.
 template <Act A, int U>
 MEMSLIM_HD void table_derivative_lanes(const vf* y, const vi* right, vf* d) {
-  using D = typename detail::DerivFor<A>::type;
-  static_assert(tables::kPieces == 8, "one vpermps selects among 8 pieces");
+  using D = typename detail::DerivFor<A, kTablePieces>::type;
   static const float v0t[8] = {D::kV0Right, D::kV0Left, D::kV0Tail};
   static const float scalet[8] = {D::kScaleRight, D::kScaleLeft, D::kScaleTail};
   static const float piecest[8] = {D::kPiecesRight, D::kPiecesLeft, D::kPiecesTail};
@@ -151,11 +163,10 @@ MEMSLIM_HD void table_derivative_lanes(const vf* y, const vi* right, vf* d) {
     const vf j = vmin(__builtin_convertvector(__builtin_convertvector(u, vi), vf), pieces - 1.f);
     s[q] = 2.f * (u - j) - 1.f;
     p[q] = __builtin_convertvector(vpermute8(baset, b) + j, vi);
-    acc[q] = vpermute8(D::kCoef + tables::kPieces * D::kDegree, p[q]);
+    acc[q] = vpermute(D::kCoef + D::kPieces * D::kDegree, p[q]);
   }
   for (int k = D::kDegree - 1; k >= 0; --k)
-    for (int q = 0; q < U; ++q)
-      acc[q] = acc[q] * s[q] + vpermute8(D::kCoef + tables::kPieces * k, p[q]);
+    for (int q = 0; q < U; ++q) acc[q] = acc[q] * s[q] + vpermute(D::kCoef + D::kPieces * k, p[q]);
   for (int q = 0; q < U; ++q) {
     vf dq = tail[q] ? y[q] * acc[q] + 0.f : acc[q];
     dq = (right[q] & (y[q] > D::kRightEnd)) ? zero + 1.f : dq;

@@ -305,24 +305,24 @@ MEMSLIM_HD T fitted_derivative(T x, T y, T lo, T hi, bool near_min = false, bool
   return newton_derivative<A, T>(x, y, lo, hi);
 }
 
-template <Act A>
+// derivative_tables.h's table of `Pieces` pieces for A (8: the AVX2 loops;
+// 32: the AVX-512 loops and derivative_from_table).
+template <Act A, int Pieces>
 struct DerivFor;
-template <>
-struct DerivFor<Act::Gelu> {
-  using type = tables::GeluDeriv;
-};
-template <>
-struct DerivFor<Act::GeluTanh> {
-  using type = tables::GeluTanhDeriv;
-};
-template <>
-struct DerivFor<Act::Silu> {
-  using type = tables::SiluDeriv;
-};
-template <>
-struct DerivFor<Act::Mish> {
-  using type = tables::MishDeriv;
-};
+#define MEMSLIM_DERIV(ACT)             \
+  template <>                          \
+  struct DerivFor<Act::ACT, 8> {       \
+    using type = tables::ACT##Deriv8;  \
+  };                                   \
+  template <>                          \
+  struct DerivFor<Act::ACT, 32> {      \
+    using type = tables::ACT##Deriv32; \
+  };
+MEMSLIM_DERIV(Gelu)
+MEMSLIM_DERIV(GeluTanh)
+MEMSLIM_DERIV(Silu)
+MEMSLIM_DERIV(Mish)
+#undef MEMSLIM_DERIV
 
 // fp32: f'(x) straight from y and the branch bit, one polynomial of
 // derivative_tables.h per element (no inversion, no erfc / exp): error
@@ -332,10 +332,11 @@ struct DerivFor<Act::Mish> {
 // then the tail, f' = y * p(w), w = sqrt(-2 log(-y)) clamped at the table's
 // far end (|f'| < 1e-14 there; an underflowed y = 0 gives 0). At or below
 // y* (rounding): f'(x*) = 0 exactly. Non-finite y is the caller's (NaN, as aten).
-// The CPU loops evaluate the same table 8 / 16 lanes at a time (cpu_loops_impl.h).
-template <Act A>
+// The CPU loops evaluate the same tables 8 (AVX2, 8 pieces) / 16 (AVX-512,
+// 32 pieces) lanes at a time (cpu_loops_impl.h).
+template <Act A, int Pieces = 32>
 MEMSLIM_HD float derivative_from_table(float y, bool right) {
-  using D = typename DerivFor<A>::type;
+  using D = typename DerivFor<A, Pieces>::type;
   // y - y* with y* as a float pair: y - ys is exact near the minimum
   // (Sterbenz), so only y's own rounding is left (float(y*) alone is off by
   // up to 1.5e-8, which moved f' by 3e-7 at |x - x*| = 0.05).
@@ -353,8 +354,8 @@ MEMSLIM_HD float derivative_from_table(float y, bool right) {
   const float j = m::min(float(int(u)), pieces - 1.f);
   const float s = 2.f * (u - j) - 1.f;
   const int p = int(base + j);
-  float acc = D::coef(D::kDegree * tables::kPieces + p);
-  for (int k = D::kDegree - 1; k >= 0; --k) acc = m::fma(acc, s, D::coef(k * tables::kPieces + p));
+  float acc = D::coef(D::kDegree * D::kPieces + p);
+  for (int k = D::kDegree - 1; k >= 0; --k) acc = m::fma(acc, s, D::coef(k * D::kPieces + p));
   float d = tail ? y * acc + 0.f : acc; // + 0: an underflowed -0.0 gives +0
   d = (right & (y > D::kRightEnd)) ? 1.f : d;
   return t > 0.f ? d : 0.f;
