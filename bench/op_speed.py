@@ -4,7 +4,7 @@ For each activation, x has N fp32 elements drawn from N(0, 1) (the distribution
 of pre-activation values after a normalisation layer). One timed step is
 forward + backward with grad_out = 1. aten and memslim steps are interleaved
 (A B A B ...) so both see the same machine state, and the ratio of medians is
-reported. Usage: bench/op_speed.py [--numel N] [--reps R] [--threads T] [--out FILE]
+reported. Usage: bench/op_speed.py [--numel N] [--reps R] [--threads T] [--dtype D] [--out FILE]
 """
 import argparse
 import datetime
@@ -41,17 +41,19 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--only", default="", help="comma-separated op names")
     ap.add_argument("--out", default="", help="write the markdown table here too")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     ap.add_argument("--split", action="store_true",
                     help="also time forward and backward apart (ns/element each)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    x = torch.randn(args.numel, requires_grad=True)
-    g = torch.ones(args.numel)
+    dtype = getattr(torch, args.dtype)
+    x = torch.randn(args.numel, dtype=dtype, requires_grad=True)
+    g = torch.ones(args.numel, dtype=dtype)
     only = set(filter(None, args.only.split(",")))
     lines = [
-        f"CPU forward+backward, {args.numel:,} fp32 N(0,1) elements, median of {args.reps} "
+        f"CPU forward+backward, {args.numel:,} {args.dtype} N(0,1) elements, median of {args.reps} "
         f"interleaved steps; {datetime.date.today()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
         "",

@@ -40,7 +40,9 @@ enum class Isa { Baseline, Avx2, Avx512 };
 Isa detect_isa() {
   Isa best = Isa::Baseline;
 #ifdef MEMSLIM_HAVE_AVX2_LOOPS
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::Avx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    best = Isa::Avx2;
 #endif
 #ifdef MEMSLIM_HAVE_AVX512_LOOPS
   if (best == Isa::Avx2 && __builtin_cpu_supports("avx512f") &&

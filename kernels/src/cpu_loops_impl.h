@@ -27,6 +27,43 @@ namespace MEMSLIM_CPU_NS {
 
 constexpr int64_t kChunk = 512;  // elements per pass; a multiple of 8
 
+// Storage <-> compute type for a block. 16-bit storage converts 8 at a time
+// with F16C where the build has it (hd.h's to_half / to_float element by
+// element were the slowest part of the fp16 loops: not vectorised).
+template <typename S, typename C>
+void load_block(const S* __restrict src, C* __restrict dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  if constexpr (std::is_same_v<S, half_t>) {
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i,
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = load<C>(src[i]);
+}
+template <typename S, typename C>
+void store_block(const C* __restrict src, S* __restrict dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  if constexpr (std::is_same_v<S, half_t>) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(src + i);
+      __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+      // NaN: the canonical quiet pattern, as to_half.
+      const __m128i nan = _mm_packs_epi32(
+          _mm256_castsi256_si128(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))),
+          _mm256_extracti128_si256(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)), 1));
+      const __m128i canon =
+          _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16(int16_t(0x8000))), _mm_set1_epi16(0x7e00));
+      h = _mm_blendv_epi8(h, canon, nan);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+    }
+  }
+#endif
+  for (; i < n; ++i) dst[i] = store<S>(src[i]);
+}
+
 constexpr float iter_limits_float_max() { return detail::iter_limits<float>::finite_max; }
 
 template <Act A>
@@ -313,12 +350,18 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
     if constexpr (std::is_same_v<S, C>) {
       xv = x;
     } else {
-      for (int64_t i = 0; i < len; ++i) xbuf[i] = load<C>(x[i]);
+      load_block<S, C>(x, xbuf, len);
       xv = xbuf;
     }
     if (p.y) {
       S* __restrict y = p.y + c0;
-      for (int64_t i = 0; i < len; ++i) y[i] = store<S>(ActMath<A>::forward(xv[i], act));
+      if constexpr (std::is_same_v<S, C>) {
+        for (int64_t i = 0; i < len; ++i) y[i] = ActMath<A>::forward(xv[i], act);
+      } else {
+        C ybuf[kChunk];
+        for (int64_t i = 0; i < len; ++i) ybuf[i] = ActMath<A>::forward(xv[i], act);
+        store_block<S, C>(ybuf, y, len);
+      }
     }
     // One pass of flags per element, bit 0 the branch bit and bit 1 "keep
     // exactly" (decided from x and the output as stored: elu keeps overflowed
@@ -422,7 +465,7 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
   for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
     const int64_t len = end - c0 < kChunk ? end - c0 : kChunk;
     if (p.y) {
-      for (int64_t i = 0; i < len; ++i) yv[i] = load<C>(p.y[c0 + i]);
+      load_block<S, C>(p.y + c0, yv, len);
     } else {
       for (int64_t i = 0; i < len; ++i) yv[i] = C(0);
     }
@@ -446,7 +489,14 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
     }
     const S* __restrict g = p.grad + c0;
     S* __restrict gi = p.grad_in + c0;
-    for (int64_t i = 0; i < len; ++i) gi[i] = store<S>(chain<A, C>(load<C>(g[i]), dv[i]));
+    if constexpr (std::is_same_v<S, C>) {
+      for (int64_t i = 0; i < len; ++i) gi[i] = chain<A, C>(g[i], dv[i]);
+    } else {
+      C gbuf[kChunk];
+      load_block<S, C>(g, gbuf, len);
+      for (int64_t i = 0; i < len; ++i) gbuf[i] = chain<A, C>(gbuf[i], dv[i]);
+      store_block<S, C>(gbuf, gi, len);
+    }
   }
 }
 

@@ -12,6 +12,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#if defined(__F16C__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#endif
 
 #if defined(__CUDACC__)
 #define MEMSLIM_HD __host__ __device__ __forceinline__
@@ -95,6 +98,13 @@ MEMSLIM_HD float to_float(half_t v) {
   return bits_to_float(sign | (em >= 0x7c00u ? special : finite));
 }
 MEMSLIM_HD half_t to_half(float f) {
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+  // The CPU loops' AVX2 / AVX-512 builds: the F16C instruction rounds to
+  // nearest even exactly as the code below (subnormals included); a NaN keeps
+  // the canonical quiet pattern the code below gives.
+  const uint16_t hw = uint16_t(_cvtss_sh(f, 0));
+  return half_t{f != f ? uint16_t((hw & 0x8000u) | 0x7e00u) : hw};
+#else
   uint32_t u = float_to_bits(f);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   u &= 0x7fffffffu;
@@ -115,6 +125,7 @@ MEMSLIM_HD half_t to_half(float f) {
   uint32_t rest = man & 0x1fffu;
   if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
   return half_t{uint16_t(sign | h)};
+#endif
 }
 
 // Natural log for positive normal floats, to ~2e-7 relative: exponent from the
