@@ -11,6 +11,9 @@
 #pragma once
 
 #include <math.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(MEMSLIM_HAVE_LIBMVEC)
 #define MEMSLIM_SIMD_DECL __attribute__((simd("notinbranch")))
@@ -19,7 +22,14 @@ float expf(float) MEMSLIM_SIMD_DECL;
 float expm1f(float) MEMSLIM_SIMD_DECL;
 float logf(float) MEMSLIM_SIMD_DECL;
 float log1pf(float) MEMSLIM_SIMD_DECL;
+#if !defined(__AVX512F__)
+// Not in the AVX-512 build: libmvec's 16-lane erff rounds erf(-3.65) to -1
+// (gelu(-5.17) = -0 where aten gives -6.2e-7); its gelu loop calls the 8-lane
+// variant explicitly (cpu_loops_impl.h, gelu_forward_block).
 float erff(float) MEMSLIM_SIMD_DECL;
+#else
+__m256 _ZGVdN8v_erff(__m256);
+#endif
 float erfcf(float) MEMSLIM_SIMD_DECL;
 float tanhf(float) MEMSLIM_SIMD_DECL;
 double exp(double) MEMSLIM_SIMD_DECL;
