@@ -3,11 +3,13 @@
 // What: the CPU forward / backward / fix-up loops. They use the very per-element
 // math of activations.h that the CUDA bodies use, but are laid out for SIMD:
 // each range is cut into L1-sized chunks, and each chunk goes through separate
-// straight-line passes (outputs; bits; exact-list scan; for the inverting
-// activations a branch-free fast derivative, then the general path only for the
-// few elements it does not cover) so GCC vectorises the math with libmvec.
-// Included by cpu_loops.cpp (baseline x86-64) and cpu_loops_avx2.cpp (AVX2+FMA)
-// inside namespace MEMSLIM_CPU_NS; cpu_dispatch.cpp picks one at run time.
+// straight-line passes (outputs; one pass of bit / keep-exactly flags) so GCC
+// vectorises the math with libmvec. fp32 backwards are one pass from the saved
+// output, bits and grad; the per-lane code (derivative tables, flags, masks) is
+// written once with GCC vector extensions for 8 (AVX2) or 16 (AVX-512) lanes.
+// Included by cpu_loops.cpp (baseline x86-64), cpu_loops_avx2.cpp (AVX2+FMA+F16C)
+// and cpu_loops_avx512.cpp inside namespace MEMSLIM_CPU_NS; cpu_dispatch.cpp
+// picks one at run time.
 //
 //===----------------------------------------------------------------------===//
 #include <cstring>

@@ -8,8 +8,10 @@
 // Why: one definition feeds the CPU loops, the CUDA kernels and the CPU tests,
 // so the tests check the very formulas the GPU runs.
 //
-// Inversion (gelu, silu, mish): each branch of the function is monotonic; we
-// solve f(x) = y by Newton's method safeguarded by bisection on a bracket that
+// From the output (gelu, silu, mish): in float (fp32 and 16-bit compute), f'
+// straight from y and the bit by the generated tables of derivative_tables.h
+// (derivative_from_table); in double, inversion. Each branch of the function
+// is monotonic; we solve f(x) = y by Newton's method safeguarded by bisection on a bracket that
 // is valid for every y (right branch: x in [max(x*, y), max(2y, 0)] because
 // x/2 <= f(x) <= x for x >= 0; left branch: in the log domain, where
 // log(-f) is increasing and concave, so Newton from the tail converges).
