@@ -66,20 +66,6 @@ void store_block(const C* __restrict src, S* __restrict dst, int64_t n) {
   for (; i < n; ++i) dst[i] = store<S>(src[i]);
 }
 
-constexpr float iter_limits_float_max() { return detail::iter_limits<float>::finite_max; }
-
-template <Act A>
-constexpr SaveKind save_kind_of() {
-  switch (A) {
-#define MEMSLIM_ACT(ENUM, NAME, SAVE, NPARAMS, PARAM_NAMES) \
-  case Act::ENUM:                                           \
-    return SaveKind::SAVE;
-#include "memslim/kernels/activation_table.def"
-    default:
-      return SaveKind::Output;
-  }
-}
-
 // The activations whose fp32 backward evaluates derivative_tables.h.
 template <Act A> constexpr bool has_fast_inverse() {
   return A == Act::Gelu || A == Act::GeluTanh || A == Act::Silu || A == Act::Mish;
@@ -265,22 +251,20 @@ int64_t mask_backward_lanes(const uint8_t* __restrict bits, const float* __restr
                             float* __restrict gi, int64_t len, const ActParams& act) {
   const float d1 = ActMath<A>::grad_from_output(0.f, true, act);
   const float d0 = ActMath<A>::grad_from_output(0.f, false, act);
-  const bool select_zero = A == Act::Relu || A == Act::Hardsigmoid || A == Act::Hardswish;
   int64_t i = 0;
   for (; i + kLanes <= len; i += kLanes) {
     const vi b = vbits(bits + i / 8);
     const vf d = b ? vf{} + d1 : vf{} + d0;
     const vf gd = vload(grad + i) * d;
-    vstore(gi + i, select_zero ? (d == 0.f ? vf{} : gd) : gd);
+    vstore(gi + i, chain_selects_zero<A>() ? (d == 0.f ? vf{} : gd) : gd);
   }
   return i;
 }
 
 // ActMath<Hardswish>::grad_from_output and chain, lane by lane.
-MEMSLIM_HD int64_t hardswish_backward_lanes(const float* __restrict y,
-                                            const uint8_t* __restrict bits,
-                                            const float* __restrict grad, float* __restrict gi,
-                                            int64_t len) {
+inline int64_t hardswish_backward_lanes(const float* __restrict y, const uint8_t* __restrict bits,
+                                        const float* __restrict grad, float* __restrict gi,
+                                        int64_t len) {
   int64_t i = 0;
   const vf zero = vf{};
   for (; i + kLanes <= len; i += kLanes) {
@@ -375,24 +359,21 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
       xv = xbuf;
     }
     if (p.y) {
+      // Outputs in the compute type: straight into y, or (16-bit) a chunk
+      // buffer stored in one block.
       S* __restrict y = p.y + c0;
-      if constexpr (std::is_same_v<S, C>) {
-        int64_t i = 0;
+      C ybuf[std::is_same_v<S, C> ? 1 : kChunk];
+      C* __restrict yc;
+      if constexpr (std::is_same_v<S, C>)
+        yc = y;
+      else
+        yc = ybuf;
+      int64_t i = 0;
 #if defined(__AVX512F__) && defined(MEMSLIM_HAVE_LIBMVEC)
-        if constexpr (A == Act::Gelu && std::is_same_v<C, float>)
-          i = gelu_forward_block(xv, y, len);
+      if constexpr (A == Act::Gelu && std::is_same_v<C, float>) i = gelu_forward_block(xv, yc, len);
 #endif
-        for (; i < len; ++i) y[i] = ActMath<A>::forward(xv[i], act);
-      } else {
-        C ybuf[kChunk];
-        int64_t i = 0;
-#if defined(__AVX512F__) && defined(MEMSLIM_HAVE_LIBMVEC)
-        if constexpr (A == Act::Gelu && std::is_same_v<C, float>)
-          i = gelu_forward_block(xv, ybuf, len);
-#endif
-        for (; i < len; ++i) ybuf[i] = ActMath<A>::forward(xv[i], act);
-        store_block<S, C>(ybuf, y, len);
-      }
+      for (; i < len; ++i) yc[i] = ActMath<A>::forward(xv[i], act);
+      if constexpr (!std::is_same_v<S, C>) store_block<S, C>(ybuf, y, len);
     }
     // One pass of flags per element, bit 0 the branch bit and bit 1 "keep
     // exactly" (decided from x and the output as stored: elu keeps overflowed
@@ -474,7 +455,7 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
                                         p.grad_in + begin, end - begin);
   }
   // A mask: the derivative is one of two constants, picked by the bit.
-  if constexpr (save_kind_of<A>() == SaveKind::Mask && std::is_same_v<S, float>) {
+  if constexpr (save_kind(A) == SaveKind::Mask && std::is_same_v<S, float>) {
     if (p.bits)
       begin += mask_backward_lanes<A>(p.bits + begin / 8, p.grad + begin, p.grad_in + begin,
                                       end - begin, act);

@@ -34,38 +34,29 @@ def session():
     s.close()
 
 
-def check(session, body: str):
-    res = session.run({"id": "regression", "source": HEADER + body})
+def check_source(session, source: str):
+    res = session.run({"id": "regression", "source": source})
     assert res["class"] == "ok", "%s@%s: %s (stages: %s)" % (
         res["class"], res.get("stage"), res.get("detail"), res.get("stages"))
+
+
+def check(session, body: str):
+    check_source(session, HEADER + body)
+
+
+def check_corpus(session, name: str):
+    """A minimized finding kept as a corpus file (the fuzz_quick ctest runs it too)."""
+    with open(os.path.join(REPO, "test", "fuzz", "corpus", name)) as f:
+        check_source(session, f.read())
 
 
 # Long-fuzz seed 600035 (session 16), minimized: a hand-written LayerNorm of exactly
 # constant rows. Eager's formula gives x - mean = 0, so gamma's gradient is exactly 0;
 # canonicalize-norms' aten::layer_norm (one-pass moments) leaves x_hat ~1e-5 there and the
-# gradient reads 2.5e-5. Not fixed yet (corpus/seed600035_..., known_failures.txt).
-HAND_LN_CONSTANT_ROW = """
-class P(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.g0 = torch.nn.Parameter(1.0 + torch.randn(24) * 0.1)
-        self.b0 = torch.nn.Parameter(torch.randn(24) * 0.1)
-
-    def forward(self, x):
-        v = x * 0.0 + 0.18
-        u = v - v.mean(-1, keepdim=True)
-        return self.b0 + (u / torch.sqrt(u.pow(2).mean(-1, keepdim=True) + 1e-5)) * self.g0
-
-
-def make():
-    torch.manual_seed(0)
-    return P(), (torch.randn(8, 24),)
-"""
-
-
+# gradient reads 2.5e-5. Not fixed yet (known_failures.txt).
 @pytest.mark.xfail(strict=True, reason="seed 600035: canonicalized hand LayerNorm on constant rows")
 def test_hand_layer_norm_of_constant_rows(session):
-    check(session, HAND_LN_CONSTANT_ROW)
+    check_corpus(session, "seed600035_hand_layer_norm_constant_row.py")
 
 
 # Seeds 4, 9, ... (27 of seeds 0:320): memslim.optimize raised AttributeError: 'bool'

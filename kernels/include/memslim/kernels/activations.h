@@ -73,7 +73,7 @@ enum class SaveKind : int {
   Mask              // 1 bit only: the derivative does not depend on y
 };
 
-MEMSLIM_HD SaveKind save_kind(Act a) {
+MEMSLIM_HD constexpr SaveKind save_kind(Act a) {
   switch (a) {
 #define MEMSLIM_ACT(ENUM, NAME, SAVE, NPARAMS, PARAM_NAMES) \
   case Act::ENUM:                                           \
@@ -662,9 +662,12 @@ template <> struct ActMath<Act::Relu> {
 // backward kernels select 0 instead of multiplying by it, so a NaN or inf
 // grad_out gives 0 there. For hardswish f' = 0 from the output only for
 // x <= -3 (x* itself lies in the guard band and goes through the exact list).
+template <Act A>
+constexpr bool chain_selects_zero() {
+  return A == Act::Relu || A == Act::Hardsigmoid || A == Act::Hardswish;
+}
 template <Act A, typename T> MEMSLIM_HD T chain(T g, T d) {
-  if (A == Act::Relu || A == Act::Hardsigmoid || A == Act::Hardswish)
-    return d == T(0) ? T(0) : g * d;
+  if (chain_selects_zero<A>()) return d == T(0) ? T(0) : g * d;
   return g * d;
 }
 // The same from the input (exact-list elements).
