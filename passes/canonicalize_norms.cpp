@@ -2,8 +2,9 @@
 //
 // What: the TorchScript front end of canonicalize-norms: a hand-written
 // RMSNorm or LayerNorm formula (core/canonicalize_norms.h says which and when)
-// becomes aten::rms_norm(x, [D], weight, eps) or aten::layer_norm(x, [D],
-// weight, bias, eps, true), so output-saving-norms sees one op.
+// becomes aten::rms_norm(x, [D], weight, eps) or aten::layer_norm(x - u, [D],
+// weight, bias, eps, true) (the formula's centring kept), so output-saving-norms
+// sees one op.
 // Safety: through the SafetyGate, covering the formula's nodes (nothing
 // written between them) and guarding x, the weight and the result.
 //

@@ -126,8 +126,9 @@ struct M {
   }
   // Whether `n` is (x - mean(x)) * rsqrt(var + eps) or (x - mean(x)) /
   // sqrt(var + eps), over the last dim; sets x, mean, eps / eps_value.
-  bool normalized(ValueRef n, ValueRef& x, ValueRef& mean, double& eps, ValueRef& eps_value) {
-    ValueRef d, den;
+  bool normalized(ValueRef n, ValueRef& x, ValueRef& mean, ValueRef& d, double& eps,
+                  ValueRef& eps_value) {
+    ValueRef den;
     const char* root = nullptr;
     NodeRef top = made_by(n, "aten::mul");
     if (!top) top = made_by(n, "aten::div");
@@ -272,19 +273,33 @@ std::optional<NormMatch> match_layer_norm(const GraphView& g, NodeRef root) {
   for (const Try& t : tries) {
     if (t.weight && !g.is_tensor(t.weight)) continue;
     M m{g, {}};
-    ValueRef x, mean, eps_value;
+    ValueRef x, mean, centred, eps_value;
     double eps = 0;
-    if (!m.normalized(t.n, x, mean, eps, eps_value)) continue;
+    if (!m.normalized(t.n, x, mean, centred, eps, eps_value)) continue;
     NormMatch out;
     out.eps_value = eps_value;
     out.op = "aten::layer_norm";
     out.root = root;
-    out.x = x;
+    out.x = centred;
     out.weight = t.weight;
     out.bias = t.bias;
     out.eps = eps;
     m.nodes.insert(m.nodes.end(), t.affine.begin(), t.affine.end());
-    out.covers = in_graph_order(g, m.nodes);
+    // The centring x - mean(x) (and the casts it reads) stays as written:
+    // layer_norm takes its result.
+    std::unordered_set<NodeRef, NodeRefHash> keep;
+    std::vector<ValueRef> todo{centred};
+    const std::unordered_set<NodeRef, NodeRefHash> formula(m.nodes.begin(), m.nodes.end());
+    while (!todo.empty()) {
+      const NodeRef p = g.producer(todo.back());
+      todo.pop_back();
+      if (!p || !formula.count(p) || !keep.insert(p).second) continue;
+      for (size_t i = 0; i < g.num_inputs(p); ++i) todo.push_back(g.input(p, i));
+    }
+    std::vector<NodeRef> covered;
+    for (NodeRef n : m.nodes)
+      if (!keep.count(n)) covered.push_back(n);
+    out.covers = in_graph_order(g, covered);
     Decision& d = out.decision;
     d.pass = kCanonicalizeNormsPass;
     d.site = site_name(g, root);

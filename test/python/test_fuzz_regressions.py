@@ -52,9 +52,9 @@ def check_corpus(session, name: str):
 
 # Long-fuzz seed 600035 (session 16), minimized: a hand-written LayerNorm of exactly
 # constant rows. Eager's formula gives x - mean = 0, so gamma's gradient is exactly 0;
-# canonicalize-norms' aten::layer_norm (one-pass moments) leaves x_hat ~1e-5 there and the
-# gradient reads 2.5e-5. Not fixed yet (known_failures.txt).
-@pytest.mark.xfail(strict=True, reason="seed 600035: canonicalized hand LayerNorm on constant rows")
+# canonicalize-norms' aten::layer_norm of x (one-pass moments) left x_hat ~1e-5 there and
+# the gradient read 2.5e-5. Fixed in session 17: the formula's centring stays and
+# layer_norm normalises x - mean.
 def test_hand_layer_norm_of_constant_rows(session):
     check_corpus(session, "seed600035_hand_layer_norm_constant_row.py")
 

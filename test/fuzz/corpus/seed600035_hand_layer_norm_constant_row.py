@@ -1,10 +1,9 @@
 # Fuzzer finding (long-fuzz seed 600035, session 16; minimized): a hand-written LayerNorm of
 # rows that are exactly constant. Eager's formula gives x - mean = 0 exactly, so the gamma
-# gradient is exactly 0; canonicalize-norms turns the formula into aten::layer_norm, whose
-# one-pass moments leave x_hat at ~1e-5 there (the eps-dominated rstd, 316, scales the last
-# bit of the mean), and the gamma gradient reads 2.5e-5 through both front ends. Not fixed
-# yet (known_failures.txt; test_fuzz_regressions.py holds it as xfail): the canonicalized
-# norm has to compute its moments in the formula's two passes, or keep the formula.
+# gradient is exactly 0; canonicalize-norms turned the formula into aten::layer_norm of x,
+# whose one-pass moments left x_hat at ~1e-5 there (the eps-dominated rstd, 316, scales the
+# last bit of the mean), and the gamma gradient read 2.5e-5 through both front ends. Fixed
+# in session 17: the formula's centring x - mean stays, and layer_norm normalises it.
 import math
 
 import torch

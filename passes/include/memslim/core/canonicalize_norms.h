@@ -16,12 +16,16 @@
 //   w * ((x - u) / sqrt(s + eps)) + b,   u = mean(x, -1, keepdim)
 // with s = mean((x - u)^2, -1, keepdim) or var(x, -1, unbiased=False,
 // keepdim), (x - u) * rsqrt(s + eps) also, w and b optional, any operand
-// order; it becomes aten::layer_norm(x, [D], w, b, eps). eps may be a value
-// (a scripted module's `self.eps`, read where the formula read it). Not bit for bit:
-// aten computes the moments in one pass (Welford), so the results differ in
-// rounding (measured on 768-wide rows, fp32: 6e-8 relative on random rows,
-// 2e-5 on rows constant to 1e-6, where aten is as close to the fp64 formula as
-// the hand-written form is). Float32 only, a weight / bias of one dimension.
+// order; it becomes aten::layer_norm(x - u, [D], w, b, eps): the formula's own
+// centring stays, and layer_norm normalises the centred rows. eps may be a
+// value (a scripted module's `self.eps`, read where the formula read it).
+// Why centre first: aten's one-pass moments on x itself leave x_hat ~1e-5
+// where the formula's x - u is exactly 0 (a constant row: fuzz seed 600035
+// gave gamma a 2.5e-5 gradient where eager's is 0); on centred rows the one
+// pass and the formula's two agree to rounding, and zeros stay zeros. Saved
+// bytes are layer_norm's (x - u instead of x, the same size; nothing once
+// output-saving-norms takes the norm). Float32 only, a weight / bias of one
+// dimension.
 // The unbiased variance (x.var()'s default) is no layer norm: not matched.
 // Why here: both front ends decide with these functions.
 //
@@ -42,7 +46,8 @@ struct NormMatch {
   Decision decision;           // Rewrote ("... -> aten::rms_norm") or Kept (why)
   std::string op;              // "aten::rms_norm" or "aten::layer_norm"
   NodeRef root;                // the formula's last node: its output becomes op(...)
-  ValueRef x, weight, bias;    // the op's input, weight and bias (layer_norm: either null: None)
+  ValueRef x, weight, bias;    // the op's input (layer_norm: the formula's x - u), weight and
+                               // bias (layer_norm: either null: None)
   int64_t dim = 0;             // D
   double eps = 0;              // the constant added to the mean / variance
   ValueRef eps_value;          // or the value added (a scripted module's float attribute)
