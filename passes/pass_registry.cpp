@@ -53,6 +53,11 @@ const std::vector<PassInfo>& registered_passes() {
        "dropouts whose p is the constant 0 are removed (their output is their input; "
        "TorchScript's autodiff would keep a mask for them)",
        run_remove_identity_dropouts},
+      {"invertible-couplings",
+       "chains of additive couplings (y1 = x1 + F(x2), y2 = x2 + G(y1): RevNet, Reformer, "
+       "RevViT) become one memslim::coupling_chain op keeping the chain's outputs; backward "
+       "rebuilds each block's inputs",
+       run_invertible_couplings},
       {"fuse-activation-dropout",
        "dropout(act(x)) in training becomes one memslim op keeping output + 2 bits/element",
        run_fuse_activation_dropout},
@@ -109,6 +114,9 @@ const std::vector<PipelineInfo>& registered_pipelines() {
            // Drop the formulas' now-dead intermediates before pricing: otherwise the
            // saved-tensor analysis still sees them as consumers.
            "cleanup",
+           // Couplings first among the rewrites: a chain takes whole blocks (nothing
+           // inside F or G is kept afterwards, so no other pass needs to look there).
+           "invertible-couplings",
            // Before output-saving: an activation followed by dropout frees memory only
            // when fused with it (dropout keeps float noise; the next layer keeps
            // dropout's output, not the activation's).

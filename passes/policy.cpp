@@ -96,6 +96,27 @@ std::string set_dropout_mask_bytes(CostPolicy& p, const PolicyValue& v) {
   return "";
 }
 
+std::string set_coupling_anchor_every(CostPolicy& p, const PolicyValue& v) {
+  auto i = as_int(v, 1 << 20);
+  if (!i) return int_range(1 << 20);
+  p.coupling_anchor_every = *i;
+  return "";
+}
+
+std::string set_coupling_drift_bound(CostPolicy& p, const PolicyValue& v) {
+  const char* expect = "a number in (0, 1]";
+  double d = 0;
+  if (v.kind == PolicyValue::Kind::Int)
+    d = static_cast<double>(v.i);
+  else if (v.kind == PolicyValue::Kind::Double)
+    d = v.d;
+  else
+    return expect;
+  if (!(d > 0 && d <= 1)) return expect;
+  p.coupling_drift_bound = d;
+  return "";
+}
+
 PolicyValue int_value(int64_t i) {
   PolicyValue v;
   v.kind = PolicyValue::Kind::Int;
@@ -110,6 +131,15 @@ PolicyValue get_max_added_work(const CostPolicy& p) {
   if (p.max_added_work == -1) return v; // None: no bound
   v.kind = PolicyValue::Kind::Double;
   v.d = p.max_added_work;
+  return v;
+}
+PolicyValue get_coupling_anchor_every(const CostPolicy& p) {
+  return int_value(p.coupling_anchor_every);
+}
+PolicyValue get_coupling_drift_bound(const CostPolicy& p) {
+  PolicyValue v;
+  v.kind = PolicyValue::Kind::Double;
+  v.d = p.coupling_drift_bound;
   return v;
 }
 PolicyValue get_dropout_mask_bytes(const CostPolicy& p) {
@@ -147,6 +177,14 @@ const std::vector<PolicyOption>& policy_options() {
        "mask TorchScript's optimising executor keeps (default: 1 when it optimises; 0 in the "
        "FX front end)",
        set_dropout_mask_bytes, get_dropout_mask_bytes},
+      {"coupling_anchor_every", "K",
+       "in a coupling chain every K-th block keeps its exact input, bounding drift (0: none; "
+       "default 8)",
+       set_coupling_anchor_every, get_coupling_anchor_every},
+      {"coupling_drift_bound", "E",
+       "a coupling block whose input, rebuilt from its outputs on the first call, is off by more "
+       "than E (relative, max norm) keeps its exact input (default 1e-5)",
+       set_coupling_drift_bound, get_coupling_drift_bound},
   };
   return options;
 }

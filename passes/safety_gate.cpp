@@ -578,10 +578,32 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   // Whether `m` may write a watched value: module state against module state
   // by attribute path; everything else by AliasDb (where attributes and graph
   // inputs are wildcards: conservative, and only those).
+  // A tensor an op made (not a graph input, module state or a container's
+  // element, through views and chunk pieces) is no module state: AliasDb puts
+  // list elements among the wildcards, so a BatchNorm's num_batches_tracked.add_(1)
+  // "may write" every piece of a chunk (RevNet's x1, x2) without this.
+  auto fresh = [](const Value* v) {
+    const Node* p = SavedTensorAnalysis::storage_root(v)->node();
+    if (p->kind() == c10::prim::Param || p->kind() == c10::prim::GetAttr || !p->blocks().empty())
+      return false;
+    const c10::FunctionSchema* s = p->maybeSchema();
+    if (!s || s->is_mutable()) return false;
+    for (const auto& r : s->returns())
+      if (r.alias_info()) return false;
+    return true;
+  };
   auto writes = [&](Node* m, const Watched& w) -> const Value* {
     if (SavedTensorAnalysis::writes_nothing(m)) return nullptr;
-    const std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
+    std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
+    // BatchNorm's running stats: written (AliasDb knows, the schema does not say).
+    const std::string kind = m->kind().toQualString();
+    if (written.empty() && (kind == "aten::batch_norm" || kind == "aten::instance_norm") &&
+        m->inputs().size() > 4)
+      for (size_t i : {3, 4})
+        if (m->input(i)->type()->cast<c10::TensorType>()) written.push_back(m->input(i));
     if (written.empty()) {  // no schema-declared write; prim ops that write (SetAttr...)
+      // An If / Loop writes what its blocks' nodes write: the walk visits those.
+      if (!m->blocks().empty()) return nullptr;
       if (w.plain.empty() || !alias().writesToAlias(m, w.plain)) return nullptr;
       for (const Value* v : w.plain)
         if (alias().writesToAlias(m, torch::jit::ValueSet{const_cast<Value*>(v)})) return v;
@@ -592,7 +614,9 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
       for (const auto& [sp, v] : w.state)
         if (path.empty() ? alias().mayAlias(in, v) : same_or_nested(path, sp)) return v;
       for (const Value* v : w.plain)
-        if (alias().mayAlias(in, v)) return v;
+        if (alias().mayAlias(in, v) && (path.empty() || !fresh(v))) {
+          return v;
+        }
     }
     return nullptr;
   };

@@ -67,6 +67,19 @@ TORCH_LIBRARY(memslim, m) {
   // differentiates it. The string is parsed once per process and cached.
   m.def("recompute_region(Tensor[] inputs, str graph) -> Tensor[]");
 
+  // K additive coupling blocks y1 = x1 + F_b(x2), y2 = x2 + G_b(y1) (what
+  // invertible-couplings cuts out): `fns` = [F_1, G_1, ..., F_K, G_K] as
+  // TorchScript IR texts taking (block input, their `arity` entries of `state`
+  // in order) and returning one Tensor; `links` = (kind, d1, d2) per link
+  // between blocks (0: the outputs are the next inputs; 1: chunk(cat([y1, y2],
+  // d1), 2, d2)). Autograd keeps the final outputs (and the exact inputs of every
+  // `anchor_every`-th block, of blocks that cannot be inverted, and of blocks
+  // whose rebuilt input was off by more than `drift_bound` on the first call);
+  // backward rebuilds each block's inputs in reverse (coupling_chain.cpp).
+  m.def(
+      "coupling_chain(Tensor x1, Tensor x2, Tensor?[] state, str[] fns, int[] arity, "
+      "int[] links, int anchor_every=0, float drift_bound=1e-05) -> (Tensor, Tensor)");
+
   // Internal: the forward that also produces what backward needs. `act` is a
   // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),
   // `params` its parameters (padded to three and followed by a fourth when the

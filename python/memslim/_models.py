@@ -1,6 +1,7 @@
 """Model builders shared by tests and bench/ (torchvision / transformers code, random weights)."""
 from __future__ import annotations
 
+import math
 from typing import Callable, Type
 
 import torch
@@ -85,3 +86,114 @@ def torchvision_with(arch: str, act: str, seed: int = 0) -> torch.nn.Module:
     old = torch.nn.SiLU if arch.startswith("efficientnet") else torch.nn.ReLU
     factory = {"gelu": torch.nn.GELU, "frac": FracAct}.get(act)
     return swap_activation(model, old, factory) if factory else model
+
+
+# --- Reversible models (issue 12): additive couplings y1 = x1 + F(x2), y2 = x2 + G(y1),
+# written the way memcnn / revlib users write their blocks, without any memory trick:
+# memslim's invertible-couplings pass finds them and keeps only each chain's outputs.
+
+
+class RevResidualFn(torch.nn.Module):
+    """F or G of a RevNet block: BN-ReLU-conv3x3-BN-ReLU-conv3x3 (memcnn's RevNet basic block)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.bn1 = torch.nn.BatchNorm2d(channels)
+        self.conv1 = torch.nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(channels)
+        self.conv2 = torch.nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(torch.relu(self.bn2(self.conv1(torch.relu(self.bn1(x))))))
+
+
+class AdditiveCoupling(torch.nn.Module):
+    """y1 = x1 + F(x2), y2 = x2 + G(y1) over the two halves of dim `dim`."""
+
+    def __init__(self, f: torch.nn.Module, g: torch.nn.Module, dim: int = 1):
+        super().__init__()
+        self.f, self.g, self.dim = f, g, dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = torch.chunk(x, 2, dim=self.dim)
+        y1 = x1 + self.f(x2)
+        y2 = x2 + self.g(y1)
+        return torch.cat([y1, y2], dim=self.dim)
+
+
+class RevNet(torch.nn.Module):
+    """A RevNet-style CIFAR network: a stem, three stages of additive couplings (BN-ReLU-conv
+    in F and G) separated by BN-ReLU-conv stride-2 downsamplings (not invertible), and a head."""
+
+    def __init__(self, widths=(32, 64, 128), blocks=(6, 6, 6), classes: int = 10):
+        super().__init__()
+        layers = [torch.nn.Conv2d(3, widths[0], 3, padding=1, bias=False)]
+        for i, (w, n) in enumerate(zip(widths, blocks)):
+            if i:
+                layers += [torch.nn.BatchNorm2d(widths[i - 1]), torch.nn.ReLU(),
+                           torch.nn.Conv2d(widths[i - 1], w, 3, stride=2, padding=1, bias=False)]
+            layers += [AdditiveCoupling(RevResidualFn(w // 2), RevResidualFn(w // 2))
+                       for _ in range(n)]
+        layers += [torch.nn.BatchNorm2d(widths[-1]), torch.nn.ReLU(),
+                   torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                   torch.nn.Linear(widths[-1], classes)]
+        self.net = torch.nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class RevAttention(torch.nn.Module):
+    """F of a reversible transformer block (Reformer / RevViT layout): pre-LayerNorm
+    multi-head self-attention, dropout on the attention weights and the output."""
+
+    def __init__(self, dim: int, heads: int, p: float):
+        super().__init__()
+        self.heads = heads
+        self.norm = torch.nn.LayerNorm(dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+        self.drop_attn = torch.nn.Dropout(p)
+        self.drop_out = torch.nn.Dropout(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        q = q.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        k = k.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        v = v.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        a = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.heads), dim=-1)
+        h = (self.drop_attn(a) @ v).transpose(1, 2).reshape(b, t, d)
+        return self.drop_out(self.out(h))
+
+
+class RevMLP(torch.nn.Module):
+    """G of a reversible transformer block: pre-LayerNorm Linear-GELU-Linear, dropout."""
+
+    def __init__(self, dim: int, hidden: int, p: float):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(dim)
+        self.fc1 = torch.nn.Linear(dim, hidden)
+        self.fc2 = torch.nn.Linear(hidden, dim)
+        self.drop = torch.nn.Dropout(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x)))))
+
+
+class RevTransformer(torch.nn.Module):
+    """A reversible transformer stack over (batch, tokens, 2 * dim): each block is an additive
+    coupling over the last dim with attention as F and the MLP as G; a LayerNorm and a linear
+    head after the stack."""
+
+    def __init__(self, dim: int = 128, heads: int = 4, depth: int = 6, p: float = 0.1,
+                 classes: int = 10):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(*[
+            AdditiveCoupling(RevAttention(dim, heads, p), RevMLP(dim, 4 * dim, p), dim=-1)
+            for _ in range(depth)])
+        self.norm = torch.nn.LayerNorm(2 * dim)
+        self.head = torch.nn.Linear(2 * dim, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.blocks(x)))

@@ -29,6 +29,11 @@ struct CostPolicy {
   // executor with optimisations on runs dropout as native_dropout and keeps a
   // bool mask (1). -1: decide from torch::jit::getGraphExecutorOptimize().
   int dropout_mask_bytes = -1;
+  // Coupling chains: every k-th block keeps its exact input (0: none), and a
+  // block whose rebuilt input is off by more than the bound (relative) on the
+  // first call keeps it too.
+  int64_t coupling_anchor_every = 8;
+  double coupling_drift_bound = 1e-5;
 };
 
 // A policy value as a front end hands it over: memslim-opt's flag text (read

@@ -1,0 +1,429 @@
+//===- couplings.cpp - additive coupling blocks and their chains -----------===//
+//
+// Matching and pricing of couplings.h over any GraphView: top-level nodes
+// only (a node's nested blocks count as the node: BatchNorm's size checks sit
+// in If blocks), slices by data flow, chains by their links.
+//
+//===----------------------------------------------------------------------===//
+#include "memslim/core/couplings.h"
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "memslim/core/canonicalize.h"
+#include "memslim/core/output_saving.h"
+#include "memslim/core/saved_tensors.h"
+
+namespace memslim {
+
+namespace {
+
+using ValueSet = std::unordered_set<const void*>;
+
+// The top-level block as the matcher reads it.
+struct Top {
+  const GraphView& g;
+  std::vector<NodeRef> order;
+  std::unordered_map<const void*, size_t> pos;                  // top-level node -> index in order
+  std::unordered_map<const void*, NodeRef> top;                 // any node -> its top-level node
+  std::unordered_map<const void*, std::vector<ValueRef>> reads; // from outside the node
+
+  explicit Top(const GraphView& view) : g(view) {
+    const std::vector<NodeRef> all = g.nodes();
+    for (NodeRef n : all) {
+      NodeRef t = n;
+      while (g.owner(t)) t = g.owner(t);
+      top[n.p] = t;
+      if (t == n) {
+        pos[n.p] = order.size();
+        order.push_back(n);
+      }
+    }
+    for (NodeRef n : all) {
+      const NodeRef t = top.at(n.p);
+      auto& r = reads[t.p];
+      for (size_t i = 0; i < g.num_inputs(n); ++i) {
+        const ValueRef v = g.input(n, i);
+        const NodeRef p = g.producer(v);
+        if (p && top_of(p) == t) continue; // made inside the same top-level node
+        if (std::find(r.begin(), r.end(), v) == r.end()) r.push_back(v);
+      }
+    }
+  }
+  // The top-level node holding `n`; null for a graph input's param node.
+  NodeRef top_of(NodeRef n) const {
+    auto it = top.find(n.p);
+    if (it != top.end()) return it->second;
+    NodeRef t = n;
+    while (g.owner(t)) t = g.owner(t);
+    return pos.count(t.p) ? t : NodeRef{};
+  }
+  // The top-level node making `v`, or null (a graph input).
+  NodeRef maker(ValueRef v) const {
+    const NodeRef p = g.producer(v);
+    return p ? top_of(p) : NodeRef{};
+  }
+  size_t index(NodeRef n) const { return pos.at(n.p); }
+  // The top-level users of v.
+  std::vector<NodeRef> users(ValueRef v) const {
+    std::vector<NodeRef> out;
+    for (const Use& u : g.uses(v)) {
+      const NodeRef t = top_of(u.user);
+      if (t && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+    }
+    return out;
+  }
+  // Values depending on `seeds` through top-level nodes in [from, to).
+  ValueSet forward(const std::vector<ValueRef>& seeds, size_t from, size_t to,
+                   std::vector<NodeRef>* nodes = nullptr) const {
+    ValueSet s;
+    for (ValueRef v : seeds) s.insert(v.p);
+    for (size_t i = from; i < to && i < order.size(); ++i) {
+      const NodeRef n = order[i];
+      bool hit = false;
+      for (ValueRef v : reads.at(n.p)) hit = hit || s.count(v.p);
+      if (!hit) continue;
+      if (nodes) nodes->push_back(n);
+      for (size_t k = 0; k < g.num_outputs(n); ++k) s.insert(g.output(n, k).p);
+    }
+    return s;
+  }
+};
+
+bool unit_alpha(const GraphView& g, NodeRef add) {
+  if (g.num_inputs(add) < 2 || g.num_inputs(add) > 3) return false;
+  if (g.num_inputs(add) == 3) {
+    const auto a = scalar_constant(g, g.input(add, 2));
+    if (!a || *a != 1) return false;
+  }
+  return g.is_tensor(g.input(add, 0)) && g.is_tensor(g.input(add, 1)) && g.num_outputs(add) == 1;
+}
+
+bool is_add(const GraphView& g, NodeRef n) { return g.kind(n) == "aten::add" && unit_alpha(g, n); }
+
+// Node kinds a function may not hold: they would run again in every replay.
+bool replay_unsafe(const std::string& k) {
+  return k == "prim::Print" || k == "aten::warn" || k == "prim::SetAttr" ||
+         k == "prim::CallMethod" || k == "prim::CallFunction" || k == "prim::PythonOp";
+}
+
+// F (or G): the top-level nodes in [from, to) reading `in` through their own
+// values; "" or why it is no function of `in` alone making `out`.
+std::string function_of(const Top& t, ValueRef in, ValueRef out, NodeRef add, size_t from,
+                        size_t to, const ValueSet& forbidden, CouplingFn& fn) {
+  const GraphView& g = t.g;
+  fn = CouplingFn{};
+  fn.input = in;
+  fn.output = out;
+  const ValueSet made = t.forward({in}, from, to, &fn.nodes);
+  const NodeRef out_maker = t.maker(out);
+  if (!out_maker || !made.count(out.p) ||
+      std::find(fn.nodes.begin(), fn.nodes.end(), out_maker) == fn.nodes.end())
+    return "no function of " + g.name(in);
+  std::unordered_set<const void*> members;
+  for (NodeRef n : fn.nodes) members.insert(n.p);
+  for (NodeRef n : fn.nodes) {
+    for (size_t k = 0; k < g.num_outputs(n); ++k) {
+      const ValueRef v = g.output(n, k);
+      for (NodeRef u : t.users(v)) {
+        if (members.count(u.p)) continue;
+        if (v == out && u == add) continue;
+        return "its value " + g.name(v) + " is also read outside it";
+      }
+      if (v == out && t.users(v).size() != 1) return "its result is also read elsewhere";
+    }
+    for (ValueRef v : t.reads.at(n.p)) {
+      if (v == in || made.count(v.p)) continue;
+      if (g.constant(v)) continue; // copied into the function's text
+      if (forbidden.count(v.p)) return "it reads " + g.name(v) + ", which depends on a block input";
+      if (std::find(fn.external.begin(), fn.external.end(), v) == fn.external.end())
+        fn.external.push_back(v);
+    }
+  }
+  // What a replay would repeat, in the function's nested blocks too.
+  for (NodeRef n : g.nodes()) {
+    if (!members.count(t.top_of(n).p)) continue;
+    if (replay_unsafe(g.kind(n))) return "it holds " + g.kind(n) + ", which a replay would repeat";
+  }
+  return "";
+}
+
+// The coupling whose first add is `add1`, if any; `why` gets the reason a
+// found coupling cannot join the op (then the result is still returned).
+std::optional<Coupling> match(const Top& t, NodeRef add1, std::string& why) {
+  const GraphView& g = t.g;
+  why.clear();
+  const size_t i1 = t.index(add1);
+  const ValueRef y1 = g.output(add1, 0);
+  const ValueSet after_y1 = t.forward({y1}, i1 + 1, t.order.size());
+  for (int first = 0; first < 2; ++first) {
+    const ValueRef x1 = g.input(add1, first), f = g.input(add1, 1 - first);
+    const NodeRef fm = t.maker(f);
+    if (!fm) continue;
+    for (size_t i2 = i1 + 1; i2 < t.order.size(); ++i2) {
+      const NodeRef add2 = t.order[i2];
+      if (!is_add(g, add2)) continue;
+      for (int second = 0; second < 2; ++second) {
+        const ValueRef x2 = g.input(add2, second), gv = g.input(add2, 1 - second);
+        if (!after_y1.count(gv.p) || after_y1.count(x2.p) || x2 == x1) continue;
+        const NodeRef x2m = t.maker(x2), x1m = t.maker(x1);
+        const size_t from = std::max(x2m ? t.index(x2m) + 1 : 0, x1m ? t.index(x1m) + 1 : 0);
+        if (from > t.index(fm)) continue;
+        Coupling c;
+        c.add1 = add1;
+        c.add2 = add2;
+        c.x1 = x1;
+        c.x2 = x2;
+        c.y1 = y1;
+        c.y2 = g.output(add2, 0);
+        // F: x2's readers before add1. x1 must not depend on x2 (nor x2 on x1).
+        const ValueSet from_x1 = t.forward({x1}, from, t.order.size());
+        const ValueSet from_x2 = t.forward({x2}, from, t.order.size());
+        if (from_x2.count(x1.p) || from_x1.count(x2.p)) continue;
+        ValueSet forbid_f = from_x1;
+        forbid_f.insert(x1.p);
+        if (!function_of(t, x2, f, add1, from, i1, forbid_f, c.F).empty()) continue;
+        // Found F; from here on a refusal is a remark.
+        ValueSet forbid_g = from_x2;
+        forbid_g.insert(x2.p);
+        forbid_g.insert(x1.p);
+        for (const void* v : from_x1) forbid_g.insert(v);
+        forbid_g.erase(y1.p);
+        const std::string gwhy = function_of(t, y1, gv, add2, i1 + 1, i2, forbid_g, c.G);
+        if (!gwhy.empty()) {
+          if (gwhy.rfind("no function", 0) == 0) continue;
+          why = "G " + gwhy;
+          return c;
+        }
+        // F must not read what G or the adds make (it runs first).
+        for (ValueRef v : c.F.external)
+          if (from_x2.count(v.p)) {
+            why = "F reads " + g.name(v) + ", which depends on x2";
+            return c;
+          }
+        return c;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// The link from block a's outputs to block b's inputs: 0 direct, 1 through
+// chunk(cat([y1, y2], d1), 2, d2); nullopt when b's inputs come otherwise.
+// `nodes` gets the link's nodes (ListConstruct, cat, chunk, ListUnpack), `d1` /
+// `d2` the dims (ints: constants, or values such as a module's attribute).
+std::optional<int64_t> link(const Top& t, const Coupling& a, const Coupling& b,
+                            std::vector<NodeRef>& nodes, ValueRef& d1, ValueRef& d2) {
+  const GraphView& g = t.g;
+  if (b.x1 == a.y1 && b.x2 == a.y2) return 0;
+  const NodeRef unpack = g.producer(b.x1);
+  if (!unpack || g.kind(unpack) != "prim::ListUnpack" || g.producer(b.x2) != unpack ||
+      g.num_outputs(unpack) != 2 || g.output(unpack, 0) != b.x1 || g.output(unpack, 1) != b.x2)
+    return std::nullopt;
+  const NodeRef chunk = g.producer(g.input(unpack, 0));
+  if (!chunk || g.kind(chunk) != "aten::chunk" || g.num_inputs(chunk) != 3) return std::nullopt;
+  const auto pieces = scalar_constant(g, g.input(chunk, 1));
+  const NodeRef cat = g.producer(g.input(chunk, 0));
+  if (!pieces || *pieces != 2 || !cat || g.kind(cat) != "aten::cat" || g.num_inputs(cat) != 2)
+    return std::nullopt;
+  d1 = g.input(cat, 1);
+  d2 = g.input(chunk, 2);
+  const NodeRef list = g.producer(g.input(cat, 0));
+  if (g.is_tensor(d1) || g.is_tensor(d2) || !list || g.kind(list) != "prim::ListConstruct" ||
+      g.num_inputs(list) != 2 || g.input(list, 0) != a.y1 || g.input(list, 1) != a.y2)
+    return std::nullopt;
+  // Each link value read by the next link node alone.
+  for (NodeRef n : {list, cat, chunk})
+    if (g.uses(g.output(n, 0)).size() != 1) return std::nullopt;
+  nodes = {list, cat, chunk, unpack};
+  return 1;
+}
+
+// Whether every top-level reader of `v` is in `allowed`.
+bool read_only_by(const Top& t, ValueRef v, const std::unordered_set<const void*>& allowed) {
+  for (NodeRef u : t.users(v))
+    if (!allowed.count(u.p)) return false;
+  return true;
+}
+
+// Bytes the covered nodes make autograd keep, beyond parameters and what
+// others keep anyway; nullopt where a size is unknown.
+std::optional<int64_t> kept_bytes(const Top& t, const std::vector<NodeRef>& covers) {
+  const GraphView& g = t.g;
+  saved::NodeSet cover_set(covers.begin(), covers.end());
+  std::unordered_set<NodeRef, NodeRefHash> all; // nested nodes too
+  for (NodeRef n : g.nodes())
+    if (cover_set.count(t.top_of(n))) all.insert(n);
+  saved::NodeSet everything(all.begin(), all.end());
+  ValueSet seen;
+  int64_t total = 0;
+  bool known = true;
+  auto count = [&](ValueRef v) {
+    if (!g.is_tensor(v) || !seen.insert(v.p).second) return;
+    const NodeRef p = g.producer(v);
+    if ((p && g.kind(p) == "prim::GetAttr") || g.module_state(v) || g.constant(v)) return;
+    if (g.requires_grad(v) == std::optional<bool>(false) && g.is_input(v)) return;
+    if (saved::kept_by_other(g, v, everything)) return;
+    const auto b = g.bytes(v);
+    if (!b) {
+      known = false;
+      return;
+    }
+    total += *b;
+  };
+  for (NodeRef n : all) {
+    for (size_t i = 0; i < g.num_inputs(n); ++i)
+      if (saved::keeps_input(g, n, i)) count(g.input(n, i));
+    if (saved::keeps_output(g, n))
+      for (size_t k = 0; k < g.num_outputs(n); ++k) count(g.output(n, k));
+  }
+  if (!known) return std::nullopt;
+  return total;
+}
+
+} // namespace
+
+std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPolicy& policy) {
+  const Top t(g);
+  std::vector<CouplingChain> out;
+  // Couplings in program order; a node belongs to one coupling at most.
+  std::vector<Coupling> found;
+  std::unordered_set<const void*> taken;
+  for (NodeRef n : t.order) {
+    if (!is_add(g, n) || taken.count(n.p)) continue;
+    std::string why;
+    auto c = match(t, n, why);
+    if (!c) continue;
+    auto site = [&](const Coupling& k) { return "coupling at " + g.name(k.y2); };
+    if (!why.empty()) {
+      CouplingChain kept;
+      kept.blocks = {*c};
+      kept.decision.pass = kInvertibleCouplingsPass;
+      kept.decision.site = site(*c);
+      kept.decision.verdict = Decision::Verdict::Kept;
+      kept.decision.text = why;
+      out.push_back(std::move(kept));
+      continue;
+    }
+    bool overlap = false;
+    for (const CouplingFn* f : {&c->F, &c->G})
+      for (NodeRef m : f->nodes) overlap = overlap || taken.count(m.p);
+    if (overlap || taken.count(c->add2.p)) continue;
+    for (const CouplingFn* f : {&c->F, &c->G})
+      for (NodeRef m : f->nodes) taken.insert(m.p);
+    taken.insert(c->add1.p);
+    taken.insert(c->add2.p);
+    found.push_back(std::move(*c));
+  }
+  // Chains: maximal runs of linked couplings whose inner values nobody else reads.
+  for (size_t i = 0; i < found.size();) {
+    CouplingChain ch;
+    ch.blocks.push_back(found[i]);
+    std::vector<NodeRef> link_nodes;
+    size_t j = i + 1;
+    for (; j < found.size(); ++j) {
+      const Coupling& a = ch.blocks.back();
+      const Coupling& b = found[j];
+      std::vector<NodeRef> ln;
+      ValueRef d1, d2;
+      const auto kind = link(t, a, b, ln, d1, d2);
+      if (!kind) break;
+      // a's outputs: read by a's G / add2 and the link (or b's F / adds) only.
+      std::unordered_set<const void*> ok;
+      for (NodeRef m : a.G.nodes) ok.insert(m.p);
+      ok.insert(a.add2.p);
+      if (*kind == 1) {
+        ok.insert(ln.front().p);
+      } else {
+        for (NodeRef m : b.F.nodes) ok.insert(m.p);
+        ok.insert(b.add1.p);
+        ok.insert(b.add2.p);
+      }
+      if (!read_only_by(t, a.y1, ok) || !read_only_by(t, a.y2, ok)) break;
+      if (*kind == 1) {
+        // b's inputs come from the link alone; read by b only.
+        std::unordered_set<const void*> bo;
+        for (NodeRef m : b.F.nodes) bo.insert(m.p);
+        bo.insert(b.add1.p);
+        bo.insert(b.add2.p);
+        if (!read_only_by(t, b.x1, bo) || !read_only_by(t, b.x2, bo)) break;
+      }
+      ch.link_kinds.push_back(*kind);
+      ch.link_dims.push_back(d1);
+      ch.link_dims.push_back(d2);
+      link_nodes.insert(link_nodes.end(), ln.begin(), ln.end());
+      ch.blocks.push_back(b);
+    }
+    i = j;
+    // Trim the chain while a function reads a value made inside the chain
+    // (it would not exist before the op), or the last block's y1 has a reader
+    // placed before its y2 (the op comes where y2 was made).
+    CouplingChain& c = ch;
+    c.decision.pass = kInvertibleCouplingsPass;
+    const Coupling& last = c.blocks.back();
+    c.decision.site = "coupling at " + g.name(last.y2);
+    std::vector<ValueRef> chain_in{c.blocks.front().x1, c.blocks.front().x2};
+    const size_t start =
+        std::min(t.index(c.blocks.front().F.nodes.front()), t.index(c.blocks.front().add1));
+    const ValueSet inside = t.forward(chain_in, start, t.index(last.add2) + 1);
+    std::string why;
+    for (const Coupling& b : c.blocks)
+      for (const CouplingFn* f : {&b.F, &b.G})
+        for (ValueRef v : f->external)
+          if (why.empty() && inside.count(v.p))
+            why = "a function reads " + g.name(v) + ", which the chain makes";
+    for (NodeRef u : t.users(last.y1))
+      if (why.empty() && t.index(u) < t.index(last.add2) &&
+          std::find(last.G.nodes.begin(), last.G.nodes.end(), u) == last.G.nodes.end())
+        why = "its output " + g.name(last.y1) + " is read before " + g.name(last.y2) + " is made";
+    // Covers, in program order; guarded: the inputs and every external value.
+    for (const Coupling& b : c.blocks) {
+      for (const CouplingFn* f : {&b.F, &b.G})
+        c.covers.insert(c.covers.end(), f->nodes.begin(), f->nodes.end());
+      c.covers.push_back(b.add1);
+      c.covers.push_back(b.add2);
+    }
+    c.covers.insert(c.covers.end(), link_nodes.begin(), link_nodes.end());
+    std::sort(c.covers.begin(), c.covers.end(),
+              [&](NodeRef a, NodeRef b) { return t.index(a) < t.index(b); });
+    c.guarded = {c.blocks.front().x1, c.blocks.front().x2, last.y1, last.y2};
+    for (const Coupling& b : c.blocks)
+      for (const CouplingFn* f : {&b.F, &b.G})
+        for (ValueRef v : f->external)
+          if (g.is_tensor(v)) c.guarded.push_back(v);
+    const auto before = kept_bytes(t, c.covers);
+    const auto o1 = g.bytes(last.y1), o2 = g.bytes(last.y2);
+    std::ostringstream text;
+    const size_t k = c.blocks.size();
+    text << k << " additive coupling" << (k == 1 ? "" : "s");
+    if (!why.empty()) {
+      c.decision.verdict = Decision::Verdict::Kept;
+      c.decision.text = text.str() + ": " + why;
+    } else if (!before || !o1 || !o2) {
+      c.decision.verdict = Decision::Verdict::Kept;
+      c.decision.text = text.str() + ": sizes unknown (run memslim.optimize with example inputs)";
+    } else {
+      c.kept_before = *before;
+      c.kept_after = *o1 + *o2;
+      c.decision.price.before = c.kept_before;
+      c.decision.price.after = c.kept_after;
+      c.decision.price.added_work = 1; // every F and G runs once more in backward
+      if (c.kept_before - c.kept_after < std::max<int64_t>(policy.min_bytes, 1)) {
+        c.decision.verdict = Decision::Verdict::Kept;
+        text << ": frees " << (c.kept_before - c.kept_after) << " B (keeps " << c.kept_before
+             << " B today, its outputs " << c.kept_after << " B)";
+      } else {
+        c.decision.verdict = Decision::Verdict::Rewrote;
+        text << " -> " << kCouplingChainOp << ": keeps its 2 outputs (" << c.kept_after
+             << " B) instead of " << c.kept_before << " B; F and G re-run in backward";
+      }
+      c.decision.text = text.str();
+    }
+    out.push_back(std::move(ch));
+  }
+  return out;
+}
+
+} // namespace memslim

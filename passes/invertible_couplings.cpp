@@ -1,0 +1,251 @@
+//===- invertible_couplings.cpp - coupling chains -> memslim::coupling_chain ===//
+//
+// What: the TorchScript front end of invertible-couplings: each chain of
+// additive couplings the core finds (core/couplings.h) becomes one
+// memslim::coupling_chain op, with each F and G cut out of the graph as its
+// own IR text (nested blocks, such as BatchNorm's checks, included; constants
+// copied in; bool / int / float values read from outside passed as 0-dim
+// tensors and unboxed inside), so autograd keeps the chain's two outputs
+// instead of every block's intermediates.
+// Safety: through the SafetyGate, covering every node of every block and
+// link, guarding the chain's inputs, outputs and every tensor a function reads.
+//
+//===----------------------------------------------------------------------===//
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/passes/shape_analysis.h>
+
+#include <iostream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "memslim/core/couplings.h"
+#include "memslim/passes/jit_graph_view.h"
+#include "memslim/passes/pass.h"
+#include "memslim/passes/safety_gate.h"
+
+namespace memslim {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+namespace {
+
+void clear_scopes(torch::jit::Block* b) {
+  for (Node* n : b->nodes()) {
+    n->setScope(c10::make_intrusive<torch::jit::Scope>());
+    for (torch::jit::Block* sub : n->blocks()) clear_scopes(sub);
+  }
+}
+
+// The printer writes a node without outputs as `<indent> = prim::If(...)`,
+// which parseIR rejects; it reads `<indent>prim::If(...)` (indents count, as
+// in Python).
+std::string parseable(const std::string& printed) {
+  std::string out;
+  size_t at = 0;
+  while (at < printed.size()) {
+    size_t end = printed.find('\n', at);
+    if (end == std::string::npos) end = printed.size();
+    std::string line = printed.substr(at, end - at);
+    const size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos && first > 0 && line.compare(first, 2, "= ") == 0)
+      line.erase(first - 1, 3); // the indent ends before the space of " = "
+    out += line;
+    if (end < printed.size()) out += '\n';
+    at = end + 1;
+  }
+  return out;
+}
+
+// How an external value reaches a function: as itself (Tensor, Tensor?) or
+// boxed into a 0-dim tensor (bool, int, float); nullopt: it cannot.
+enum class Pass { Tensor, OptionalTensor, Bool, Int, Float };
+std::optional<Pass> passing(const Value* v) {
+  const c10::TypePtr& t = v->type();
+  if (t->cast<c10::TensorType>()) return Pass::Tensor;
+  if (auto o = t->cast<c10::OptionalType>())
+    if (o->getElementType()->cast<c10::TensorType>()) return Pass::OptionalTensor;
+  if (t->kind() == c10::TypeKind::BoolType) return Pass::Bool;
+  if (t->kind() == c10::TypeKind::IntType) return Pass::Int;
+  if (t->kind() == c10::TypeKind::FloatType) return Pass::Float;
+  return std::nullopt;
+}
+
+// F or G as graph text: (data, external...) -> result. Returns "" and sets
+// `text`, or why not.
+std::string function_text(const CouplingFn& fn, std::string& text) {
+  auto sub = std::make_shared<Graph>();
+  std::unordered_map<const Value*, Value*> env;
+  Value* data = sub->addInput("input");
+  data->setType(c10::TensorType::get());
+  env[JitGraphView::value(fn.input)] = data;
+  std::vector<std::pair<Value*, Pass>> boxed;
+  for (ValueRef e : fn.external) {
+    Value* v = JitGraphView::value(e);
+    const auto how = passing(v);
+    if (!how)
+      return "it reads %" + v->debugName() + " of type " + v->type()->str() +
+             " (only tensors, bool, int and float pass into the op)";
+    Value* in = sub->addInput();
+    in->setType(*how == Pass::OptionalTensor ? v->type() : c10::TensorType::get());
+    if (*how == Pass::Tensor || *how == Pass::OptionalTensor)
+      env[v] = in;
+    else
+      boxed.emplace_back(in, *how);
+  }
+  // Unbox the scalars first, in the order their inputs were added.
+  {
+    size_t k = 0;
+    for (ValueRef e : fn.external) {
+      Value* v = JitGraphView::value(e);
+      const auto how = passing(v);
+      if (*how == Pass::Tensor || *how == Pass::OptionalTensor) continue;
+      const char* op = *how == Pass::Bool  ? "aten::Bool"
+                       : *how == Pass::Int ? "aten::Int"
+                                           : "aten::Float";
+      Node* u =
+          sub->appendNode(sub->create(c10::Symbol::fromQualString(op), {boxed[k++].first}, 1));
+      u->output()->setType(v->type());
+      env[v] = u->output();
+    }
+  }
+  std::string missing;
+  auto map = [&](Value* v) -> Value* {
+    auto it = env.find(v);
+    if (it != env.end()) return it->second;
+    if (v->node()->kind() == c10::prim::Constant) {
+      Node* c =
+          sub->appendNode(sub->createClone(v->node(), [](Value*) -> Value* { return nullptr; }));
+      env[v] = c->output();
+      return c->output();
+    }
+    if (missing.empty()) missing = "%" + v->debugName();
+    return v; // reported below; the graph is discarded
+  };
+  for (NodeRef r : fn.nodes) {
+    Node* n = JitGraphView::node(r);
+    Node* c = sub->appendNode(sub->createClone(n, map));
+    for (size_t i = 0; i < n->outputs().size(); ++i) env[n->output(i)] = c->output(i);
+  }
+  if (!missing.empty()) return "internal: " + missing + " is neither an input nor a constant";
+  sub->registerOutput(env.at(JitGraphView::value(fn.output)));
+  clear_scopes(sub->block());
+  torch::jit::EraseShapeInformation(sub);
+  text = parseable(sub->toString(/*print_source_locations=*/false));
+  try { // the op parses this text at run time: check now
+    auto check = std::make_shared<Graph>();
+    torch::jit::parseIR(text, check.get());
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    if (std::getenv("MEMSLIM_DEBUG_COUPLINGS")) std::cerr << text << "\n" << msg << "\n";
+    return "its graph text does not parse back (" + msg.substr(0, msg.find('\n')) + ")";
+  }
+  return "";
+}
+
+// The main graph's argument for external value `v` (boxed scalars: a 0-dim tensor).
+Value* argument(Graph& g, Value* v) {
+  const auto how = passing(v);
+  if (*how == Pass::Tensor || *how == Pass::OptionalTensor) return v;
+  Value* s = v;
+  if (*how == Pass::Bool)
+    s = g.insertNode(g.create(c10::Symbol::fromQualString("aten::Int"), {v}, 1))->output();
+  if (*how == Pass::Bool) s->setType(c10::IntType::get());
+  Node* t = g.insertNode(g.create(c10::prim::NumToTensor, {s}, 1));
+  t->output()->setType(c10::TensorType::get());
+  return t->output();
+}
+
+} // namespace
+
+void run_invertible_couplings(const std::shared_ptr<Graph>& g, PassContext& ctx) {
+  const JitGraphView view(g);
+  for (CouplingChain& c : find_coupling_chains(view, ctx.policy)) {
+    if (!c.rewrite()) {
+      ctx.remarks.add(std::move(c.decision));
+      continue;
+    }
+    // Cut every function out first: a function the op cannot carry keeps the chain.
+    std::vector<std::string> texts;
+    std::vector<int64_t> arity;
+    std::vector<Value*> state;
+    std::string why;
+    for (const Coupling& b : c.blocks)
+      for (const CouplingFn* f : {&b.F, &b.G}) {
+        std::string text;
+        if (why.empty()) why = function_text(*f, text);
+        if (!why.empty()) break;
+        texts.push_back(std::move(text));
+        arity.push_back(int64_t(f->external.size()));
+        for (ValueRef e : f->external) state.push_back(JitGraphView::value(e));
+      }
+    if (!why.empty()) {
+      c.decision.verdict = Decision::Verdict::Kept;
+      c.decision.text =
+          std::to_string(c.blocks.size()) + " additive coupling(s): a function: " + why;
+      ctx.remarks.add(std::move(c.decision));
+      continue;
+    }
+    const Coupling& first = c.blocks.front();
+    const Coupling& last = c.blocks.back();
+    Value* x1 = JitGraphView::value(first.x1);
+    Value* x2 = JitGraphView::value(first.x2);
+    Value* y1 = JitGraphView::value(last.y1);
+    Value* y2 = JitGraphView::value(last.y2);
+    Node* point = JitGraphView::node(last.add2);
+    Proposal prop;
+    prop.site = c.decision.site;
+    for (NodeRef n : c.covers) prop.covers.push_back(JitGraphView::node(n));
+    for (ValueRef v : c.guarded) prop.guarded.push_back(JitGraphView::value(v));
+    std::vector<int64_t> kinds = c.link_kinds;
+    std::vector<Value*> dims;
+    for (ValueRef d : c.link_dims) dims.push_back(d ? JitGraphView::value(d) : nullptr);
+    const int64_t every = ctx.policy.coupling_anchor_every;
+    const double bound = ctx.policy.coupling_drift_bound;
+    std::unordered_set<const Node*> covered(prop.covers.begin(), prop.covers.end());
+    prop.apply = [&g, x1, x2, y1, y2, point, texts, arity, state, kinds, dims, every, bound,
+                  covered]() {
+      torch::jit::WithInsertPoint guard(point);
+      std::vector<Value*> args;
+      for (Value* v : state) args.push_back(argument(*g, v));
+      Value* list =
+          g->insertNode(g->createList(c10::OptionalType::create(c10::TensorType::get()), args))
+              ->output();
+      std::vector<Value*> strs;
+      for (const std::string& t : texts) strs.push_back(g->insertConstant(c10::IValue(t)));
+      Value* fns = g->insertNode(g->createList(c10::StringType::get(), strs))->output();
+      // (kind, cat dim, chunk dim) per link.
+      std::vector<Value*> link_args;
+      for (size_t i = 0; i < kinds.size(); ++i) {
+        link_args.push_back(g->insertConstant(kinds[i]));
+        for (Value* d : {dims[2 * i], dims[2 * i + 1]})
+          link_args.push_back(d ? d : g->insertConstant(int64_t(0)));
+      }
+      Value* links = g->insertNode(g->createList(c10::IntType::get(), link_args))->output();
+      Node* op = g->insertNode(
+          g->create(c10::Symbol::fromQualString(kCouplingChainOp),
+                    {x1, x2, list, fns, g->insertConstant(c10::IValue(arity)), links,
+                     g->insertConstant(c10::IValue(every)), g->insertConstant(c10::IValue(bound))},
+                    2));
+      for (size_t i = 0; i < 2; ++i) {
+        Value* old = i == 0 ? y1 : y2;
+        Value* now = op->output(i);
+        now->setType(old->type());
+        now->copyMetadata(old);
+        const auto uses = old->uses();
+        for (const auto& use : uses) {
+          const Node* top = use.user;
+          while (top->owningBlock()->owningNode()) top = top->owningBlock()->owningNode();
+          if (!covered.count(top)) use.user->replaceInput(use.offset, now);
+        }
+      }
+      return std::string();
+    };
+    prop.rewrote = c.decision.text;
+    prop.price = c.decision.price;
+    ctx.gate->submit(prop);
+  }
+}
+
+} // namespace memslim

@@ -1,0 +1,645 @@
+//===- coupling_chain.cpp - additive couplings that keep only their outputs ===//
+//
+// What: memslim::coupling_chain runs K additive coupling blocks
+//   y1 = x1 + F_b(x2);  y2 = x2 + G_b(y1);  (x1, x2) = link_b(y1, y2)
+// (RevNet, Reformer, RevViT) with F_b / G_b given as TorchScript IR texts
+// (what invertible-couplings cut out of a model), and under autograd keeps only
+// the chain's final outputs. Backward walks the blocks in reverse: G_b(y1) is
+// re-run with grad, x2 = y2 - G_b(y1) rebuilt from it, then F_b(x2) with grad
+// and x1 = y1 - F_b(x2): each F / G runs twice per step, as under
+// torch.utils.checkpoint, and the chain keeps 2 tensors instead of every
+// intermediate of every block.
+// Hazards the hand-written versions hit (memcnn #12, #39/#70/#73) and how they
+// are met here:
+// - replays must not touch module state: the inputs a function writes in place
+//   (BatchNorm's running stats, found from the graph) are cloned for the
+//   re-runs, so running stats move once per step as in eager;
+// - random ops replay the forward's numbers: a function with a random op runs
+//   in backward from the generator state it started from in forward, and the
+//   generator is put back afterwards (the user's stream is not shifted);
+// - nothing is freed by hand: inputs are simply not saved, so another reader of
+//   a chain input keeps it alive on its own;
+// - drift: a block whose input cannot be rebuilt (a shape or dtype change
+//   through the add, a link that re-splits), every `anchor_every`-th block, and
+//   each block whose rebuilt input was off by more than `drift_bound` (relative,
+//   max norm; NaN counts as off) on the chain's first differentiated call keeps
+//   its exact input. The first call keeps every block's input to measure that.
+// Why a `str[]`: as for recompute_region, text survives printing, saving and
+// memslim-opt round trips; each chain is parsed once per process and cached.
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+#include <torch/autograd.h>
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace memslim {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+constexpr const char* kOp = "memslim::coupling_chain";
+
+struct Fn {
+  std::shared_ptr<Graph> graph;
+  std::unique_ptr<torch::jit::Code> code;
+  std::vector<bool> written; // external inputs the function writes in place
+  bool random = false;       // holds a random op: replays need the forward's RNG state
+};
+
+struct Chain {
+  int64_t id = 0;
+  std::vector<Fn> fns; // F_1, G_1, ..., F_K, G_K
+  std::mutex mu;       // guards the two fields below
+  bool checked = false;
+  std::vector<bool> drift_anchor; // blocks whose rebuilt input drifted on the first call
+};
+
+// Inputs of `g` written in place by a node of g (nested blocks included):
+// declared writes, and the running stats aten's batch_norm / instance_norm
+// schemas leave undeclared.
+std::vector<bool> written_inputs(Graph& g) {
+  std::unordered_map<const Value*, size_t> input_index;
+  for (size_t i = 0; i < g.inputs().size(); ++i) input_index[g.inputs()[i]] = i;
+  std::vector<bool> out(g.inputs().size(), false);
+  auto mark = [&](const Value* v) {
+    // Through views of an input (x.view(...).add_(1) writes x).
+    while (!input_index.count(v) && v->node()->maybeSchema() && !v->node()->inputs().empty() &&
+           v->node()->inputs()[0]->type()->cast<c10::TensorType>()) {
+      const auto& args = v->node()->schema().arguments();
+      if (args.empty() || !args[0].alias_info() || args[0].alias_info()->isWrite()) break;
+      const auto& rets = v->node()->schema().returns();
+      if (rets.empty() || !rets[0].alias_info()) break; // not a view of its first input
+      v = v->node()->inputs()[0];
+    }
+    auto it = input_index.find(v);
+    if (it != input_index.end()) out[it->second] = true;
+  };
+  std::vector<torch::jit::Block*> todo{g.block()};
+  while (!todo.empty()) {
+    torch::jit::Block* b = todo.back();
+    todo.pop_back();
+    for (Node* n : b->nodes()) {
+      for (torch::jit::Block* sub : n->blocks()) todo.push_back(sub);
+      const std::string k = n->kind().toQualString();
+      if ((k == "aten::batch_norm" || k == "aten::instance_norm") && n->inputs().size() > 4) {
+        mark(n->input(3));
+        mark(n->input(4));
+      }
+      if (const c10::FunctionSchema* s = n->maybeSchema())
+        for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
+          const auto& a = s->arguments()[i].alias_info();
+          if (a && a->isWrite()) mark(n->input(i));
+        }
+    }
+  }
+  return out;
+}
+
+bool has_random_op(Graph& g) {
+  std::vector<torch::jit::Block*> todo{g.block()};
+  while (!todo.empty()) {
+    torch::jit::Block* b = todo.back();
+    todo.pop_back();
+    for (Node* n : b->nodes()) {
+      for (torch::jit::Block* sub : n->blocks()) todo.push_back(sub);
+      if (n->isNondeterministic()) return true;
+      // memslim's fused dropout draws numbers too (Node::isNondeterministic
+      // reads aten's list only).
+      if (n->kind().toQualString() == std::string("memslim::activation_dropout")) return true;
+    }
+  }
+  return false;
+}
+
+std::mutex g_chains_mu;
+std::vector<std::shared_ptr<Chain>>& chains() {
+  static std::vector<std::shared_ptr<Chain>> all;
+  return all;
+}
+
+std::shared_ptr<Chain> chain_for(const std::vector<std::string>& texts) {
+  static std::unordered_map<std::string, std::shared_ptr<Chain>> cache;
+  std::string key;
+  for (const auto& t : texts) key += t + std::string(1, '\0');
+  std::lock_guard<std::mutex> lock(g_chains_mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  TORCH_CHECK(!texts.empty() && texts.size() % 2 == 0, kOp,
+              ": expects an F and a G per block (an even, non-zero number of functions), got ",
+              texts.size());
+  auto c = std::make_shared<Chain>();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    Fn f;
+    f.graph = std::make_shared<Graph>();
+    try {
+      torch::jit::parseIR(texts[i], f.graph.get());
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      TORCH_CHECK(false, kOp, ": cannot parse function ", i, ": ", msg.substr(0, msg.find('\n')));
+    }
+    TORCH_CHECK(!f.graph->inputs().empty() && f.graph->outputs().size() == 1 &&
+                    f.graph->outputs()[0]->type()->cast<c10::TensorType>(),
+                kOp, ": function ", i, " must take its block input first and return one Tensor");
+    f.written = written_inputs(*f.graph);
+    TORCH_CHECK(!f.written[0], kOp, ": function ", i,
+                " writes its block input in place (the block would not be invertible)");
+    f.random = has_random_op(*f.graph);
+    f.code = std::make_unique<torch::jit::Code>(f.graph, "memslim_coupling_fn");
+    c->fns.push_back(std::move(f));
+  }
+  c->drift_anchor.assign(texts.size() / 2, false);
+  c->id = int64_t(chains().size());
+  chains().push_back(c);
+  cache.emplace(key, c);
+  return c;
+}
+
+std::shared_ptr<Chain> chain_by_id(int64_t id) {
+  std::lock_guard<std::mutex> lock(g_chains_mu);
+  return chains().at(size_t(id));
+}
+
+// Runs function `f` on `data` and its external inputs. `replay`: the re-runs
+// (backward, the drift check) get copies of what f writes in place.
+at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext,
+                  bool replay) {
+  TORCH_CHECK(ext.size() + 1 == f.graph->inputs().size(), kOp, ": a function takes ",
+              f.graph->inputs().size() - 1, " external inputs, got ", ext.size());
+  torch::jit::Stack stack;
+  stack.reserve(ext.size() + 1);
+  stack.emplace_back(data);
+  for (size_t i = 0; i < ext.size(); ++i) {
+    if (!ext[i].defined())
+      stack.emplace_back(); // None (an Optional[Tensor] such as a conv's absent bias)
+    else if (replay && f.written[i + 1])
+      stack.emplace_back(ext[i].clone());
+    else
+      stack.emplace_back(ext[i]);
+  }
+  torch::jit::InterpreterState(*f.code).run(stack);
+  return std::move(stack.back()).toTensor();
+}
+
+// The default generator of `device` set to `state` for the scope, put back after.
+struct RngReplay {
+  std::optional<at::Generator> gen;
+  at::Tensor now;
+  RngReplay(const at::Tensor& state, c10::Device device) {
+    if (!state.defined()) return;
+    gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen->mutex());
+    now = gen->get_state();
+    gen->set_state(state);
+  }
+  ~RngReplay() {
+    if (!gen) return;
+    std::lock_guard<std::mutex> lock(gen->mutex());
+    gen->set_state(now);
+  }
+};
+
+at::Tensor rng_state(const Fn& f, c10::Device device) {
+  if (!f.random) return at::Tensor();
+  at::Generator gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+// a - b, rounded once to a's dtype (16-bit blocks rebuild in float32).
+at::Tensor rebuild(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16)
+    return at::sub(a.to(at::kFloat), b.to(at::kFloat)).to(a.scalar_type());
+  return at::sub(a, b);
+}
+
+bool same_meta(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && a.device() == b.device();
+}
+
+// max|a - b| / max|b|; +inf where that is not a finite number below the bound's scale.
+double rel_error(const at::Tensor& a, const at::Tensor& b) {
+  if (!same_meta(a, b)) return std::numeric_limits<double>::infinity();
+  if (b.numel() == 0) return 0;
+  const double err = at::sub(a.to(at::kDouble), b.to(at::kDouble)).abs().max().item<double>();
+  const double scale = b.to(at::kDouble).abs().max().item<double>();
+  const double r = err / std::max(scale, 1e-30);
+  return std::isfinite(r) ? r : std::numeric_limits<double>::infinity();
+}
+
+struct Layout {
+  size_t blocks;
+  std::vector<size_t> offset; // where function i's external inputs start in `state`
+  std::vector<int64_t> arity;
+  // (kind, cat dim, chunk dim) per link: 0 direct, 1 chunk(cat([y1, y2], d1), 2, d2)
+  std::vector<int64_t> links;
+};
+
+Layout layout(size_t nfns, c10::ArrayRef<int64_t> arity, c10::ArrayRef<int64_t> links,
+              size_t nstate) {
+  TORCH_CHECK(arity.size() == nfns, kOp, ": arity has ", arity.size(), " entries for ", nfns,
+              " functions");
+  Layout l{nfns / 2, {}, arity.vec(), links.vec()};
+  TORCH_CHECK(links.size() == 3 * (l.blocks - 1), kOp, ": links has ", links.size(),
+              " entries, expected 3 per link between ", l.blocks, " blocks");
+  for (size_t i = 0; i < links.size(); i += 3)
+    TORCH_CHECK(links[i] == 0 || links[i] == 1, kOp, ": unknown link kind ", links[i]);
+  size_t at = 0;
+  for (int64_t a : arity) {
+    TORCH_CHECK(a >= 0, kOp, ": negative arity");
+    l.offset.push_back(at);
+    at += size_t(a);
+  }
+  TORCH_CHECK(at == nstate, kOp, ": the functions take ", at, " external inputs, state has ",
+              nstate);
+  return l;
+}
+
+std::vector<at::Tensor> slice(at::TensorList state, const Layout& l, size_t fn) {
+  return std::vector<at::Tensor>(state.begin() + l.offset[fn],
+                                 state.begin() + l.offset[fn] + l.arity[fn]);
+}
+
+// link_b(y1, y2): the next block's inputs, and whether that split differs from
+// (y1, y2) (then the block's outputs cannot be read back from them).
+std::pair<at::Tensor, at::Tensor> link(const Layout& l, size_t b, const at::Tensor& y1,
+                                       const at::Tensor& y2, bool& resplit) {
+  resplit = false;
+  if (l.links[3 * b] == 0) return {y1, y2};
+  auto parts = at::chunk(at::cat({y1, y2}, l.links[3 * b + 1]), 2, l.links[3 * b + 2]);
+  TORCH_CHECK(parts.size() == 2, kOp, ": a link's chunk gave ", parts.size(), " pieces");
+  resplit = !same_meta(parts[0], y1) || !same_meta(parts[1], y2);
+  if (!resplit) return {y1, y2};
+  return {parts[0], parts[1]};
+}
+
+// Forward of the whole chain (no autograd graph). `keep_in` / `keep_out` get the
+// blocks' exact inputs / outputs where asked (or needed).
+struct ForwardRecord {
+  std::vector<at::Tensor> in1, in2, out1, out2; // per block; undefined: not kept
+  std::vector<bool> no_inverse;                 // the add changed shape / dtype
+  std::vector<at::Tensor> rng;                  // per function; undefined: not random
+};
+
+std::pair<at::Tensor, at::Tensor> run_chain(Chain& c, const Layout& l, at::Tensor x1, at::Tensor x2,
+                                            at::TensorList state, const std::vector<bool>& keep,
+                                            ForwardRecord* rec) {
+  if (rec) {
+    rec->in1.assign(l.blocks, {});
+    rec->in2.assign(l.blocks, {});
+    rec->out1.assign(l.blocks, {});
+    rec->out2.assign(l.blocks, {});
+    rec->no_inverse.assign(l.blocks, false);
+    rec->rng.assign(2 * l.blocks, {});
+  }
+  for (size_t b = 0; b < l.blocks; ++b) {
+    const Fn& F = c.fns[2 * b];
+    const Fn& G = c.fns[2 * b + 1];
+    if (rec) rec->rng[2 * b] = rng_state(F, x2.device());
+    at::Tensor y1 = at::add(x1, run_fn(F, x2, slice(state, l, 2 * b), false));
+    if (rec) rec->rng[2 * b + 1] = rng_state(G, y1.device());
+    at::Tensor y2 = at::add(x2, run_fn(G, y1, slice(state, l, 2 * b + 1), false));
+    if (rec) {
+      rec->no_inverse[b] = !same_meta(y1, x1) || !same_meta(y2, x2);
+      if (keep[b] || rec->no_inverse[b]) {
+        rec->in1[b] = x1;
+        rec->in2[b] = x2;
+      }
+    }
+    if (b + 1 == l.blocks) return {y1, y2};
+    bool resplit = false;
+    std::tie(x1, x2) = link(l, b, y1, y2, resplit);
+    if (rec && resplit) {
+      rec->out1[b] = y1;
+      rec->out2[b] = y2;
+    }
+  }
+  TORCH_INTERNAL_ASSERT(false, "unreachable");
+}
+
+std::vector<at::Tensor> state_vec(const c10::List<std::optional<at::Tensor>>& state) {
+  std::vector<at::Tensor> out;
+  out.reserve(state.size());
+  for (const std::optional<at::Tensor>& t : state) out.push_back(t.value_or(at::Tensor()));
+  return out;
+}
+
+struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFunction> {
+  // `present`: the defined entries of the state (autograd takes no undefined
+  // inputs), `where` their indices among its `size` entries (None elsewhere).
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x1, const at::Tensor& x2,
+                               at::TensorList present, const std::vector<std::string>& fns,
+                               const std::vector<int64_t>& arity, const std::vector<int64_t>& links,
+                               int64_t anchor_every, double drift_bound,
+                               const std::vector<int64_t>& where, int64_t size) {
+    std::vector<at::Tensor> state_v(static_cast<size_t>(size));
+    for (size_t i = 0; i < where.size(); ++i) state_v[size_t(where[i])] = present[i];
+    const at::TensorList state(state_v);
+    ctx->saved_data["where"] = where;
+    std::shared_ptr<Chain> c = chain_for(fns);
+    const Layout l = layout(fns.size(), arity, links, state.size());
+    bool check;
+    std::vector<bool> keep(l.blocks, false);
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      check = !c->checked;
+      for (size_t b = 0; b < l.blocks; ++b)
+        keep[b] =
+            check || c->drift_anchor[b] || (anchor_every > 0 && b > 0 && b % anchor_every == 0);
+    }
+    ForwardRecord rec;
+    at::Tensor y1, y2;
+    {
+      at::NoGradGuard no_grad;
+      std::tie(y1, y2) = run_chain(*c, l, x1, x2, state, keep, &rec);
+      if (check) first_call_check(*c, l, state, y1, y2, rec, drift_bound, anchor_every, keep);
+    }
+    // What backward reads: the outputs, then the exact inputs / outputs of the
+    // blocks that keep them (their indices in saved_data).
+    std::vector<at::Tensor> saved{y1, y2};
+    std::vector<int64_t> in_at, out_at;
+    for (size_t b = 0; b < l.blocks; ++b) {
+      if (rec.in1[b].defined() && (keep[b] || rec.no_inverse[b])) {
+        in_at.push_back(int64_t(b));
+        saved.push_back(rec.in1[b]);
+        saved.push_back(rec.in2[b]);
+      }
+      if (rec.out1[b].defined()) {
+        out_at.push_back(int64_t(b));
+        saved.push_back(rec.out1[b]);
+        saved.push_back(rec.out2[b]);
+      }
+    }
+    ctx->saved_data["chain"] = c->id;
+    ctx->saved_data["arity"] = arity;
+    ctx->saved_data["links"] = links;
+    ctx->saved_data["in_at"] = in_at;
+    ctx->saved_data["out_at"] = out_at;
+    ctx->saved_data["rng"] = rec.rng;
+    // The state the functions read: saved as eager's ops save it (parameters,
+    // a mask), but for what they write (BatchNorm's running stats, which the
+    // next forward updates in place, and replays copy anyway): no version check.
+    std::vector<bool> written(state.size(), false);
+    for (size_t fn = 0; fn < c->fns.size(); ++fn)
+      for (int64_t k = 0; k < l.arity[fn]; ++k)
+        if (c->fns[fn].written[size_t(k) + 1]) written[l.offset[fn] + size_t(k)] = true;
+    std::vector<at::Tensor> unversioned(state.size());
+    for (size_t i = 0; i < state.size(); ++i) {
+      if (written[i] && state[i].defined())
+        unversioned[i] = state[i];
+      else
+        saved.push_back(state[i]);
+    }
+    ctx->saved_data["unversioned"] = unversioned;
+    ctx->save_for_backward(saved);
+    return {y1, y2};
+  }
+
+  // The chain's first differentiated call: rebuild every block's input from
+  // the outputs, as backward will, and mark the blocks off by more than the
+  // bound (they keep their exact input from now on).
+  static void first_call_check(Chain& c, const Layout& l, at::TensorList state, at::Tensor r1,
+                               at::Tensor r2, const ForwardRecord& rec, double bound,
+                               int64_t anchor_every, std::vector<bool>& keep) {
+    std::vector<bool> drift(l.blocks, false);
+    for (size_t i = l.blocks; i-- > 0;) {
+      if (rec.out1[i].defined()) {
+        r1 = rec.out1[i];
+        r2 = rec.out2[i];
+      }
+      if (rec.no_inverse[i]) {
+        r1 = rec.in1[i];
+        r2 = rec.in2[i];
+        continue;
+      }
+      at::Tensor g, f;
+      {
+        RngReplay rg(rec.rng[2 * i + 1], r1.device());
+        g = run_fn(c.fns[2 * i + 1], r1, slice(state, l, 2 * i + 1), true);
+      }
+      at::Tensor x2 = rebuild(r2, g);
+      {
+        RngReplay rf(rec.rng[2 * i], x2.device());
+        f = run_fn(c.fns[2 * i], x2, slice(state, l, 2 * i), true);
+      }
+      at::Tensor x1 = rebuild(r1, f);
+      const double err = std::max(rel_error(x1, rec.in1[i]), rel_error(x2, rec.in2[i]));
+      const bool anchored = anchor_every > 0 && i > 0 && i % size_t(anchor_every) == 0;
+      if (!(err <= bound)) {
+        drift[i] = true;
+        TORCH_WARN(kOp, ": block ", i,
+                   " of a coupling chain rebuilds its input with relative error ", err, " > ",
+                   bound, "; it keeps its exact input from now on");
+      }
+      if (drift[i] || anchored) {
+        r1 = rec.in1[i];
+        r2 = rec.in2[i];
+      } else {
+        r1 = x1;
+        r2 = x2;
+      }
+    }
+    std::lock_guard<std::mutex> lock(c.mu);
+    for (size_t b = 0; b < l.blocks; ++b) {
+      c.drift_anchor[b] = c.drift_anchor[b] || drift[b];
+      keep[b] = c.drift_anchor[b] || (anchor_every > 0 && b > 0 && b % size_t(anchor_every) == 0);
+    }
+    c.checked = true;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!at::GradMode::is_enabled(), kOp,
+                ": double backward is not supported (the blocks are differentiated on rebuilt, "
+                "detached inputs); keep such code out of the optimized model");
+    std::shared_ptr<Chain> c = chain_by_id(ctx->saved_data["chain"].toInt());
+    const auto arity = ctx->saved_data["arity"].toIntVector();
+    const auto links = ctx->saved_data["links"].toIntVector();
+    const auto in_at = ctx->saved_data["in_at"].toIntVector();
+    const auto out_at = ctx->saved_data["out_at"].toIntVector();
+    const std::vector<at::Tensor> rng = ctx->saved_data["rng"].toTensorVector();
+    std::vector<at::Tensor> state = ctx->saved_data["unversioned"].toTensorVector();
+    const Layout l = layout(c->fns.size(), arity, links, state.size());
+    const variable_list saved = ctx->get_saved_variables();
+    {
+      size_t next = saved.size();
+      for (size_t i = state.size(); i-- > 0;)
+        if (!state[i].defined()) state[i] = saved[--next]; // saved last, in order
+    }
+    std::vector<at::Tensor> ex_in1(l.blocks), ex_in2(l.blocks), ex_out1(l.blocks),
+        ex_out2(l.blocks);
+    size_t at = 2;
+    {
+      // saved holds, per block in order, its inputs (if in_at) then outputs (if out_at).
+      size_t i = 0, o = 0;
+      for (size_t b = 0; b < l.blocks; ++b) {
+        if (i < in_at.size() && size_t(in_at[i]) == b) {
+          ex_in1[b] = saved[at++];
+          ex_in2[b] = saved[at++];
+          ++i;
+        }
+        if (o < out_at.size() && size_t(out_at[o]) == b) {
+          ex_out1[b] = saved[at++];
+          ex_out2[b] = saved[at++];
+          ++o;
+        }
+      }
+    }
+    const auto where = ctx->saved_data["where"].toIntVector();
+    std::vector<size_t> slot(state.size(), 0); // state index -> autograd input index
+    for (size_t i = 0; i < where.size(); ++i) slot[size_t(where[i])] = 2 + i;
+    // + fns, arity, links, anchor_every, bound, where, size
+    variable_list result(2 + where.size() + 7);
+    // Gradients of the state (parameters), summed over the functions reading them.
+    auto add_grad = [&](size_t index, const at::Tensor& g) {
+      if (!g.defined() || !slot[index]) return;
+      at::Tensor& r = result[slot[index]];
+      r = r.defined() ? at::add(r, g) : g;
+    };
+    // The state a function reads: leaves for the entries that need a gradient.
+    auto leaves = [&](size_t fn, std::vector<at::Tensor>& ext, std::vector<at::Tensor>& wrt,
+                      std::vector<size_t>& wrt_index) {
+      ext.clear();
+      for (int64_t k = 0; k < l.arity[fn]; ++k) {
+        const size_t index = l.offset[fn] + size_t(k);
+        const at::Tensor& t = state[index];
+        if (t.defined() && slot[index] && ctx->needs_input_grad(slot[index])) {
+          ext.push_back(t.detach().requires_grad_(true));
+          wrt.push_back(ext.back());
+          wrt_index.push_back(index);
+        } else {
+          ext.push_back(t.defined() ? t.detach() : t);
+        }
+      }
+    };
+    at::Tensor g1 = grads[0], g2 = grads[1];
+    if (!g1.defined()) g1 = at::zeros_like(saved[0]);
+    if (!g2.defined()) g2 = at::zeros_like(saved[1]);
+    at::Tensor r1 = saved[0], r2 = saved[1];
+    std::vector<at::Tensor> ext;
+    for (size_t b = l.blocks; b-- > 0;) {
+      if (ex_out1[b].defined()) {
+        r1 = ex_out1[b];
+        r2 = ex_out2[b];
+      }
+      // G: y1 -> g, with grad; x2 = y2 - g.
+      {
+        std::vector<at::Tensor> wrt, out;
+        std::vector<size_t> wrt_index;
+        at::Tensor y1 = r1.detach().requires_grad_(true);
+        wrt.push_back(y1);
+        leaves(2 * b + 1, ext, wrt, wrt_index);
+        at::Tensor g;
+        {
+          at::AutoGradMode grad_mode(true);
+          RngReplay replay(rng[2 * b + 1], y1.device());
+          g = run_fn(c->fns[2 * b + 1], y1, ext, true);
+        }
+        const at::Tensor x2 = ex_in2[b].defined() ? ex_in2[b] : rebuild(r2, g.detach());
+        if (g.requires_grad()) {
+          auto d = torch::autograd::grad({g}, wrt, {g2}, /*retain_graph=*/false,
+                                         /*create_graph=*/false, /*allow_unused=*/true);
+          if (d[0].defined()) g1 = at::add(g1, d[0]);
+          for (size_t k = 0; k < wrt_index.size(); ++k) add_grad(wrt_index[k], d[k + 1]);
+        }
+        r2 = x2;
+      }
+      // F: x2 -> f, with grad; x1 = y1 - f.
+      {
+        std::vector<at::Tensor> wrt;
+        std::vector<size_t> wrt_index;
+        at::Tensor x2 = r2.detach().requires_grad_(true);
+        wrt.push_back(x2);
+        leaves(2 * b, ext, wrt, wrt_index);
+        at::Tensor f;
+        {
+          at::AutoGradMode grad_mode(true);
+          RngReplay replay(rng[2 * b], x2.device());
+          f = run_fn(c->fns[2 * b], x2, ext, true);
+        }
+        const at::Tensor x1 = ex_in1[b].defined() ? ex_in1[b] : rebuild(r1, f.detach());
+        if (f.requires_grad()) {
+          auto d = torch::autograd::grad({f}, wrt, {g1}, false, false, true);
+          if (d[0].defined()) g2 = at::add(g2, d[0]);
+          for (size_t k = 0; k < wrt_index.size(); ++k) add_grad(wrt_index[k], d[k + 1]);
+        }
+        r1 = x1;
+      }
+      // Back across the link to the previous block's outputs: direct, or
+      // cat then chunk into the same pieces, the identity for the gradient too;
+      // a link that re-split kept that block's outputs (ex_out): the gradient
+      // goes back through cat / chunk there.
+      if (b > 0 && ex_out1[b - 1].defined()) {
+        const int64_t cat_dim = l.links[3 * (b - 1) + 1], chunk_dim = l.links[3 * (b - 1) + 2];
+        const at::Tensor whole = at::cat({g1, g2}, chunk_dim);
+        auto parts = whole.split_with_sizes(
+            {ex_out1[b - 1].size(cat_dim), ex_out2[b - 1].size(cat_dim)}, cat_dim);
+        g1 = parts[0].contiguous();
+        g2 = parts[1].contiguous();
+      }
+    }
+    result[0] = ctx->needs_input_grad(0) ? g1 : at::Tensor();
+    result[1] = ctx->needs_input_grad(1) ? g2 : at::Tensor();
+    return result;
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> coupling_chain_plain(
+    const at::Tensor& x1, const at::Tensor& x2, const c10::List<std::optional<at::Tensor>>& state,
+    c10::ArrayRef<std::string> fns, c10::IntArrayRef arity, c10::IntArrayRef links,
+    int64_t anchor_every, double drift_bound) {
+  std::shared_ptr<Chain> c = chain_for(fns.vec());
+  const std::vector<at::Tensor> s = state_vec(state);
+  const Layout l = layout(fns.size(), arity, links, s.size());
+  auto [y1, y2] = run_chain(*c, l, x1, x2, s, std::vector<bool>(l.blocks, false), nullptr);
+  return {y1, y2};
+}
+
+std::tuple<at::Tensor, at::Tensor> coupling_chain_autograd(
+    const at::Tensor& x1, const at::Tensor& x2, const c10::List<std::optional<at::Tensor>>& state,
+    c10::ArrayRef<std::string> fns, c10::IntArrayRef arity, c10::IntArrayRef links,
+    int64_t anchor_every, double drift_bound) {
+  const std::vector<at::Tensor> s = state_vec(state);
+  bool any_grad = x1.requires_grad() || x2.requires_grad();
+  for (const auto& t : s) any_grad = any_grad || (t.defined() && t.requires_grad());
+  if (at::GradMode::is_enabled() && any_grad) {
+    std::vector<at::Tensor> present;
+    std::vector<int64_t> where;
+    for (size_t i = 0; i < s.size(); ++i)
+      if (s[i].defined()) {
+        present.push_back(s[i]);
+        where.push_back(int64_t(i));
+      }
+    auto out = CouplingChainFunction::apply(x1, x2, at::TensorList(present), fns.vec(), arity.vec(),
+                                            links.vec(), anchor_every, drift_bound, where,
+                                            int64_t(s.size()));
+    return {out[0], out[1]};
+  }
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return coupling_chain_plain(x1, x2, state, fns, arity, links, anchor_every, drift_bound);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
+  m.impl("coupling_chain", TORCH_FN(coupling_chain_autograd));
+}
+
+// Every backend: the functions' own aten ops do the work.
+TORCH_LIBRARY_IMPL(memslim, CompositeExplicitAutograd, m) {
+  m.impl("coupling_chain", TORCH_FN(coupling_chain_plain));
+}
+
+} // namespace memslim
