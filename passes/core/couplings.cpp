@@ -65,13 +65,19 @@ struct Top {
     const NodeRef p = g.producer(v);
     return p ? top_of(p) : NodeRef{};
   }
-  size_t index(NodeRef n) const { return pos.at(n.p); }
-  // The top-level users of v.
+  // A top-level node's place; the graph's return (and anything else outside
+  // the list) comes last.
+  size_t index(NodeRef n) const {
+    auto it = pos.find(n.p);
+    return it == pos.end() ? order.size() : it->second;
+  }
+  // The top-level users of v (the graph's return node included).
   std::vector<NodeRef> users(ValueRef v) const {
     std::vector<NodeRef> out;
     for (const Use& u : g.uses(v)) {
-      const NodeRef t = top_of(u.user);
-      if (t && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+      NodeRef t = top_of(u.user);
+      if (!t) t = u.user;
+      if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
     }
     return out;
   }
@@ -184,7 +190,12 @@ std::optional<Coupling> match(const Top& t, NodeRef add1, std::string& why) {
         if (from_x2.count(x1.p) || from_x1.count(x2.p)) continue;
         ValueSet forbid_f = from_x1;
         forbid_f.insert(x1.p);
-        if (!function_of(t, x2, f, add1, from, i1, forbid_f, c.F).empty()) continue;
+        const std::string fwhy = function_of(t, x2, f, add1, from, i1, forbid_f, c.F);
+        if (fwhy.rfind("no function", 0) == 0) continue;
+        if (!fwhy.empty()) { // y1 = x1 + F(x2), y2 = x2 + g(y1): a coupling, refused
+          why = "F: " + fwhy;
+          return c;
+        }
         // Found F; from here on a refusal is a remark.
         ValueSet forbid_g = from_x2;
         forbid_g.insert(x2.p);
@@ -194,7 +205,7 @@ std::optional<Coupling> match(const Top& t, NodeRef add1, std::string& why) {
         const std::string gwhy = function_of(t, y1, gv, add2, i1 + 1, i2, forbid_g, c.G);
         if (!gwhy.empty()) {
           if (gwhy.rfind("no function", 0) == 0) continue;
-          why = "G " + gwhy;
+          why = "G: " + gwhy;
           return c;
         }
         // F must not read what G or the adds make (it runs first).

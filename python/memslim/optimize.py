@@ -96,7 +96,8 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
              passes: Optional[Iterable[str]] = None, pipeline: str = "memslim-default",
              methods: Sequence[str] = ("forward",), min_bytes: int = 1,
              max_added_work: Optional[float] = None, assume_numel: int = 0,
-             dropout_mask_bytes: Optional[int] = None):
+             dropout_mask_bytes: Optional[int] = None, coupling_anchor_every: int = 8,
+             coupling_drift_bound: float = 1e-5):
     """Returns an optimized ScriptModule (savable with torch.jit.save).
 
     model: nn.Module (scripted here) or ScriptModule. example_inputs: forward's
@@ -112,10 +113,15 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
     they had this many fp32 elements instead of keeping them (integer in [0, 2**40]);
     dropout_mask_bytes, what aten's dropout keeps per element (0 or 1; None: 1, the
     bool mask, when torch.jit's executor optimises, as it does by default; else the
-    float noise).
+    float noise); coupling_anchor_every, in a chain of couplings every k-th block keeps
+    its exact input (0: none); coupling_drift_bound, a coupling block whose input,
+    rebuilt from its outputs on the first training call, is off by more than this
+    (relative, max norm) keeps its exact input from then on (in (0, 1]).
     """
     policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work, assume_numel=assume_numel,
-                     dropout_mask_bytes=dropout_mask_bytes)
+                     dropout_mask_bytes=dropout_mask_bytes,
+                     coupling_anchor_every=coupling_anchor_every,
+                     coupling_drift_bound=coupling_drift_bound)
     args, kwargs = _split_example_inputs(example_inputs)
     if not isinstance(pipeline, str):
         raise ValueError(f"memslim.optimize: pipeline must be a string, got {pipeline!r}")

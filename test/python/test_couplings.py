@@ -1,0 +1,218 @@
+"""invertible-couplings and memslim::coupling_chain (issue 12): reversible blocks keep only
+their chain's outputs, and gradients, running stats and random numbers stay eager's.
+
+Gradients are compared in float64, where a rewrite that changed the function would show
+and fp32 rounding would not hide it (the fp32 RevNet's own gradients move by ~3e-3 against
+float64: bench/results/couplings.md); memory in float32.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+import memslim
+from memslim._models import AdditiveCoupling, RevNet, RevResidualFn, RevTransformer
+
+warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated.*")
+
+
+def remarks(opt):
+    return [str(d) for d in memslim.report(opt) if "invertible-couplings" in str(d)]
+
+
+def step_grads(model, x, params, seed=1):
+    xx = x.clone().requires_grad_()
+    torch.manual_seed(seed)
+    model(xx).square().sum().backward()
+    out = [xx.grad] + [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    return out
+
+
+def max_rel(a, b):
+    return max(float((p - q).abs().max() / q.abs().max().clamp_min(1e-300)) for p, q in zip(a, b))
+
+
+def pair(make, x, **policy):
+    """(eager model, optimized module, the optimized module's parameters)."""
+    torch.manual_seed(0)
+    ref = make()
+    torch.manual_seed(0)
+    base = make()
+    opt = memslim.optimize(base, (x,), **policy)
+    return ref, opt, base
+
+
+def small_revnet():
+    return RevNet(widths=(8, 16, 32), blocks=(3, 3, 3)).double()
+
+
+def test_revnet_gradients_and_running_stats_match_eager_fp64():
+    x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
+    ref, opt, base = pair(small_revnet, x)
+    rs = remarks(opt)
+    assert sum("3 additive couplings -> memslim::coupling_chain" in r for r in rs) == 3, rs
+    assert "memslim::coupling_chain" in str(opt.graph)
+    for seed in range(3):  # the first call measures drift, later ones do not
+        ga = step_grads(ref, x, list(ref.parameters()), seed)
+        gb = step_grads(opt, x, list(base.parameters()), seed)
+        assert max_rel(gb, ga) < 1e-9
+    # Running stats moved once per step, as eager's (replays touch copies).
+    for (n, a), b in zip(ref.named_buffers(), base.buffers()):
+        assert torch.allclose(a.double(), b.double(), rtol=1e-12, atol=1e-12), n
+    # Eval mode (running statistics) and no-grad calls take the plain path.
+    ref.eval()
+    opt.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), ref(x), rtol=1e-12, atol=1e-12)
+
+
+def test_revnet_18_couplings_saves_under_a_fifth():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 32, 32)
+    ref, opt, _ = pair(lambda: RevNet(widths=(16, 32, 64)), x)
+    xr = x.clone().requires_grad_()
+    before, after = memslim.saved_bytes(ref, xr), memslim.saved_bytes(opt, xr)
+    assert after <= 0.20 * before, (before, after)
+
+
+def test_reversible_transformer_replays_dropout_and_keeps_rng_stream():
+    x = torch.randn(2, 8, 32, dtype=torch.float64)
+    make = lambda: RevTransformer(dim=16, heads=2, depth=3, p=0.2).double()  # noqa: E731
+    ref, opt, base = pair(make, x)
+    assert any("3 additive couplings -> memslim::coupling_chain" in r for r in remarks(opt))
+    for seed in range(2):
+        ga = step_grads(ref, x, list(ref.parameters()), seed)
+        after_ref = torch.rand(4)
+        gb = step_grads(opt, x, list(base.parameters()), seed)
+        after_opt = torch.rand(4)
+        assert max_rel(gb, ga) < 1e-9
+        # Backward's replays put the generator back: the user's stream goes on as in eager.
+        assert torch.equal(after_ref, after_opt)
+    xr = x.float().clone().requires_grad_()
+    saved_ref = memslim.saved_bytes(ref.float(), xr)
+    saved_opt = memslim.saved_bytes(memslim.optimize(make().float(), (x.float(),)), xr)
+    assert saved_opt <= 0.20 * saved_ref, (saved_ref, saved_opt)
+
+
+class Stack(torch.nn.Module):
+    """Couplings of small linear F / G over the last dim; `extra` says what else reads."""
+
+    def __init__(self, n=4, d=8, extra="none", scale=1.0):
+        super().__init__()
+        lin = lambda: torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh())  # noqa: E731
+        self.blocks = torch.nn.ModuleList(AdditiveCoupling(lin(), lin(), dim=-1) for _ in range(n))
+        self.extra = extra
+        self.scale = scale
+
+    def forward(self, x):
+        h = x
+        for b in self.blocks:
+            h = b(h)
+        if self.extra == "input":  # the chain's input has another reader
+            return h * x
+        return h
+
+
+def test_chain_input_with_another_reader_is_rewritten_and_right():
+    x = torch.randn(3, 16, dtype=torch.float64)
+    ref, opt, base = pair(lambda: Stack(extra="input").double(), x)
+    assert any("4 additive couplings -> memslim::coupling_chain" in r for r in remarks(opt))
+    ga = step_grads(ref, x, list(ref.parameters()))
+    gb = step_grads(opt, x, list(base.parameters()))
+    assert max_rel(gb, ga) < 1e-9
+
+
+class Leaky(torch.nn.Module):
+    """F's intermediate is also returned: no coupling the op could take."""
+
+    def __init__(self):
+        super().__init__()
+        self.f = torch.nn.Linear(4, 4)
+        self.g = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x1, x2 = torch.chunk(x, 2, dim=-1)
+        h = self.f(x2)
+        t = torch.tanh(h)
+        y1 = x1 + t
+        y2 = x2 + self.g(y1)
+        return torch.cat([y1, y2], dim=-1), h
+
+
+def test_function_value_read_outside_is_kept_with_reason():
+    x = torch.randn(2, 8)
+    _, opt, _ = pair(Leaky, x)
+    rs = remarks(opt)
+    assert any("kept coupling at" in r and "also read outside it" in r for r in rs), rs
+    assert "coupling_chain" not in str(opt.graph)
+
+
+class Amplified(torch.nn.Module):
+    """F(x2) ~ 1e8: x1 = y1 - F(x2) loses x1 to cancellation in float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.f = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+        self.g = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x1, x2 = torch.chunk(x, 2, dim=-1)
+        y1 = x1 + torch.tanh(self.f(x2)) * 1e8
+        y2 = x2 + self.g(y1) * 1e-8
+        return torch.cat([y1, y2], dim=-1)
+
+
+def test_drift_over_the_bound_keeps_the_exact_input():
+    x = torch.randn(4, 8)
+    ref, opt, base = pair(Amplified, x)
+    assert any("coupling_chain" in r for r in remarks(opt))
+    with pytest.warns(UserWarning, match="keeps its exact input from now on"):
+        gb = step_grads(opt, x, list(base.parameters()))
+    ga = step_grads(ref, x, list(ref.parameters()))
+    # With the exact input kept, backward is eager's computation.
+    assert max_rel(gb, ga) < 1e-5
+    gb = step_grads(opt, x, list(base.parameters()))  # later calls: no new warning needed
+    assert max_rel(gb, ga) < 1e-5
+
+
+def test_anchor_every_k_blocks_keeps_those_inputs():
+    x = torch.randn(16, 64)
+    xr = x.clone().requires_grad_()
+    kept = {}
+    for k in (0, 2):
+        _, opt, _ = pair(lambda: Stack(n=6, d=32), x, coupling_anchor_every=k)
+        kept[k] = memslim.saved_bytes(opt, xr)
+    # Blocks 2 and 4 keep their two 16 x 32 float inputs.
+    assert kept[2] - kept[0] == 2 * 2 * 16 * 32 * 4, kept
+
+
+def test_gradient_accumulation_over_two_forwards():
+    x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
+    ref, opt, base = pair(small_revnet, x)
+    for model in (ref, opt):
+        torch.manual_seed(3)
+        loss = model(x.requires_grad_()).square().sum() + model(x * 0.5).square().sum()
+        loss.backward()  # the second forward moved the running stats in place in between
+    for a, b in zip(ref.parameters(), base.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_policy_rejects_bad_coupling_options():
+    x = torch.randn(2, 8)
+    with pytest.raises(ValueError, match="coupling_drift_bound must be"):
+        memslim.optimize(Stack(), (x,), coupling_drift_bound=0.0)
+    with pytest.raises(ValueError, match="coupling_anchor_every must be"):
+        memslim.optimize(Stack(), (x,), coupling_anchor_every=-1)
+
+
+def test_op_rejects_malformed_arguments():
+    x = torch.randn(2, 4)
+    with pytest.raises(RuntimeError, match="an F and a G per block"):
+        torch.ops.memslim.coupling_chain(x, x, [], ["graph(%x : Tensor):\n  return (%x)\n"], [0], [])
+    with pytest.raises(RuntimeError, match="cannot parse function 0"):
+        torch.ops.memslim.coupling_chain(x, x, [], ["nonsense", "nonsense"], [0, 0], [])
