@@ -157,94 +157,111 @@ Value* argument(Graph& g, Value* v) {
   return t->output();
 }
 
+// Cuts the chain's functions out and submits the rewrite to the gate.
+void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext& ctx) {
+  // Cut every function out first: a function the op cannot carry keeps the chain.
+  std::vector<std::string> texts;
+  std::vector<int64_t> arity;
+  std::vector<Value*> state;
+  std::string why;
+  for (const Coupling& b : c.blocks)
+    for (const CouplingFn* f : {&b.F, &b.G}) {
+      std::string text;
+      if (why.empty()) why = function_text(*f, text);
+      if (!why.empty()) break;
+      texts.push_back(std::move(text));
+      arity.push_back(int64_t(f->external.size()));
+      for (ValueRef e : f->external) state.push_back(JitGraphView::value(e));
+    }
+  if (!why.empty()) {
+    c.decision.verdict = Decision::Verdict::Kept;
+    c.decision.text = std::to_string(c.blocks.size()) + " additive coupling(s): a function: " + why;
+    ctx.remarks.add(std::move(c.decision));
+    return;
+  }
+  const Coupling& first = c.blocks.front();
+  const Coupling& last = c.blocks.back();
+  Value* x1 = JitGraphView::value(first.x1);
+  Value* x2 = JitGraphView::value(first.x2);
+  Value* y1 = JitGraphView::value(last.y1);
+  Value* y2 = JitGraphView::value(last.y2);
+  Node* point = JitGraphView::node(last.add2);
+  Proposal prop;
+  prop.site = c.decision.site;
+  for (NodeRef n : c.covers) prop.covers.push_back(JitGraphView::node(n));
+  for (ValueRef v : c.guarded) prop.guarded.push_back(JitGraphView::value(v));
+  std::vector<int64_t> kinds = c.link_kinds;
+  std::vector<Value*> dims;
+  for (ValueRef d : c.link_dims) dims.push_back(d ? JitGraphView::value(d) : nullptr);
+  const int64_t every = ctx.policy.coupling_anchor_every;
+  const double bound = ctx.policy.coupling_drift_bound;
+  std::unordered_set<const Node*> covered(prop.covers.begin(), prop.covers.end());
+  prop.apply = [&g, x1, x2, y1, y2, point, texts, arity, state, kinds, dims, every, bound,
+                covered]() {
+    torch::jit::WithInsertPoint guard(point);
+    std::vector<Value*> args;
+    for (Value* v : state) args.push_back(argument(*g, v));
+    Value* list =
+        g->insertNode(g->createList(c10::OptionalType::create(c10::TensorType::get()), args))
+            ->output();
+    std::vector<Value*> strs;
+    for (const std::string& t : texts) strs.push_back(g->insertConstant(c10::IValue(t)));
+    Value* fns = g->insertNode(g->createList(c10::StringType::get(), strs))->output();
+    // (kind, cat dim, chunk dim) per link.
+    std::vector<Value*> link_args;
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      link_args.push_back(g->insertConstant(kinds[i]));
+      for (Value* d : {dims[2 * i], dims[2 * i + 1]})
+        link_args.push_back(d ? d : g->insertConstant(int64_t(0)));
+    }
+    Value* links = g->insertNode(g->createList(c10::IntType::get(), link_args))->output();
+    Node* op = g->insertNode(
+        g->create(c10::Symbol::fromQualString(kCouplingChainOp),
+                  {x1, x2, list, fns, g->insertConstant(c10::IValue(arity)), links,
+                   g->insertConstant(c10::IValue(every)), g->insertConstant(c10::IValue(bound))},
+                  2));
+    for (size_t i = 0; i < 2; ++i) {
+      Value* old = i == 0 ? y1 : y2;
+      Value* now = op->output(i);
+      now->setType(old->type());
+      now->copyMetadata(old);
+      const auto uses = old->uses();
+      for (const auto& use : uses) {
+        const Node* top = use.user;
+        while (top->owningBlock()->owningNode()) top = top->owningBlock()->owningNode();
+        if (!covered.count(top)) use.user->replaceInput(use.offset, now);
+      }
+    }
+    return std::string();
+  };
+  prop.rewrote = c.decision.text;
+  prop.price = c.decision.price;
+  ctx.gate->submit(prop);
+}
+
 } // namespace
 
 void run_invertible_couplings(const std::shared_ptr<Graph>& g, PassContext& ctx) {
   const JitGraphView view(g);
-  for (CouplingChain& c : find_coupling_chains(view, ctx.policy)) {
-    if (!c.rewrite()) {
-      ctx.remarks.add(std::move(c.decision));
-      continue;
+  // One chain at a time, found again on the graph as the last rewrite left it:
+  // a chain whose input an earlier chain's op now makes must read that op's
+  // output (fuzz: a later chain kept the earlier chain's destroyed value).
+  std::unordered_set<std::string> tried;
+  for (;;) {
+    std::vector<CouplingChain> chains = find_coupling_chains(view, ctx.policy);
+    CouplingChain* next = nullptr;
+    for (CouplingChain& c : chains)
+      if (c.rewrite() && !tried.count(c.decision.site)) {
+        next = &c;
+        break;
+      }
+    if (!next) {
+      for (CouplingChain& c : chains)
+        if (!c.rewrite()) ctx.remarks.add(std::move(c.decision));
+      return;
     }
-    // Cut every function out first: a function the op cannot carry keeps the chain.
-    std::vector<std::string> texts;
-    std::vector<int64_t> arity;
-    std::vector<Value*> state;
-    std::string why;
-    for (const Coupling& b : c.blocks)
-      for (const CouplingFn* f : {&b.F, &b.G}) {
-        std::string text;
-        if (why.empty()) why = function_text(*f, text);
-        if (!why.empty()) break;
-        texts.push_back(std::move(text));
-        arity.push_back(int64_t(f->external.size()));
-        for (ValueRef e : f->external) state.push_back(JitGraphView::value(e));
-      }
-    if (!why.empty()) {
-      c.decision.verdict = Decision::Verdict::Kept;
-      c.decision.text =
-          std::to_string(c.blocks.size()) + " additive coupling(s): a function: " + why;
-      ctx.remarks.add(std::move(c.decision));
-      continue;
-    }
-    const Coupling& first = c.blocks.front();
-    const Coupling& last = c.blocks.back();
-    Value* x1 = JitGraphView::value(first.x1);
-    Value* x2 = JitGraphView::value(first.x2);
-    Value* y1 = JitGraphView::value(last.y1);
-    Value* y2 = JitGraphView::value(last.y2);
-    Node* point = JitGraphView::node(last.add2);
-    Proposal prop;
-    prop.site = c.decision.site;
-    for (NodeRef n : c.covers) prop.covers.push_back(JitGraphView::node(n));
-    for (ValueRef v : c.guarded) prop.guarded.push_back(JitGraphView::value(v));
-    std::vector<int64_t> kinds = c.link_kinds;
-    std::vector<Value*> dims;
-    for (ValueRef d : c.link_dims) dims.push_back(d ? JitGraphView::value(d) : nullptr);
-    const int64_t every = ctx.policy.coupling_anchor_every;
-    const double bound = ctx.policy.coupling_drift_bound;
-    std::unordered_set<const Node*> covered(prop.covers.begin(), prop.covers.end());
-    prop.apply = [&g, x1, x2, y1, y2, point, texts, arity, state, kinds, dims, every, bound,
-                  covered]() {
-      torch::jit::WithInsertPoint guard(point);
-      std::vector<Value*> args;
-      for (Value* v : state) args.push_back(argument(*g, v));
-      Value* list =
-          g->insertNode(g->createList(c10::OptionalType::create(c10::TensorType::get()), args))
-              ->output();
-      std::vector<Value*> strs;
-      for (const std::string& t : texts) strs.push_back(g->insertConstant(c10::IValue(t)));
-      Value* fns = g->insertNode(g->createList(c10::StringType::get(), strs))->output();
-      // (kind, cat dim, chunk dim) per link.
-      std::vector<Value*> link_args;
-      for (size_t i = 0; i < kinds.size(); ++i) {
-        link_args.push_back(g->insertConstant(kinds[i]));
-        for (Value* d : {dims[2 * i], dims[2 * i + 1]})
-          link_args.push_back(d ? d : g->insertConstant(int64_t(0)));
-      }
-      Value* links = g->insertNode(g->createList(c10::IntType::get(), link_args))->output();
-      Node* op = g->insertNode(
-          g->create(c10::Symbol::fromQualString(kCouplingChainOp),
-                    {x1, x2, list, fns, g->insertConstant(c10::IValue(arity)), links,
-                     g->insertConstant(c10::IValue(every)), g->insertConstant(c10::IValue(bound))},
-                    2));
-      for (size_t i = 0; i < 2; ++i) {
-        Value* old = i == 0 ? y1 : y2;
-        Value* now = op->output(i);
-        now->setType(old->type());
-        now->copyMetadata(old);
-        const auto uses = old->uses();
-        for (const auto& use : uses) {
-          const Node* top = use.user;
-          while (top->owningBlock()->owningNode()) top = top->owningBlock()->owningNode();
-          if (!covered.count(top)) use.user->replaceInput(use.offset, now);
-        }
-      }
-      return std::string();
-    };
-    prop.rewrote = c.decision.text;
-    prop.price = c.decision.price;
-    ctx.gate->submit(prop);
+    tried.insert(next->decision.site);
+    submit_chain(g, *next, ctx);
   }
 }
 

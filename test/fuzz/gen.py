@@ -782,6 +782,90 @@ class Gen:
                 made.append(k.id)
         return [Stmt(lines, made, feats)]
 
+    def coupling_fn(self, inp: "Val", lines: list, feats: list, escape: list) -> "Val":
+        """F or G of a coupling on `inp` (its own width): one of a few layer templates,
+        sometimes with a BatchNorm1d (running stats), a dropout (random numbers) or a
+        large gain (drift in the rebuilt input). Its intermediates stay out of the pool
+        unless `escape` asks (then invertible-couplings must keep the coupling)."""
+        rng = self.rng
+        h = inp.shape[-1]
+        t = self.new(inp.shape)
+        self.pool.remove(t.id)
+        w = self.param((h, h))
+        roll = rng.random()
+        if roll < 0.3:
+            lines.append("%s = F.linear(%s, self.%s)" % (V(t), V(inp), w))
+        elif roll < 0.5:
+            n = self.name("bn")
+            self.p.decls[n] = "self.%s = torch.nn.BatchNorm1d(%d)" % (n, h)
+            lines.append("%s = F.linear(self.%s(%s), self.%s)" % (V(t), n, V(inp), w))
+            feats.append("coupling_bn")
+        elif roll < 0.7:
+            lines.append("%s = %s * torch.sigmoid(F.linear(%s, self.%s))" % (V(t), V(inp), V(inp), w))
+        else:
+            lines.append("%s = F.linear(F.layer_norm(%s, (%d,)), self.%s)" % (V(t), V(inp), h, w))
+        if escape and rng.random() < 0.5:
+            self.pool.append(t.id)  # another reader may pick it: no coupling then
+            escape.clear()
+        out = self.new(inp.shape)
+        self.pool.remove(out.id)
+        feat, tmpl = rng.choice(ACTS)
+        expr = tmpl.format(x=V(t))
+        if rng.random() < 0.25:
+            expr = "F.dropout(%s, p=0.25, training=self.training)" % expr
+            feats.append("coupling_dropout")
+        if rng.random() < 0.1:
+            expr = "(%s) * 1000.0" % expr
+            feats.append("coupling_gain")
+        lines.append("%s = %s" % (V(out), expr))
+        self.save(inp, t, out)
+        return out
+
+    def s_coupling(self):
+        """Additive couplings y1 = x1 + F(x2), y2 = x2 + G(y1) over the halves of the
+        last dim, 1-3 blocks linked directly or through cat / chunk (issue 12)."""
+        rng = self.rng
+        if self.in_loop:
+            return []
+        v = self.pick(lambda u: len(u.shape) == 2 and u.shape[-1] % 2 == 0)
+        if v is None:
+            return []
+        half = v.shape[:-1] + (v.shape[-1] // 2,)
+        lines, feats = [], ["coupling"]
+        x1, x2 = self.new(half, alias=v), self.new(half, alias=v)
+        lines.append("%s, %s = torch.chunk(%s, 2, dim=-1)" % (V(x1), V(x2), V(v)))
+        blocks = rng.randint(1, 3)
+        made = [x1.id, x2.id]
+        for b in range(blocks):
+            escape = [True] if rng.random() < 0.1 else []
+            f = self.coupling_fn(x2, lines, feats, escape)
+            y1 = self.new(half)
+            lines.append("%s = %s + %s" % (V(y1), V(x1), V(f)))
+            g = self.coupling_fn(y1, lines, feats, escape)
+            y2 = self.new(half)
+            lines.append("%s = %s + %s" % (V(y2), V(x2), V(g)))
+            made += [y1.id, y2.id]
+            if b + 1 < blocks:
+                if rng.random() < 0.6:
+                    c = self.new(v.shape)
+                    x1, x2 = self.new(half, alias=c), self.new(half, alias=c)
+                    lines.append("%s = torch.cat([%s, %s], dim=-1)" % (V(c), V(y1), V(y2)))
+                    lines.append("%s, %s = torch.chunk(%s, 2, dim=-1)" % (V(x1), V(x2), V(c)))
+                    made += [c.id, x1.id, x2.id]
+                else:
+                    x1, x2 = y1, y2
+        out = self.new(v.shape)
+        lines.append("%s = torch.cat([%s, %s], dim=-1)" % (V(out), V(y1), V(y2)))
+        # The blocks' values stay out of the pool but for the result (and, rarely, one
+        # inner value another statement may read: the chain must then end there).
+        keep = [out.id]
+        if rng.random() < 0.1:
+            keep.append(rng.choice(made))
+        for i in made:
+            if i in self.pool and i not in keep:
+                self.pool.remove(i)
+        return [Stmt(lines, made + [out.id], feats)]
+
     def s_pool(self):
         """max_pool2d over the last two dims (memslim::max_pool2d's pattern)."""
         v = self.pick(lambda u: len(u.shape) in (3, 4) and u.shape[-1] >= 3 and u.shape[-2] >= 3)
@@ -993,6 +1077,13 @@ class Gen:
             stmts = g()
             p.body += stmts
             n -= 1 if stmts else 0
+        # Couplings (issue 12) from their own random stream, after the body: a seed
+        # whose program gets none generates the program it generated before.
+        extra = random.Random(p.seed * 7919 + 12)
+        if extra.random() < 0.3:
+            main, self.rng = self.rng, extra
+            p.body += self.s_coupling()
+            self.rng = main
         self.outputs()
         return p
 
