@@ -814,8 +814,13 @@ class Gen:
         if rng.random() < 0.25:
             expr = "F.dropout(%s, p=0.25, training=self.training)" % expr
             feats.append("coupling_dropout")
-        if rng.random() < 0.1:
-            expr = "(%s) * 1000.0" % expr
+        if rng.random() < 0.05:
+            # A gain: x1 = y1 - F(x2) then cancels a few digits (the drift check's
+            # case). Larger gains made every rounding change of other passes look
+            # wrong to the judge (seed 701039: canonicalize-activations' silu under
+            # two 1000x gains and a BatchNorm: 2.5e-4 where eager's own fp32 error
+            # was 1.7e-5).
+            expr = "(%s) * 30.0" % expr
             feats.append("coupling_gain")
         lines.append("%s = %s" % (V(out), expr))
         self.save(inp, t, out)
