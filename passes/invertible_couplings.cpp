@@ -11,14 +11,11 @@
 // link, guarding the chain's inputs, outputs and every tensor a function reads.
 //
 //===----------------------------------------------------------------------===//
-#include <torch/csrc/jit/ir/irparser.h>
-#include <torch/csrc/jit/passes/shape_analysis.h>
-
-#include <iostream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "memslim/core/couplings.h"
+#include "memslim/passes/graph_text.h"
 #include "memslim/passes/jit_graph_view.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/safety_gate.h"
@@ -30,33 +27,6 @@ using torch::jit::Node;
 using torch::jit::Value;
 
 namespace {
-
-void clear_scopes(torch::jit::Block* b) {
-  for (Node* n : b->nodes()) {
-    n->setScope(c10::make_intrusive<torch::jit::Scope>());
-    for (torch::jit::Block* sub : n->blocks()) clear_scopes(sub);
-  }
-}
-
-// The printer writes a node without outputs as `<indent> = prim::If(...)`,
-// which parseIR rejects; it reads `<indent>prim::If(...)` (indents count, as
-// in Python).
-std::string parseable(const std::string& printed) {
-  std::string out;
-  size_t at = 0;
-  while (at < printed.size()) {
-    size_t end = printed.find('\n', at);
-    if (end == std::string::npos) end = printed.size();
-    std::string line = printed.substr(at, end - at);
-    const size_t first = line.find_first_not_of(' ');
-    if (first != std::string::npos && first > 0 && line.compare(first, 2, "= ") == 0)
-      line.erase(first - 1, 3); // the indent ends before the space of " = "
-    out += line;
-    if (end < printed.size()) out += '\n';
-    at = end + 1;
-  }
-  return out;
-}
 
 // How an external value reaches a function: as itself (Tensor, Tensor?) or
 // boxed into a 0-dim tensor (bool, int, float); nullopt: it cannot.
@@ -130,17 +100,10 @@ std::string function_text(const CouplingFn& fn, std::string& text) {
   }
   if (!missing.empty()) return "internal: " + missing + " is neither an input nor a constant";
   sub->registerOutput(env.at(JitGraphView::value(fn.output)));
-  clear_scopes(sub->block());
-  torch::jit::EraseShapeInformation(sub);
-  text = parseable(sub->toString(/*print_source_locations=*/false));
-  try { // the op parses this text at run time: check now
-    auto check = std::make_shared<Graph>();
-    torch::jit::parseIR(text, check.get());
-  } catch (const std::exception& e) {
-    const std::string msg = e.what();
-    if (std::getenv("MEMSLIM_DEBUG_COUPLINGS")) std::cerr << text << "\n" << msg << "\n";
-    return "its graph text does not parse back (" + msg.substr(0, msg.find('\n')) + ")";
-  }
+  std::string error;
+  auto printed = op_graph_text(sub, &error);
+  if (!printed) return "its graph text does not parse back (" + error + ")";
+  text = std::move(*printed);
   return "";
 }
 

@@ -50,6 +50,13 @@ std::optional<int64_t> as_int(const PolicyValue& v, int64_t max) {
   return std::nullopt;
 }
 
+// A number: an int or a float (None and text: none).
+std::optional<double> as_number(const PolicyValue& v) {
+  if (v.kind == PolicyValue::Kind::Int) return static_cast<double>(v.i);
+  if (v.kind == PolicyValue::Kind::Double) return v.d;
+  return std::nullopt;
+}
+
 std::string int_range(int64_t max) { return "an integer in [0, " + std::to_string(max) + "]"; }
 
 std::string set_min_bytes(CostPolicy& p, const PolicyValue& v) {
@@ -66,15 +73,9 @@ std::string set_max_added_work(CostPolicy& p, const PolicyValue& v) {
     p.max_added_work = -1; // no bound
     return "";
   }
-  double d = 0;
-  if (v.kind == PolicyValue::Kind::Int)
-    d = static_cast<double>(v.i);
-  else if (v.kind == PolicyValue::Kind::Double)
-    d = v.d;
-  else
-    return expect;
-  if (std::isnan(d) || d < 0) return expect;
-  p.max_added_work = d;
+  const auto d = as_number(v);
+  if (!d || std::isnan(*d) || *d < 0) return expect;
+  p.max_added_work = *d;
   return "";
 }
 
@@ -105,15 +106,9 @@ std::string set_coupling_anchor_every(CostPolicy& p, const PolicyValue& v) {
 
 std::string set_coupling_drift_bound(CostPolicy& p, const PolicyValue& v) {
   const char* expect = "a number in (0, 1]";
-  double d = 0;
-  if (v.kind == PolicyValue::Kind::Int)
-    d = static_cast<double>(v.i);
-  else if (v.kind == PolicyValue::Kind::Double)
-    d = v.d;
-  else
-    return expect;
-  if (!(d > 0 && d <= 1)) return expect;
-  p.coupling_drift_bound = d;
+  const auto d = as_number(v);
+  if (!d || !(*d > 0 && *d <= 1)) return expect;
+  p.coupling_drift_bound = *d;
   return "";
 }
 

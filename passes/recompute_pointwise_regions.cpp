@@ -17,14 +17,13 @@
 // cloned into the op's text.
 //
 //===----------------------------------------------------------------------===//
-#include <torch/csrc/jit/ir/irparser.h>
-#include <torch/csrc/jit/passes/shape_analysis.h>
 
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "memslim/core/recompute_regions.h"
+#include "memslim/passes/graph_text.h"
 #include "memslim/passes/jit_graph_view.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/safety_gate.h"
@@ -85,21 +84,13 @@ std::string rewrite(Graph& g, const JitRegion& r, Node* point) {
   };
   for (Node* n : r.nodes) {
     Node* c = sub->appendNode(sub->createClone(n, map));
-    // Traced graphs carry module scopes, which the printer writes and parseIR
-    // cannot read back: the region's text drops them.
-    c->setScope(c10::make_intrusive<torch::jit::Scope>());
     for (size_t i = 0; i < n->outputs().size(); ++i) env[n->output(i)] = c->output(i);
   }
   for (Value* o : r.outputs) sub->registerOutput(env.at(o));
-  torch::jit::EraseShapeInformation(sub);
-  const std::string ir = sub->toString(/*print_source_locations=*/false);
-  try {  // the op parses this text at run time: check now, keep the region if it cannot
-    auto check = std::make_shared<Graph>();
-    torch::jit::parseIR(ir, check.get());
-  } catch (const std::exception& e) {
-    const std::string msg = e.what();
-    return msg.substr(0, msg.find('\n'));
-  }
+  std::string error; // the region is kept if its text cannot be read back
+  const auto printed = op_graph_text(sub, &error);
+  if (!printed) return error;
+  const std::string& ir = *printed;
 
   torch::jit::WithInsertPoint guard(point);
   Value* list = g.insertNode(g.createList(c10::TensorType::get(), r.inputs))->output();

@@ -596,6 +596,9 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
     if (SavedTensorAnalysis::writes_nothing(m)) return nullptr;
     std::vector<const Value*> written = SavedTensorAnalysis::written_inputs(m);
     // BatchNorm's running stats: written (AliasDb knows, the schema does not say).
+    // Here, not in SavedTensorAnalysis::written_inputs: there the covers' writes
+    // count as removed by the rewrite, and a residual join keeps its norm's
+    // running-stat writes (tried: fuse-residual-join then refused ResNet's tail).
     const std::string kind = m->kind().toQualString();
     if (written.empty() && (kind == "aten::batch_norm" || kind == "aten::instance_norm") &&
         m->inputs().size() > 4)

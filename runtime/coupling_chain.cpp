@@ -68,6 +68,21 @@ struct Chain {
   std::vector<bool> drift_anchor; // blocks whose rebuilt input drifted on the first call
 };
 
+// Calls fn on every node of g, nested blocks included; stops when fn returns true.
+template <typename Fn>
+bool any_node(Graph& g, Fn fn) {
+  std::vector<torch::jit::Block*> todo{g.block()};
+  while (!todo.empty()) {
+    torch::jit::Block* b = todo.back();
+    todo.pop_back();
+    for (Node* n : b->nodes()) {
+      for (torch::jit::Block* sub : n->blocks()) todo.push_back(sub);
+      if (fn(n)) return true;
+    }
+  }
+  return false;
+}
+
 // Inputs of `g` written in place by a node of g (nested blocks included):
 // declared writes, and the running stats aten's batch_norm / instance_norm
 // schemas leave undeclared.
@@ -88,41 +103,29 @@ std::vector<bool> written_inputs(Graph& g) {
     auto it = input_index.find(v);
     if (it != input_index.end()) out[it->second] = true;
   };
-  std::vector<torch::jit::Block*> todo{g.block()};
-  while (!todo.empty()) {
-    torch::jit::Block* b = todo.back();
-    todo.pop_back();
-    for (Node* n : b->nodes()) {
-      for (torch::jit::Block* sub : n->blocks()) todo.push_back(sub);
-      const std::string k = n->kind().toQualString();
-      if ((k == "aten::batch_norm" || k == "aten::instance_norm") && n->inputs().size() > 4) {
-        mark(n->input(3));
-        mark(n->input(4));
-      }
-      if (const c10::FunctionSchema* s = n->maybeSchema())
-        for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
-          const auto& a = s->arguments()[i].alias_info();
-          if (a && a->isWrite()) mark(n->input(i));
-        }
+  any_node(g, [&](Node* n) {
+    const std::string k = n->kind().toQualString();
+    if ((k == "aten::batch_norm" || k == "aten::instance_norm") && n->inputs().size() > 4) {
+      mark(n->input(3));
+      mark(n->input(4));
     }
-  }
+    if (const c10::FunctionSchema* s = n->maybeSchema())
+      for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
+        const auto& a = s->arguments()[i].alias_info();
+        if (a && a->isWrite()) mark(n->input(i));
+      }
+    return false;
+  });
   return out;
 }
 
 bool has_random_op(Graph& g) {
-  std::vector<torch::jit::Block*> todo{g.block()};
-  while (!todo.empty()) {
-    torch::jit::Block* b = todo.back();
-    todo.pop_back();
-    for (Node* n : b->nodes()) {
-      for (torch::jit::Block* sub : n->blocks()) todo.push_back(sub);
-      if (n->isNondeterministic()) return true;
-      // memslim's fused dropout draws numbers too (Node::isNondeterministic
-      // reads aten's list only).
-      if (n->kind().toQualString() == std::string("memslim::activation_dropout")) return true;
-    }
-  }
-  return false;
+  return any_node(g, [](Node* n) {
+    // memslim's fused dropout draws numbers too (Node::isNondeterministic
+    // reads aten's list only).
+    return n->isNondeterministic() ||
+           n->kind().toQualString() == std::string("memslim::activation_dropout");
+  });
 }
 
 std::mutex g_chains_mu;
