@@ -216,3 +216,15 @@ def test_op_rejects_malformed_arguments():
         torch.ops.memslim.coupling_chain(x, x, [], ["graph(%x : Tensor):\n  return (%x)\n"], [0], [])
     with pytest.raises(RuntimeError, match="cannot parse function 0"):
         torch.ops.memslim.coupling_chain(x, x, [], ["nonsense", "nonsense"], [0, 0], [])
+
+
+def test_opcheck():
+    """torch.library.opcheck: schema, autograd registration, fake tensors and AOT dispatch
+    with dynamic shapes (two linked blocks of linear -> tanh)."""
+    fn = ("graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
+          "  %h : Tensor = aten::linear(%x, %w, %n)\n  %y : Tensor = aten::tanh(%h)\n  return (%y)\n")
+    torch.manual_seed(0)
+    x1, x2 = (torch.randn(3, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    ws = [torch.randn(4, 4, dtype=torch.float64, requires_grad=True) for _ in range(4)]
+    torch.library.opcheck(torch.ops.memslim.coupling_chain.default,
+                          (x1, x2, ws, [fn] * 4, [1] * 4, [0, 0, 0], 0, 1e-5))
