@@ -28,98 +28,6 @@ using torch::jit::Value;
 
 namespace {
 
-// How an external value reaches a function: as itself (Tensor, Tensor?) or
-// boxed into a 0-dim tensor (bool, int, float); nullopt: it cannot.
-enum class Pass { Tensor, OptionalTensor, Bool, Int, Float };
-std::optional<Pass> passing(const Value* v) {
-  const c10::TypePtr& t = v->type();
-  if (t->cast<c10::TensorType>()) return Pass::Tensor;
-  if (auto o = t->cast<c10::OptionalType>())
-    if (o->getElementType()->cast<c10::TensorType>()) return Pass::OptionalTensor;
-  if (t->kind() == c10::TypeKind::BoolType) return Pass::Bool;
-  if (t->kind() == c10::TypeKind::IntType) return Pass::Int;
-  if (t->kind() == c10::TypeKind::FloatType) return Pass::Float;
-  return std::nullopt;
-}
-
-// F or G as graph text: (data, external...) -> result. Returns "" and sets
-// `text`, or why not.
-std::string function_text(const CouplingFn& fn, std::string& text) {
-  auto sub = std::make_shared<Graph>();
-  std::unordered_map<const Value*, Value*> env;
-  Value* data = sub->addInput("input");
-  data->setType(c10::TensorType::get());
-  env[JitGraphView::value(fn.input)] = data;
-  std::vector<std::pair<Value*, Pass>> boxed;
-  for (ValueRef e : fn.external) {
-    Value* v = JitGraphView::value(e);
-    const auto how = passing(v);
-    if (!how)
-      return "it reads %" + v->debugName() + " of type " + v->type()->str() +
-             " (only tensors, bool, int and float pass into the op)";
-    Value* in = sub->addInput();
-    in->setType(*how == Pass::OptionalTensor ? v->type() : c10::TensorType::get());
-    if (*how == Pass::Tensor || *how == Pass::OptionalTensor)
-      env[v] = in;
-    else
-      boxed.emplace_back(in, *how);
-  }
-  // Unbox the scalars first, in the order their inputs were added.
-  {
-    size_t k = 0;
-    for (ValueRef e : fn.external) {
-      Value* v = JitGraphView::value(e);
-      const auto how = passing(v);
-      if (*how == Pass::Tensor || *how == Pass::OptionalTensor) continue;
-      const char* op = *how == Pass::Bool  ? "aten::Bool"
-                       : *how == Pass::Int ? "aten::Int"
-                                           : "aten::Float";
-      Node* u =
-          sub->appendNode(sub->create(c10::Symbol::fromQualString(op), {boxed[k++].first}, 1));
-      u->output()->setType(v->type());
-      env[v] = u->output();
-    }
-  }
-  std::string missing;
-  auto map = [&](Value* v) -> Value* {
-    auto it = env.find(v);
-    if (it != env.end()) return it->second;
-    if (v->node()->kind() == c10::prim::Constant) {
-      Node* c =
-          sub->appendNode(sub->createClone(v->node(), [](Value*) -> Value* { return nullptr; }));
-      env[v] = c->output();
-      return c->output();
-    }
-    if (missing.empty()) missing = "%" + v->debugName();
-    return v; // reported below; the graph is discarded
-  };
-  for (NodeRef r : fn.nodes) {
-    Node* n = JitGraphView::node(r);
-    Node* c = sub->appendNode(sub->createClone(n, map));
-    for (size_t i = 0; i < n->outputs().size(); ++i) env[n->output(i)] = c->output(i);
-  }
-  if (!missing.empty()) return "internal: " + missing + " is neither an input nor a constant";
-  sub->registerOutput(env.at(JitGraphView::value(fn.output)));
-  std::string error;
-  auto printed = op_graph_text(sub, &error);
-  if (!printed) return "its graph text does not parse back (" + error + ")";
-  text = std::move(*printed);
-  return "";
-}
-
-// The main graph's argument for external value `v` (boxed scalars: a 0-dim tensor).
-Value* argument(Graph& g, Value* v) {
-  const auto how = passing(v);
-  if (*how == Pass::Tensor || *how == Pass::OptionalTensor) return v;
-  Value* s = v;
-  if (*how == Pass::Bool)
-    s = g.insertNode(g.create(c10::Symbol::fromQualString("aten::Int"), {v}, 1))->output();
-  if (*how == Pass::Bool) s->setType(c10::IntType::get());
-  Node* t = g.insertNode(g.create(c10::prim::NumToTensor, {s}, 1));
-  t->output()->setType(c10::TensorType::get());
-  return t->output();
-}
-
 // Cuts the chain's functions out and submits the rewrite to the gate.
 void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext& ctx) {
   // Cut every function out first: a function the op cannot carry keeps the chain.
@@ -130,7 +38,7 @@ void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext
   for (const Coupling& b : c.blocks)
     for (const CouplingFn* f : {&b.F, &b.G}) {
       std::string text;
-      if (why.empty()) why = function_text(*f, text);
+      if (why.empty()) why = cut_function_text(*f, text);
       if (!why.empty()) break;
       texts.push_back(std::move(text));
       arity.push_back(int64_t(f->external.size()));
@@ -163,7 +71,7 @@ void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext
                 covered]() {
     torch::jit::WithInsertPoint guard(point);
     std::vector<Value*> args;
-    for (Value* v : state) args.push_back(argument(*g, v));
+    for (Value* v : state) args.push_back(cut_argument(*g, v));
     Value* list =
         g->insertNode(g->createList(c10::OptionalType::create(c10::TensorType::get()), args))
             ->output();

@@ -64,6 +64,12 @@ std::optional<int64_t> JitGraphView::numel(ValueRef v) const {
   return n;
 }
 
+std::optional<std::vector<int64_t>> JitGraphView::sizes(ValueRef v) const {
+  auto t = V(v)->type()->cast<c10::TensorType>();
+  if (!t) return std::nullopt;
+  return t->sizes().concrete_sizes();
+}
+
 std::optional<int64_t> JitGraphView::rank(ValueRef v) const {
   auto t = V(v)->type()->cast<c10::TensorType>();
   if (!t || !t->dim()) return std::nullopt;

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "memslim/passes/recompute_blocks.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
 namespace memslim {
@@ -334,7 +335,10 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
     // MEMSLIM_STRICT=1 (the test suites): a failing pass is an error, not a rollback.
     const char* strict_env = std::getenv("MEMSLIM_STRICT");
     ctx.strict = options.strict || (strict_env && std::string(strict_env) == "1");
-    for (const PassInfo* p : plan) run_pass(*p, graph, ctx);
+    if (options.policy.memory_budget > 0 && method == "forward")
+      run_with_memory_budget(plan, graph, ctx);
+    else
+      for (const PassInfo* p : plan) run_pass(*p, graph, ctx);
     // Back to generic types: the executor profiles its own.
     torch::jit::EraseShapeInformation(graph);
     for (const Decision& d : ctx.remarks.decisions()) result.decisions.push_back(d);

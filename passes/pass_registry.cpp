@@ -58,6 +58,12 @@ const std::vector<PassInfo>& registered_passes() {
        "RevViT) become one memslim::coupling_chain op keeping the chain's outputs; backward "
        "rebuilds each block's inputs",
        run_invertible_couplings},
+      {"recompute-blocks",
+       "whole blocks (a residual block, a transformer sub-layer: the pieces between two single "
+       "values of the data flow) become memslim::recompute_block, keeping their input and "
+       "re-running them in backward, when that frees memory (not in memslim-default; the "
+       "memory_budget planner chooses which)",
+       run_recompute_blocks},
       {"fuse-activation-dropout",
        "dropout(act(x)) in training becomes one memslim op keeping output + 2 bits/element",
        run_fuse_activation_dropout},

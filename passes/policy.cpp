@@ -112,6 +112,18 @@ std::string set_coupling_drift_bound(CostPolicy& p, const PolicyValue& v) {
   return "";
 }
 
+std::string set_memory_budget(CostPolicy& p, const PolicyValue& v) {
+  const char* expect = "a fraction in (0, 1] or a whole number of bytes > 1 (None: no budget)";
+  if (v.kind == PolicyValue::Kind::None) {
+    p.memory_budget = 0;
+    return "";
+  }
+  const auto d = as_number(v);
+  if (!d || !std::isfinite(*d) || *d <= 0 || (*d > 1 && *d != std::floor(*d))) return expect;
+  p.memory_budget = *d;
+  return "";
+}
+
 PolicyValue int_value(int64_t i) {
   PolicyValue v;
   v.kind = PolicyValue::Kind::Int;
@@ -135,6 +147,13 @@ PolicyValue get_coupling_drift_bound(const CostPolicy& p) {
   PolicyValue v;
   v.kind = PolicyValue::Kind::Double;
   v.d = p.coupling_drift_bound;
+  return v;
+}
+PolicyValue get_memory_budget(const CostPolicy& p) {
+  PolicyValue v;
+  if (p.memory_budget == 0) return v; // None: no budget
+  v.kind = PolicyValue::Kind::Double;
+  v.d = p.memory_budget;
   return v;
 }
 PolicyValue get_dropout_mask_bytes(const CostPolicy& p) {
@@ -180,6 +199,12 @@ const std::vector<PolicyOption>& policy_options() {
        "a coupling block whose input, rebuilt from its outputs on the first call, is off by more "
        "than E (relative, max norm) keeps its exact input (default 1e-5)",
        set_coupling_drift_bound, get_coupling_drift_bound},
+      {"memory_budget", "B",
+       "keep at most B of the unmodified model's saved-for-backward bytes (a fraction in (0, 1]) "
+       "or B bytes (> 1): the pipeline's rewrites first, then whole blocks recomputed in "
+       "backward, chosen by bytes freed per added work without raising the backward's peak; "
+       "an unreachable budget is an error naming the smallest reachable figure (default: none)",
+       set_memory_budget, get_memory_budget},
   };
   return options;
 }

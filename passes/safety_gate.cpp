@@ -534,8 +534,13 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
     const c10::FunctionSchema* s = n->maybeSchema();
     if (!s && !n->kind().is_prim())
       return std::string(n->kind().toQualString()) + " in it matches no registered schema";
-    if (n->hasSideEffects() || (s && s->is_mutable() && !p.removes_writes))
-      return std::string(n->kind().toQualString()) + " in it writes in place or has side effects";
+    if (n->hasSideEffects() || (s && s->is_mutable() && !p.removes_writes)) {
+      bool state_only = p.replays_writes && !n->hasSideEffects();
+      for (const Value* w : SavedTensorAnalysis::written_inputs(n))
+        state_only = state_only && !module_state_path(w).empty();
+      if (!state_only)
+        return std::string(n->kind().toQualString()) + " in it writes in place or has side effects";
+    }
     if (p.removes_writes)
       for (const Value* w : SavedTensorAnalysis::written_inputs(n))
         if (auto why = write_observable(w)) return *why;

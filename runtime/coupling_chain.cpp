@@ -42,6 +42,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "memslim/replay.h"
+
 namespace memslim {
 namespace {
 
@@ -53,12 +55,9 @@ using torch::jit::Value;
 
 constexpr const char* kOp = "memslim::coupling_chain";
 
-struct Fn {
-  std::shared_ptr<Graph> graph;
-  std::unique_ptr<torch::jit::Code> code;
-  std::vector<bool> written; // external inputs the function writes in place
-  bool random = false;       // holds a random op: replays need the forward's RNG state
-};
+using replay::Fn;
+using replay::rng_state;
+using replay::RngReplay;
 
 struct Chain {
   int64_t id = 0;
@@ -67,66 +66,6 @@ struct Chain {
   bool checked = false;
   std::vector<bool> drift_anchor; // blocks whose rebuilt input drifted on the first call
 };
-
-// Calls fn on every node of g, nested blocks included; stops when fn returns true.
-template <typename Fn>
-bool any_node(Graph& g, Fn fn) {
-  std::vector<torch::jit::Block*> todo{g.block()};
-  while (!todo.empty()) {
-    torch::jit::Block* b = todo.back();
-    todo.pop_back();
-    for (Node* n : b->nodes()) {
-      for (torch::jit::Block* sub : n->blocks()) todo.push_back(sub);
-      if (fn(n)) return true;
-    }
-  }
-  return false;
-}
-
-// Inputs of `g` written in place by a node of g (nested blocks included):
-// declared writes, and the running stats aten's batch_norm / instance_norm
-// schemas leave undeclared.
-std::vector<bool> written_inputs(Graph& g) {
-  std::unordered_map<const Value*, size_t> input_index;
-  for (size_t i = 0; i < g.inputs().size(); ++i) input_index[g.inputs()[i]] = i;
-  std::vector<bool> out(g.inputs().size(), false);
-  auto mark = [&](const Value* v) {
-    // Through views of an input (x.view(...).add_(1) writes x).
-    while (!input_index.count(v) && v->node()->maybeSchema() && !v->node()->inputs().empty() &&
-           v->node()->inputs()[0]->type()->cast<c10::TensorType>()) {
-      const auto& args = v->node()->schema().arguments();
-      if (args.empty() || !args[0].alias_info() || args[0].alias_info()->isWrite()) break;
-      const auto& rets = v->node()->schema().returns();
-      if (rets.empty() || !rets[0].alias_info()) break; // not a view of its first input
-      v = v->node()->inputs()[0];
-    }
-    auto it = input_index.find(v);
-    if (it != input_index.end()) out[it->second] = true;
-  };
-  any_node(g, [&](Node* n) {
-    const std::string k = n->kind().toQualString();
-    if ((k == "aten::batch_norm" || k == "aten::instance_norm") && n->inputs().size() > 4) {
-      mark(n->input(3));
-      mark(n->input(4));
-    }
-    if (const c10::FunctionSchema* s = n->maybeSchema())
-      for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
-        const auto& a = s->arguments()[i].alias_info();
-        if (a && a->isWrite()) mark(n->input(i));
-      }
-    return false;
-  });
-  return out;
-}
-
-bool has_random_op(Graph& g) {
-  return any_node(g, [](Node* n) {
-    // memslim's fused dropout draws numbers too (Node::isNondeterministic
-    // reads aten's list only).
-    return n->isNondeterministic() ||
-           n->kind().toQualString() == std::string("memslim::activation_dropout");
-  });
-}
 
 std::mutex g_chains_mu;
 std::vector<std::shared_ptr<Chain>>& chains() {
@@ -146,22 +85,9 @@ std::shared_ptr<Chain> chain_for(const std::vector<std::string>& texts) {
               texts.size());
   auto c = std::make_shared<Chain>();
   for (size_t i = 0; i < texts.size(); ++i) {
-    Fn f;
-    f.graph = std::make_shared<Graph>();
-    try {
-      torch::jit::parseIR(texts[i], f.graph.get());
-    } catch (const std::exception& e) {
-      std::string msg = e.what();
-      TORCH_CHECK(false, kOp, ": cannot parse function ", i, ": ", msg.substr(0, msg.find('\n')));
-    }
-    TORCH_CHECK(!f.graph->inputs().empty() && f.graph->outputs().size() == 1 &&
-                    f.graph->outputs()[0]->type()->cast<c10::TensorType>(),
-                kOp, ": function ", i, " must take its block input first and return one Tensor");
-    f.written = written_inputs(*f.graph);
+    Fn f = replay::parse_fn(texts[i], kOp, "function " + std::to_string(i));
     TORCH_CHECK(!f.written[0], kOp, ": function ", i,
                 " writes its block input in place (the block would not be invertible)");
-    f.random = has_random_op(*f.graph);
-    f.code = std::make_unique<torch::jit::Code>(f.graph, "memslim_coupling_fn");
     c->fns.push_back(std::move(f));
   }
   c->drift_anchor.assign(texts.size() / 2, false);
@@ -176,50 +102,9 @@ std::shared_ptr<Chain> chain_by_id(int64_t id) {
   return chains().at(size_t(id));
 }
 
-// Runs function `f` on `data` and its external inputs. `replay`: the re-runs
-// (backward, the drift check) get copies of what f writes in place.
 at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext,
                   bool replay) {
-  TORCH_CHECK(ext.size() + 1 == f.graph->inputs().size(), kOp, ": a function takes ",
-              f.graph->inputs().size() - 1, " external inputs, got ", ext.size());
-  torch::jit::Stack stack;
-  stack.reserve(ext.size() + 1);
-  stack.emplace_back(data);
-  for (size_t i = 0; i < ext.size(); ++i) {
-    if (!ext[i].defined())
-      stack.emplace_back(); // None (an Optional[Tensor] such as a conv's absent bias)
-    else if (replay && f.written[i + 1])
-      stack.emplace_back(ext[i].clone());
-    else
-      stack.emplace_back(ext[i]);
-  }
-  torch::jit::InterpreterState(*f.code).run(stack);
-  return std::move(stack.back()).toTensor();
-}
-
-// The default generator of `device` set to `state` for the scope, put back after.
-struct RngReplay {
-  std::optional<at::Generator> gen;
-  at::Tensor now;
-  RngReplay(const at::Tensor& state, c10::Device device) {
-    if (!state.defined()) return;
-    gen = at::globalContext().defaultGenerator(device);
-    std::lock_guard<std::mutex> lock(gen->mutex());
-    now = gen->get_state();
-    gen->set_state(state);
-  }
-  ~RngReplay() {
-    if (!gen) return;
-    std::lock_guard<std::mutex> lock(gen->mutex());
-    gen->set_state(now);
-  }
-};
-
-at::Tensor rng_state(const Fn& f, c10::Device device) {
-  if (!f.random) return at::Tensor();
-  at::Generator gen = at::globalContext().defaultGenerator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
+  return replay::run_fn(f, data, ext, replay, kOp);
 }
 
 // a - b, rounded once to a's dtype (16-bit blocks rebuild in float32).

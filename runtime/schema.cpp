@@ -80,6 +80,14 @@ TORCH_LIBRARY(memslim, m) {
       "coupling_chain(Tensor x1, Tensor x2, Tensor?[] state, str[] fns, int[] arity, "
       "int[] links, int anchor_every=0, float drift_bound=1e-05) -> (Tensor, Tensor)");
 
+  // A block of the user's model (a residual block, a transformer sub-layer, a
+  // run of them: what recompute-blocks and the memory-budget planner cut out)
+  // as TorchScript IR text taking (x, the entries of `state` in order) and
+  // returning one Tensor. Autograd keeps x and `state` only; backward re-runs
+  // the block with grad (running-stat writes on copies, random ops on the
+  // forward's generator state) and differentiates it (recompute_block.cpp).
+  m.def("recompute_block(Tensor x, Tensor?[] state, str fn) -> Tensor");
+
   // Internal: the forward that also produces what backward needs. `act` is a
   // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),
   // `params` its parameters (padded to three and followed by a fourth when the

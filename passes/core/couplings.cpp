@@ -15,88 +15,11 @@
 #include "memslim/core/canonicalize.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/saved_tensors.h"
+#include "memslim/core/top_level.h"
 
 namespace memslim {
 
 namespace {
-
-using ValueSet = std::unordered_set<const void*>;
-
-// The top-level block as the matcher reads it.
-struct Top {
-  const GraphView& g;
-  std::vector<NodeRef> order;
-  std::unordered_map<const void*, size_t> pos;                  // top-level node -> index in order
-  std::unordered_map<const void*, NodeRef> top;                 // any node -> its top-level node
-  std::unordered_map<const void*, std::vector<ValueRef>> reads; // from outside the node
-
-  explicit Top(const GraphView& view) : g(view) {
-    const std::vector<NodeRef> all = g.nodes();
-    for (NodeRef n : all) {
-      NodeRef t = n;
-      while (g.owner(t)) t = g.owner(t);
-      top[n.p] = t;
-      if (t == n) {
-        pos[n.p] = order.size();
-        order.push_back(n);
-      }
-    }
-    for (NodeRef n : all) {
-      const NodeRef t = top.at(n.p);
-      auto& r = reads[t.p];
-      for (size_t i = 0; i < g.num_inputs(n); ++i) {
-        const ValueRef v = g.input(n, i);
-        const NodeRef p = g.producer(v);
-        if (p && top_of(p) == t) continue; // made inside the same top-level node
-        if (std::find(r.begin(), r.end(), v) == r.end()) r.push_back(v);
-      }
-    }
-  }
-  // The top-level node holding `n`; null for a graph input's param node.
-  NodeRef top_of(NodeRef n) const {
-    auto it = top.find(n.p);
-    if (it != top.end()) return it->second;
-    NodeRef t = n;
-    while (g.owner(t)) t = g.owner(t);
-    return pos.count(t.p) ? t : NodeRef{};
-  }
-  // The top-level node making `v`, or null (a graph input).
-  NodeRef maker(ValueRef v) const {
-    const NodeRef p = g.producer(v);
-    return p ? top_of(p) : NodeRef{};
-  }
-  // A top-level node's place; the graph's return (and anything else outside
-  // the list) comes last.
-  size_t index(NodeRef n) const {
-    auto it = pos.find(n.p);
-    return it == pos.end() ? order.size() : it->second;
-  }
-  // The top-level users of v (the graph's return node included).
-  std::vector<NodeRef> users(ValueRef v) const {
-    std::vector<NodeRef> out;
-    for (const Use& u : g.uses(v)) {
-      NodeRef t = top_of(u.user);
-      if (!t) t = u.user;
-      if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
-    }
-    return out;
-  }
-  // Values depending on `seeds` through top-level nodes in [from, to).
-  ValueSet forward(const std::vector<ValueRef>& seeds, size_t from, size_t to,
-                   std::vector<NodeRef>* nodes = nullptr) const {
-    ValueSet s;
-    for (ValueRef v : seeds) s.insert(v.p);
-    for (size_t i = from; i < to && i < order.size(); ++i) {
-      const NodeRef n = order[i];
-      bool hit = false;
-      for (ValueRef v : reads.at(n.p)) hit = hit || s.count(v.p);
-      if (!hit) continue;
-      if (nodes) nodes->push_back(n);
-      for (size_t k = 0; k < g.num_outputs(n); ++k) s.insert(g.output(n, k).p);
-    }
-    return s;
-  }
-};
 
 bool unit_alpha(const GraphView& g, NodeRef add) {
   if (g.num_inputs(add) < 2 || g.num_inputs(add) > 3) return false;
@@ -108,12 +31,6 @@ bool unit_alpha(const GraphView& g, NodeRef add) {
 }
 
 bool is_add(const GraphView& g, NodeRef n) { return g.kind(n) == "aten::add" && unit_alpha(g, n); }
-
-// Node kinds a function may not hold: they would run again in every replay.
-bool replay_unsafe(const std::string& k) {
-  return k == "prim::Print" || k == "aten::warn" || k == "prim::SetAttr" ||
-         k == "prim::CallMethod" || k == "prim::CallFunction" || k == "prim::PythonOp";
-}
 
 // F (or G): the top-level nodes in [from, to) reading `in` through their own
 // values; "" or why it is no function of `in` alone making `out`.
@@ -257,41 +174,6 @@ bool read_only_by(const Top& t, ValueRef v, const std::unordered_set<const void*
   for (NodeRef u : t.users(v))
     if (!allowed.count(u.p)) return false;
   return true;
-}
-
-// Bytes the covered nodes make autograd keep, beyond parameters and what
-// others keep anyway; nullopt where a size is unknown.
-std::optional<int64_t> kept_bytes(const Top& t, const std::vector<NodeRef>& covers) {
-  const GraphView& g = t.g;
-  saved::NodeSet cover_set(covers.begin(), covers.end());
-  std::unordered_set<NodeRef, NodeRefHash> all; // nested nodes too
-  for (NodeRef n : g.nodes())
-    if (cover_set.count(t.top_of(n))) all.insert(n);
-  saved::NodeSet everything(all.begin(), all.end());
-  ValueSet seen;
-  int64_t total = 0;
-  bool known = true;
-  auto count = [&](ValueRef v) {
-    if (!g.is_tensor(v) || !seen.insert(v.p).second) return;
-    const NodeRef p = g.producer(v);
-    if ((p && g.kind(p) == "prim::GetAttr") || g.module_state(v) || g.constant(v)) return;
-    if (g.requires_grad(v) == std::optional<bool>(false) && g.is_input(v)) return;
-    if (saved::kept_by_other(g, v, everything)) return;
-    const auto b = g.bytes(v);
-    if (!b) {
-      known = false;
-      return;
-    }
-    total += *b;
-  };
-  for (NodeRef n : all) {
-    for (size_t i = 0; i < g.num_inputs(n); ++i)
-      if (saved::keeps_input(g, n, i)) count(g.input(n, i));
-    if (saved::keeps_output(g, n))
-      for (size_t k = 0; k < g.num_outputs(n); ++k) count(g.output(n, k));
-  }
-  if (!known) return std::nullopt;
-  return total;
 }
 
 } // namespace

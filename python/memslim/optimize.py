@@ -97,7 +97,7 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
              methods: Sequence[str] = ("forward",), min_bytes: int = 1,
              max_added_work: Optional[float] = None, assume_numel: int = 0,
              dropout_mask_bytes: Optional[int] = None, coupling_anchor_every: int = 8,
-             coupling_drift_bound: float = 1e-5):
+             coupling_drift_bound: float = 1e-5, memory_budget: Optional[float] = None):
     """Returns an optimized ScriptModule (savable with torch.jit.save).
 
     model: nn.Module (scripted here) or ScriptModule. example_inputs: forward's
@@ -117,11 +117,16 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
     its exact input (0: none); coupling_drift_bound, a coupling block whose input,
     rebuilt from its outputs on the first training call, is off by more than this
     (relative, max norm) keeps its exact input from then on (in (0, 1]).
+    memory_budget: keep at most this fraction (in (0, 1]) of what the unmodified model
+    keeps for backward, or this many bytes (> 1); needs example_inputs. Nothing is
+    rewritten when the model already meets it; else the pipeline, then whole blocks
+    recomputed in backward (passes/memory_budget.cpp). RuntimeError when it cannot be
+    met, naming the smallest reachable figure; memslim.report() says what was chosen.
     """
     policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work, assume_numel=assume_numel,
                      dropout_mask_bytes=dropout_mask_bytes,
                      coupling_anchor_every=coupling_anchor_every,
-                     coupling_drift_bound=coupling_drift_bound)
+                     coupling_drift_bound=coupling_drift_bound, memory_budget=memory_budget)
     args, kwargs = _split_example_inputs(example_inputs)
     if not isinstance(pipeline, str):
         raise ValueError(f"memslim.optimize: pipeline must be a string, got {pipeline!r}")

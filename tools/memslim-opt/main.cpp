@@ -10,6 +10,9 @@
 // line on stderr, exit code 1 and no output file. The printed IR parses back.
 //
 //===----------------------------------------------------------------------===//
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/loop_unrolling.h>
@@ -17,17 +20,13 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/script.h>
-
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdint>
 #include <cmath>
-#include <cstring>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -41,6 +40,7 @@
 
 #include "memslim/passes/optimize.h"
 #include "memslim/passes/pass.h"
+#include "memslim/passes/recompute_blocks.h"
 #include "memslim/passes/validate_graph.h"
 
 namespace {
@@ -1255,10 +1255,17 @@ int run(const Options& o) {
     ctx.policy = o.policy;
     ctx.strict = o.verify;
     try {
-      for (const auto* p : plan) {
-        memslim::run_pass(*p, graph, ctx);
+      auto after = [&](const memslim::PassInfo& p) {
         if (o.print_after_all)
-          std::cerr << "// -----// IR after " << p->flag << " //----- //\n" << graph->toString();
+          std::cerr << "// -----// IR after " << p.flag << " //----- //\n" << graph->toString();
+      };
+      if (ctx.policy.memory_budget > 0) {
+        memslim::run_with_memory_budget(plan, graph, ctx, after);
+      } else {
+        for (const auto* p : plan) {
+          memslim::run_pass(*p, graph, ctx);
+          after(*p);
+        }
       }
     } catch (const std::exception& e) {
       fail(std::string("pass failed: ") + one_line(e));

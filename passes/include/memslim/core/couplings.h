@@ -25,6 +25,7 @@
 
 #include "memslim/core/decision.h"
 #include "memslim/core/graph_view.h"
+#include "memslim/core/top_level.h"
 
 namespace memslim {
 
@@ -34,11 +35,7 @@ inline constexpr const char* kCouplingChainOp = "memslim::coupling_chain";
 // One function of a block (F or G): its top-level nodes in program order, the
 // block value it reads (x2 / y1), the value it makes (f / g), and what else it
 // reads (not constants), in order of first read.
-struct CouplingFn {
-  std::vector<NodeRef> nodes;
-  ValueRef input, output;
-  std::vector<ValueRef> external;
-};
+using CouplingFn = FunctionCut;
 
 struct Coupling {
   NodeRef add1, add2; // y1 = x1 + f, y2 = x2 + g

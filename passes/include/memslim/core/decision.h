@@ -34,6 +34,9 @@ struct CostPolicy {
   // first call keeps it too.
   int64_t coupling_anchor_every = 8;
   double coupling_drift_bound = 1e-5;
+  // Keep at most this much of what the unmodified graph keeps for backward: a
+  // fraction in (0, 1], or bytes (> 1); 0: no budget (passes/memory_budget.cpp).
+  double memory_budget = 0;
 };
 
 // A policy value as a front end hands it over: memslim-opt's flag text (read

@@ -92,6 +92,8 @@ class GraphView {
   virtual std::optional<c10::ScalarType> dtype(ValueRef v) const = 0;
   // The tensor's number of dimensions where known.
   virtual std::optional<int64_t> rank(ValueRef) const { return std::nullopt; }
+  // The tensor's sizes where known (complete shapes).
+  virtual std::optional<std::vector<int64_t>> sizes(ValueRef) const { return std::nullopt; }
   // Whether the tensor is contiguous (row-major), where known.
   virtual std::optional<bool> contiguous(ValueRef) const { return std::nullopt; }
   // The tensor's device type where known (what aten's kernels choose by: eager

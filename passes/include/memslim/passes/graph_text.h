@@ -2,11 +2,10 @@
 //
 // What: the text of a graph cut out of a model for an op that carries it as a
 // `str` argument and parses it at run time (memslim::recompute_region,
-// memslim::coupling_chain): module scopes dropped (the printer writes them,
-// parseIR cannot read them), shapes erased, statements without outputs written
-// the way parseIR reads them, and checked to parse back.
-// Why: parseIR cannot read Subgraph attributes; both passes emitting such ops
-// need the same text and the same check.
+// memslim::coupling_chain, memslim::recompute_block): module scopes dropped (the printer writes
+// them, parseIR cannot read them), shapes erased, statements without outputs written the way
+// parseIR reads them, and checked to parse back. Why: parseIR cannot read Subgraph attributes; both
+// passes emitting such ops need the same text and the same check.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -17,11 +16,24 @@
 #include <optional>
 #include <string>
 
+#include "memslim/core/top_level.h"
+
 namespace memslim {
 
 // The text of `g` (its scopes and shapes cleared in place), or nullopt with
 // `error` set to the parser's first line when it does not parse back.
 std::optional<std::string> op_graph_text(const std::shared_ptr<torch::jit::Graph>& g,
                                          std::string* error);
+
+// A function cut out of the top-level block (FunctionCut of a JitGraphView) as
+// the text of a graph (data, external...) -> result: nested blocks kept,
+// constants copied in, bool / int / float reads passed as 0-dim tensors and
+// unboxed inside, Tensor? passed as is. Returns "" and sets `text`, or why not
+// (a read of another type; text that does not parse back).
+std::string cut_function_text(const FunctionCut& fn, std::string& text);
+
+// The op's argument for external value `v` of a cut function, inserted at the
+// graph's insert point where it must be boxed (bool / int / float -> 0-dim tensor).
+torch::jit::Value* cut_argument(torch::jit::Graph& g, torch::jit::Value* v);
 
 } // namespace memslim

@@ -49,6 +49,7 @@ class JitGraphView final : public GraphView {
   std::optional<int64_t> numel(ValueRef v) const override;
   std::optional<c10::ScalarType> dtype(ValueRef v) const override;
   std::optional<int64_t> rank(ValueRef v) const override;
+  std::optional<std::vector<int64_t>> sizes(ValueRef v) const override;
   std::optional<bool> contiguous(ValueRef v) const override;
   std::optional<c10::DeviceType> device(ValueRef v) const override;
   std::string name(ValueRef v) const override;

@@ -83,6 +83,7 @@ void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, P
 void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_recompute_pointwise_regions(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_invertible_couplings(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
+void run_recompute_blocks(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_fuse_activation_consumer(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_canonicalize_norms(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);

@@ -81,6 +81,11 @@ struct Proposal {
   // where nobody can observe the write (the written tensor is fresh, has no
   // alias and no other reader).
   bool removes_writes = false;
+  // The new op runs the covered nodes itself, writes included, and replays
+  // them in backward on copies of what they write (recompute_block,
+  // coupling_chain): covered nodes may write module state (BatchNorm's running
+  // stats, as memslim's norms declare them), nothing else.
+  bool replays_writes = false;
   // The ops the rewrite inserts that torch's CSE could merge with the user's
   // own (kind, first input): aten ops (a canonical form, the functional form of
   // an in-place op), not memslim's. The gate checks their twins.

@@ -1,0 +1,62 @@
+//===- replay.h - functions cut from a model, run again in backward --------===//
+//
+// What: what memslim's ops that re-run a piece of the user's model in backward
+// share (coupling_chain: F and G of each coupling; recompute_block: a whole
+// block): a function given as TorchScript IR text (block input first, then
+// its external inputs), parsed and compiled once; which external inputs it
+// writes in place (declared writes, and the running stats aten's batch_norm /
+// instance_norm schemas leave undeclared), whether it draws random numbers,
+// running it (replays get copies of what it writes, so module state moves once
+// per step), and the generator-state replay that gives a re-run the forward's
+// random numbers and then puts the user's stream back.
+// Why shared: these are the hazards hand-written recompute code keeps hitting
+// (memcnn #12: running stats updated twice; dropout replayed with another
+// mask); solved once here, every op that replays gets the same answers.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memslim::replay {
+
+struct Fn {
+  std::shared_ptr<torch::jit::Graph> graph;
+  std::unique_ptr<torch::jit::Code> code;
+  std::vector<bool> written; // inputs the function writes in place (index 0: its data input)
+  bool random = false;       // holds a random op: replays need the forward's RNG state
+};
+
+// Parses `text` (one Tensor output, at least one input) and compiles it; `op`
+// and `which` name it in errors ("memslim::coupling_chain: cannot parse
+// function 3: ...").
+Fn parse_fn(const std::string& text, const char* op, const std::string& which);
+
+// Runs `f` on `data` and its external inputs (undefined: None). `replay`:
+// the re-runs (backward, checks) get copies of what f writes in place.
+at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext,
+                  bool replay, const char* op);
+
+// The default generator state of `device` now, if `f` draws random numbers
+// (undefined otherwise): what a replay of f must start from.
+at::Tensor rng_state(const Fn& f, c10::Device device);
+
+// The default generator of `device` set to `state` for the scope (nothing when
+// `state` is undefined), put back after.
+struct RngReplay {
+  std::optional<at::Generator> gen;
+  at::Tensor now;
+  RngReplay(const at::Tensor& state, c10::Device device);
+  ~RngReplay();
+  RngReplay(const RngReplay&) = delete;
+  RngReplay& operator=(const RngReplay&) = delete;
+};
+
+} // namespace memslim::replay

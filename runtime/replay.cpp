@@ -1,0 +1,146 @@
+//===- replay.cpp - functions cut from a model, run again in backward ------===//
+//
+// See replay.h: parsing, write and randomness facts, running with copies of
+// written state, and the generator-state replay.
+//
+//===----------------------------------------------------------------------===//
+#include "memslim/replay.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/jit/ir/irparser.h>
+
+#include <mutex>
+#include <unordered_map>
+
+namespace memslim::replay {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+namespace {
+
+// Calls fn on every node of g, nested blocks included; stops when fn returns true.
+template <typename F>
+bool any_node(Graph& g, F fn) {
+  std::vector<torch::jit::Block*> todo{g.block()};
+  while (!todo.empty()) {
+    torch::jit::Block* b = todo.back();
+    todo.pop_back();
+    for (Node* n : b->nodes()) {
+      for (torch::jit::Block* sub : n->blocks()) todo.push_back(sub);
+      if (fn(n)) return true;
+    }
+  }
+  return false;
+}
+
+// Inputs of `g` written in place by a node of g (nested blocks included):
+// declared writes, and the running stats aten's batch_norm / instance_norm
+// schemas leave undeclared.
+std::vector<bool> written_inputs(Graph& g) {
+  std::unordered_map<const Value*, size_t> input_index;
+  for (size_t i = 0; i < g.inputs().size(); ++i) input_index[g.inputs()[i]] = i;
+  std::vector<bool> out(g.inputs().size(), false);
+  auto mark = [&](const Value* v) {
+    // Through views of an input (x.view(...).add_(1) writes x).
+    while (!input_index.count(v) && v->node()->maybeSchema() && !v->node()->inputs().empty() &&
+           v->node()->inputs()[0]->type()->cast<c10::TensorType>()) {
+      const auto& args = v->node()->schema().arguments();
+      if (args.empty() || !args[0].alias_info() || args[0].alias_info()->isWrite()) break;
+      const auto& rets = v->node()->schema().returns();
+      if (rets.empty() || !rets[0].alias_info()) break; // not a view of its first input
+      v = v->node()->inputs()[0];
+    }
+    auto it = input_index.find(v);
+    if (it != input_index.end()) out[it->second] = true;
+  };
+  any_node(g, [&](Node* n) {
+    const std::string k = n->kind().toQualString();
+    if ((k == "aten::batch_norm" || k == "aten::instance_norm") && n->inputs().size() > 4) {
+      mark(n->input(3));
+      mark(n->input(4));
+    }
+    if (const c10::FunctionSchema* s = n->maybeSchema())
+      for (size_t i = 0; i < s->arguments().size() && i < n->inputs().size(); ++i) {
+        const auto& a = s->arguments()[i].alias_info();
+        if (a && a->isWrite()) mark(n->input(i));
+      }
+    return false;
+  });
+  return out;
+}
+
+bool has_random_op(Graph& g) {
+  return any_node(g, [](Node* n) {
+    // memslim's fused dropout draws numbers too (Node::isNondeterministic
+    // reads aten's list only).
+    return n->isNondeterministic() ||
+           n->kind().toQualString() == std::string("memslim::activation_dropout");
+  });
+}
+
+} // namespace
+
+Fn parse_fn(const std::string& text, const char* op, const std::string& which) {
+  Fn f;
+  f.graph = std::make_shared<Graph>();
+  try {
+    torch::jit::parseIR(text, f.graph.get());
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    TORCH_CHECK(false, op, ": cannot parse ", which, ": ", msg.substr(0, msg.find('\n')));
+  }
+  TORCH_CHECK(!f.graph->inputs().empty() && f.graph->outputs().size() == 1 &&
+                  f.graph->outputs()[0]->type()->cast<c10::TensorType>(),
+              op, ": ", which, " must take its block input first and return one Tensor");
+  f.written = written_inputs(*f.graph);
+  f.random = has_random_op(*f.graph);
+  f.code = std::make_unique<torch::jit::Code>(f.graph, "memslim_replay_fn");
+  return f;
+}
+
+at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext,
+                  bool replay, const char* op) {
+  TORCH_CHECK(ext.size() + 1 == f.graph->inputs().size(), op, ": a function takes ",
+              f.graph->inputs().size() - 1, " external inputs, got ", ext.size());
+  torch::jit::Stack stack;
+  stack.reserve(ext.size() + 1);
+  stack.emplace_back(replay && f.written[0] ? data.clone() : data);
+  for (size_t i = 0; i < ext.size(); ++i) {
+    if (!ext[i].defined())
+      stack.emplace_back(); // None (an Optional[Tensor] such as a conv's absent bias)
+    else if (replay && f.written[i + 1])
+      stack.emplace_back(ext[i].clone());
+    else
+      stack.emplace_back(ext[i]);
+  }
+  torch::jit::InterpreterState(*f.code).run(stack);
+  return std::move(stack.back()).toTensor();
+}
+
+at::Tensor rng_state(const Fn& f, c10::Device device) {
+  if (!f.random) return at::Tensor();
+  at::Generator gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+RngReplay::RngReplay(const at::Tensor& state, c10::Device device) {
+  if (!state.defined()) return;
+  gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen->mutex());
+  now = gen->get_state();
+  gen->set_state(state);
+}
+
+RngReplay::~RngReplay() {
+  if (!gen) return;
+  try {
+    std::lock_guard<std::mutex> lock(gen->mutex());
+    gen->set_state(now);
+  } catch (...) {
+  }
+}
+
+} // namespace memslim::replay
