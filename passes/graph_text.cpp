@@ -54,8 +54,15 @@ std::optional<std::string> op_graph_text(const std::shared_ptr<torch::jit::Graph
     auto check = std::make_shared<torch::jit::Graph>();
     torch::jit::parseIR(text, check.get());
   } catch (const std::exception& e) {
+    // The parser's message may open with blank lines: its first line with text.
     const std::string msg = e.what();
-    if (error) *error = msg.substr(0, msg.find('\n'));
+    std::string line;
+    for (size_t at = 0; at < msg.size() && line.find_first_not_of(" \t") == std::string::npos;) {
+      const size_t end = std::min(msg.find('\n', at), msg.size());
+      line = msg.substr(at, end - at);
+      at = end + 1;
+    }
+    if (error) *error = line;
     return std::nullopt;
   }
   return text;

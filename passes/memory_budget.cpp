@@ -37,6 +37,7 @@ struct BudgetRun {
 thread_local BudgetRun* g_run = nullptr;
 
 std::string mb(int64_t bytes) {
+  if (bytes < 1000000) return std::to_string(bytes) + " B";
   std::ostringstream o;
   o.precision(3);
   o << double(bytes) / 1e6 << " MB";

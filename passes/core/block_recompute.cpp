@@ -94,25 +94,60 @@ bool reads_flow(const Top& t, const MayRequireGrad& grad, const Segment& s) {
   return false;
 }
 
+// Ops whose result reads only a tensor's metadata (its data may be a block's
+// input without being part of the block's computation).
+bool metadata_op(const std::string& k) {
+  return k == "aten::size" || k == "aten::dim" || k == "prim::dtype" || k == "prim::device" ||
+         k == "prim::layout" || k == "aten::len" || k == "aten::numel";
+}
+
 // The first cut from data value `v` (see block_recompute.h), or nullopt.
+// Side nodes: what v's readers compute without the data flow (a causal mask,
+// position ids or shapes from the token ids; LLaMA's rotary tables from the
+// hidden state's dtype): values needing no grad, made from v's metadata (or
+// from v itself when v needs no grad) and other side values only. They stay
+// out of the segment (its externals where it reads them), so that a mask
+// every later layer reads does not hold the cut open.
 std::optional<Segment> cut_from(const Top& t, const MayRequireGrad& grad, ValueRef v) {
   const GraphView& g = t.g;
   size_t flow_last = 0; // the last read of an external flow value (see flow_value)
   const NodeRef vm = t.maker(v);
   const size_t start = vm ? t.index(vm) + 1 : 0;
-  std::unordered_set<const void*> made{v.p};
+  const bool v_flow = flow_value(g, grad, v);
+  std::unordered_set<const void*> made{v.p}, side_made;
   std::unordered_map<const void*, size_t> open; // value -> last use, for made values read later
+  std::unordered_map<const void*, ValueRef> open_ref;
   const size_t vl = last_use(t, v);
   if (vl == kNone || vl < start) return std::nullopt;
-  open[v.p] = vl;
+  if (v_flow) {
+    open[v.p] = vl;
+    open_ref[v.p] = v;
+  }
   Segment s;
   s.fn.input = v;
-  std::unordered_map<const void*, ValueRef> open_ref{{v.p, v}};
   for (size_t k = start; k < t.order.size(); ++k) {
     const NodeRef n = t.order[k];
     bool hit = false;
     for (ValueRef r : t.reads.at(n.p)) hit = hit || made.count(r.p);
+    bool member = false;
     if (hit) {
+      bool side = true;
+      for (size_t o = 0; o < g.num_outputs(n); ++o)
+        side = side && !flow_value(g, grad, g.output(n, o));
+      for (ValueRef r : t.reads.at(n.p)) {
+        if (!made.count(r.p)) continue;
+        if (r == v)
+          side = side && (!v_flow || metadata_op(g.kind(n)));
+        else
+          side = side && side_made.count(r.p);
+      }
+      for (size_t o = 0; o < g.num_outputs(n); ++o) {
+        made.insert(g.output(n, o).p);
+        if (side) side_made.insert(g.output(n, o).p);
+      }
+      member = !side;
+    }
+    if (member) {
       for (ValueRef r : t.reads.at(n.p))
         if (!made.count(r.p) && flow_value(g, grad, r)) {
           const size_t l = last_use(t, r);
@@ -121,7 +156,6 @@ std::optional<Segment> cut_from(const Top& t, const MayRequireGrad& grad, ValueR
       s.fn.nodes.push_back(n);
       for (size_t o = 0; o < g.num_outputs(n); ++o) {
         const ValueRef out = g.output(n, o);
-        made.insert(out.p);
         const size_t l = last_use(t, out);
         if (l != kNone && l > k) {
           open[out.p] = l;
@@ -131,8 +165,9 @@ std::optional<Segment> cut_from(const Top& t, const MayRequireGrad& grad, ValueR
     }
     for (auto it = open.begin(); it != open.end();)
       it = it->second <= k ? open.erase(it) : std::next(it);
-    if (open.empty()) return std::nullopt; // the flow ends here (nothing read later)
-    if (!hit || open.size() != 1 || open.count(v.p) || flow_last > k) continue;
+    if (open.empty() && !s.fn.nodes.empty())
+      return std::nullopt; // the flow ends (nothing read later)
+    if (!member || open.size() != 1 || open.count(v.p) || flow_last > k) continue;
     const ValueRef y = open_ref.at(open.begin()->first);
     if (!g.is_tensor(y)) continue;
     s.fn.output = y;
@@ -153,7 +188,9 @@ void describe(const Top& t, Segment& s) {
   }
   for (NodeRef n : s.fn.nodes)
     for (ValueRef r : t.reads.at(n.p))
-      if (!made.count(r.p) && !g.constant(r) &&
+      // Scalar constants are copied into the text; tensor constants (traced
+      // graphs) are read like state (parseIR reads no tensor constant).
+      if (!made.count(r.p) && !(g.constant(r) && !g.is_tensor(r)) &&
           std::find(s.fn.external.begin(), s.fn.external.end(), r) == s.fn.external.end())
         s.fn.external.push_back(r);
   for (NodeRef n : g.nodes()) {
@@ -248,10 +285,17 @@ Keeps keeps_of(const Top& t) {
     if (!b && k.why.empty()) k.why = g.name(v);
     k.bytes[v.p] = b.value_or(0);
   };
+  const MayRequireGrad grad(g);
   for (NodeRef n : g.nodes()) {
     const NodeRef top = t.top_of(n);
     if (!top) continue;
     const size_t at = t.index(top);
+    // Autograd records nothing for an op none of whose inputs requires grad
+    // (a causal mask, rotary tables, position ids).
+    bool differentiated = false;
+    for (size_t i = 0; i < g.num_inputs(n); ++i)
+      differentiated = differentiated || grad(g.input(n, i));
+    if (!differentiated) continue;
     // Hidden saved tensors: keyed by the node (no value has its address).
     if (const int64_t h = hidden_bytes(g, n)) {
       k.by_node[at].push_back(n.p);

@@ -273,6 +273,26 @@ MayRequireGrad::MayRequireGrad(const GraphView& g) : g_(g) {
     bool any = false;
     for (size_t i = 0; i < g.num_inputs(n); ++i) any = any || (*this)(g.input(n, i));
     const std::string k = g.kind(n);
+    // Containers carry their elements' answer: a tuple or list of tensors may
+    // require grad when an element may (LLaMA's rotary (cos, sin) tuple,
+    // unpacked in every layer, needs none).
+    if (k == "prim::TupleConstruct" || k == "prim::ListConstruct") {
+      for (size_t o = 0; o < g.num_outputs(n); ++o) grad_[g.output(n, o).p] = any;
+      continue;
+    }
+    if (k == "prim::TupleUnpack" || k == "prim::ListUnpack" || k == "prim::TupleIndex" ||
+        k == "aten::__getitem__") {
+      // A container an op made (chunk's pieces, a region's outputs): as opaque as before.
+      const NodeRef p = g.num_inputs(n) > 0 ? g.producer(g.input(n, 0)) : NodeRef{};
+      const bool built =
+          p && (g.kind(p) == "prim::TupleConstruct" || g.kind(p) == "prim::ListConstruct");
+      const bool from = !built || (*this)(g.input(n, 0));
+      for (size_t o = 0; o < g.num_outputs(n); ++o) {
+        const ValueRef v = g.output(n, o);
+        grad_[v.p] = floating(v) && from;
+      }
+      continue;
+    }
     const bool opaque = k.rfind("prim::", 0) == 0 || k.rfind("python::", 0) == 0;
     for (size_t o = 0; o < g.num_outputs(n); ++o) {
       const ValueRef v = g.output(n, o);
