@@ -24,17 +24,20 @@ warnings.filterwarnings("ignore", message=r".*torch\.jit\..*deprecated", categor
 
 # Order of the columns/rows everywhere; "eager" first: the other workers compare with it.
 VARIANTS = ("eager", "script", "memslim", "ckpt", "compile", "compile_budget", "memslim_export",
-            "memslim_compile", "memslim_compile_budget")
+            "memslim_compile", "memslim_compile_budget", "memslim_budget")
+# The budget of the *_budget variants (bench/memory_budget.py sets it per run).
+BUDGET = float(os.environ.get("MEMSLIM_SUITE_BUDGET", "0.5"))
 VARIANT_TITLES = {
     "eager": "eager",
     "script": "scripted/traced",
     "memslim": "memslim.optimize",
     "ckpt": "checkpoint per block",
     "compile": "torch.compile",
-    "compile_budget": "torch.compile, budget 0.5",
+    "compile_budget": f"torch.compile, budget {BUDGET:g}",
     "memslim_export": "memslim.fx.optimize (torch.export)",
     "memslim_compile": "torch.compile(backend=memslim)",
-    "memslim_compile_budget": "torch.compile(backend=memslim), budget 0.5",
+    "memslim_compile_budget": f"torch.compile(backend=memslim), budget {BUDGET:g}",
+    "memslim_budget": f"memslim.optimize, memory_budget {BUDGET:g}",
 }
 
 # Block classes wrapped by the "ckpt" variant: one checkpoint per residual block /
@@ -283,6 +286,13 @@ def make_variant(variant: str, model: torch.nn.Module, x: torch.Tensor):
         scripted, how = script_or_trace(model, x)
         opt = memslim.optimize(scripted, (x,))
         return opt, f"{how}; {_rewrites(memslim, opt)}"
+    if variant == "memslim_budget":
+        import memslim
+        scripted, how = script_or_trace(model, x)
+        opt = memslim.optimize(scripted, (x,), memory_budget=BUDGET)
+        chosen = [str(d) for d in memslim.report(opt)
+                  if d.pass_ == "memory-budget" and d.verdict == "note"][:2]
+        return opt, f"{how}; budget {BUDGET}; " + " / ".join(c.split(": ", 2)[-1] for c in chosen)
     if variant == "ckpt":
         n = wrap_blocks(model)
         if n == 0:
@@ -299,7 +309,7 @@ def make_variant(variant: str, model: torch.nn.Module, x: torch.Tensor):
             from torch._functorch import config as functorch_config
             # The min-cut partitioner then keeps at most half of what it would save and
             # recomputes the rest (a process-wide setting: one variant per process).
-            functorch_config.activation_memory_budget = 0.5
+            functorch_config.activation_memory_budget = BUDGET
         if variant.startswith("memslim"):
             import memslim
             compiled = memslim.compile(model)

@@ -244,6 +244,10 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
     which would inline the op's backward and save the region's values again)."""
     if regions not in ("op", "tags"):
         raise ValueError(f"memslim.fx: regions must be 'op' or 'tags', got {regions!r}")
+    if policy.get("memory_budget") is not None:
+        raise ValueError("memory_budget: the FX front end (torch.compile, torch.export, .pt2) has "
+                         "no budget planner yet; use memslim.optimize or memslim-opt on a "
+                         "TorchScript graph")
     s = _Serializer(gm.graph, leaf_grad, state)
     pass_list = list(passes) if passes is not None else []
     try:

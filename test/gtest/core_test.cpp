@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/script.h>
 
+#include "memslim/core/block_recompute.h"
 #include "memslim/core/couplings.h"
 #include "memslim/core/functionalize.h"
 #include "memslim/core/fx_front_end.h"
@@ -518,4 +519,87 @@ TEST(Core, CouplingWhoseFunctionValueIsReadElsewhereIsKept) {
   EXPECT_FALSE(chains[0].rewrite());
   EXPECT_NE(chains[0].decision.text.find("also read outside it"), std::string::npos)
       << chains[0].decision.text;
+}
+
+namespace {
+
+// K residual blocks x + linear(tanh(linear(x, wa) * mask), wb) over an FX view;
+// `mask` (no grad, like an attention mask) is read by every block.
+struct Residuals : Builder {
+  size_t out = 0, mask = 0;
+  explicit Residuals(int blocks) {
+    size_t x = tensor("x");
+    mask = tensor("mask");
+    std::vector<size_t> in{x, mask}, w;
+    for (int b = 0; b < 2 * blocks; ++b)
+      in.push_back(w.emplace_back(tensor("w" + std::to_string(b))));
+    inputs(in);
+    FxGraphView::Value* m = const_cast<FxGraphView::Value*>(
+        static_cast<const FxGraphView::Value*>(g.value_ref(mask).p));
+    m->requires_grad = false;
+    const size_t one = constant(int64_t(1));
+    for (int b = 0; b < blocks; ++b) {
+      const std::string s = std::to_string(b);
+      const size_t h = op("aten::linear", "", {x, w[2 * b], none()}, "h" + s);
+      const size_t hm = op("aten::mul", "Tensor", {h, mask}, "hm" + s);
+      const size_t a = op("aten::tanh", "", {hm}, "a" + s);
+      const size_t o = op("aten::linear", "", {a, w[2 * b + 1], none()}, "o" + s);
+      x = op("aten::add", "Tensor", {x, o, one}, "x" + s);
+    }
+    out = x;
+    ret({out});
+  }
+};
+
+} // namespace
+
+TEST(Core, BlockSegmentsAreTheResidualBlocks) {
+  Residuals r(4);
+  const auto segs = memslim::find_segments(r.g);
+  ASSERT_EQ(segs.size(), 4u);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    EXPECT_EQ(segs[i].fn.nodes.size(), 5u); // linear, mul, tanh, linear, add
+    EXPECT_TRUE(segs[i].why.empty()) << segs[i].why;
+    // Its weights and the mask, read from outside.
+    EXPECT_EQ(segs[i].fn.external.size(), 3u);
+    if (i > 0) EXPECT_EQ(segs[i].fn.input, segs[i - 1].fn.output);
+    EXPECT_GT(segs[i].flops, 0);
+  }
+  EXPECT_EQ(r.g.id(segs.back().fn.output), r.out);
+}
+
+TEST(Core, BlockLadderIsMonotoneAndStartsFromTheWholeGraph) {
+  Residuals r(6);
+  const auto total = memslim::total_kept_bytes(r.g);
+  ASSERT_TRUE(total);
+  const auto ladder = memslim::block_ladder(r.g, memslim::find_segments(r.g), -1, {});
+  ASSERT_TRUE(ladder.why.empty()) << ladder.why;
+  ASSERT_GT(ladder.steps.size(), 2u);
+  EXPECT_EQ(ladder.steps[0].kept, *total);
+  EXPECT_TRUE(ladder.steps[0].runs.empty());
+  for (size_t i = 1; i < ladder.steps.size(); ++i) {
+    EXPECT_LT(ladder.steps[i].kept, ladder.steps[i - 1].kept) << ladder.steps[i].move;
+    EXPECT_LE(ladder.steps[i].peak, ladder.steps[i - 1].peak) << ladder.steps[i].move;
+    EXPECT_GE(ladder.steps[i].flops, ladder.steps[i - 1].flops);
+  }
+  // A stop figure walks a prefix of the same ladder.
+  const int64_t stop = ladder.steps[2].kept;
+  const auto part = memslim::block_ladder(r.g, memslim::find_segments(r.g), stop, {});
+  ASSERT_EQ(part.steps.size(), 3u);
+  for (size_t i = 0; i < part.steps.size(); ++i) {
+    EXPECT_EQ(part.steps[i].kept, ladder.steps[i].kept);
+    EXPECT_EQ(part.steps[i].runs, ladder.steps[i].runs);
+  }
+  // Runs become rewrites of whole segments, in program order.
+  const auto blocks = memslim::ladder_blocks(r.g, ladder, ladder.steps.size() - 1);
+  ASSERT_FALSE(blocks.empty());
+  for (const auto& b : blocks) EXPECT_TRUE(b.rewrite()) << b.decision.text;
+}
+
+TEST(Core, BlockRefusedByTheFrontEndStaysOutOfTheLadder) {
+  Residuals r(3);
+  auto segs = memslim::find_segments(r.g);
+  for (auto& s : segs) s.why = "refused";
+  const auto ladder = memslim::block_ladder(r.g, segs, -1, {});
+  EXPECT_EQ(ladder.steps.size(), 1u);
 }

@@ -1,0 +1,100 @@
+"""memory_budget against torch.compile's activation_memory_budget, side by side (issue 12).
+
+Usage: .venv/bin/python bench/memory_budget.py [--models resnet50,bert,gpt2,llama_small]
+         [--budgets 0.75,0.5,0.25] [--batch-vision 8] [--batch-hf 4] [--md bench/results/memory_budget.md]
+
+Per (model, budget), two suite workers (bench/_suite_worker.py, one process each, 1 torch
+thread): memslim.optimize(memory_budget=B) on the scripted / traced model, and torch.compile
+with torch._functorch.config.activation_memory_budget = B. Each worker measures saved-for-
+backward bytes (saved_tensors_hooks, distinct storages, parameters excluded), its peak RSS,
+and its step time (forward + backward) interleaved with an eager copy of the same model in
+the same process (median of 5 pairs): the table's time columns are those ratios to eager.
+Plus one eager and one scripted worker per model for the reference figures.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(model, variant, batch, budget, timeout):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        env = dict(os.environ, MEMSLIM_SUITE_BUDGET=str(budget), OMP_NUM_THREADS="1")
+        cmd = [sys.executable, os.path.join(HERE, "_suite_worker.py"), model, variant,
+               "--batch", str(batch), "--out", out, "--threads", "1"]
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out ({timeout} s)"}
+        if not os.path.exists(out):
+            return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+        with open(out) as f:
+            return json.load(f)
+
+
+def mb(b):
+    return f"{b / 1e6:,.1f} MB" if b is not None else "-"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="resnet50,bert,gpt2,llama_small")
+    ap.add_argument("--budgets", default="0.75,0.5,0.25")
+    ap.add_argument("--batch-vision", type=int, default=8)
+    ap.add_argument("--batch-hf", type=int, default=4)
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--md", default=os.path.join(HERE, "results", "memory_budget.md"))
+    a = ap.parse_args()
+    rows = []
+    start = datetime.datetime.now()
+    for model in a.models.split(","):
+        batch = a.batch_hf if model in ("bert", "gpt2", "llama_small") else a.batch_vision
+        eager = run(model, "eager", batch, 1.0, a.timeout)
+        script = run(model, "script", batch, 1.0, a.timeout)
+        for budget in [float(b) for b in a.budgets.split(",")]:
+            ms = run(model, "memslim_budget", batch, budget, a.timeout)
+            tc = run(model, "compile_budget", batch, budget, a.timeout)
+            rows.append((model, batch, budget, eager, script, ms, tc))
+            print(model, budget, ms.get("saved_bytes"), ms.get("step_ratio"), ms.get("error", ""),
+                  tc.get("saved_bytes"), tc.get("step_ratio"), tc.get("error", ""), flush=True)
+    lines = ["# memory_budget: memslim.optimize against torch.compile's activation_memory_budget", "",
+             f"{start:%Y-%m-%d %H:%M}, `bench/memory_budget.py --models {a.models} --budgets {a.budgets} "
+             f"--batch-vision {a.batch_vision} --batch-hf {a.batch_hf}`; one process per cell, 1 torch "
+             "thread, fp32 CPU training, dropout 0 (the suite's models). Saved bytes: "
+             "saved_tensors_hooks, distinct storages, parameters excluded. Step: forward + backward, "
+             "median of 5 pairs interleaved with an eager copy in the same process, as a ratio to that "
+             "eager copy. Peak RSS: the worker's high-water mark (model, compile and steps).", "",
+             "| model | batch | budget | eager saved | scripted saved | memslim saved (x eager) | memslim peak RSS | memslim step | torch.compile saved (x eager) | torch.compile peak RSS | torch.compile step | memslim faster? |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for model, batch, budget, e, s, m, c in rows:
+        es = e.get("saved_bytes")
+        def cell(r):
+            if "error" in r:
+                return f"error: {r['error'][:90]}", "-", "-"
+            x = r["saved_bytes"] / es if es else float("nan")
+            return (f"{mb(r['saved_bytes'])} ({x:.3f})", f"{r.get('ru_maxrss_mib', 0):,.0f} MiB",
+                    f"x{r['step_ratio']:.2f}" if r.get("step_ratio") else "-")
+        mc, cc = cell(m), cell(c)
+        faster = "-"
+        if m.get("step_ratio") and c.get("step_ratio"):
+            faster = "yes" if m["step_ratio"] < c["step_ratio"] else "no"
+        lines.append(f"| {model} | {batch} | {budget} | {mb(es)} | {mb(s.get('saved_bytes'))} | {mc[0]} | {mc[1]} | "
+                     f"{mc[2]} | {cc[0]} | {cc[1]} | {cc[2]} | {faster} |")
+    lines += ["", "memslim's plan per cell (its notes):", ""]
+    for model, batch, budget, e, s, m, c in rows:
+        lines.append(f"- {model} @ {budget}: {m.get('note', m.get('error', ''))[:400]}")
+    with open(a.md, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote", a.md)
+
+
+if __name__ == "__main__":
+    main()
