@@ -170,7 +170,9 @@ std::pair<at::Tensor, at::Tensor> link(const Layout& l, size_t b, const at::Tens
   auto parts = at::chunk(at::cat({y1, y2}, l.links[3 * b + 1]), 2, l.links[3 * b + 2]);
   TORCH_CHECK(parts.size() == 2, kOp, ": a link's chunk gave ", parts.size(), " pieces");
   resplit = !same_meta(parts[0], y1) || !same_meta(parts[1], y2);
-  if (!resplit) return {y1, y2};
+  // The pieces either way: equal values, and the memory layout the original
+  // program's next block reads (a random op fills its mask in memory order:
+  // fuzz seed 800836, a transposed input).
   return {parts[0], parts[1]};
 }
 
@@ -180,7 +182,18 @@ struct ForwardRecord {
   std::vector<at::Tensor> in1, in2, out1, out2; // per block; undefined: not kept
   std::vector<bool> no_inverse;                 // the add changed shape / dtype
   std::vector<at::Tensor> rng;                  // per function; undefined: not random
+  // Per random function: the strides its data input had (replays feed it the
+  // same layout: a mask is drawn in memory order); empty for the others.
+  std::vector<std::vector<int64_t>> strides;
 };
+
+// `t` with `strides` (a copy where its own differ; `strides` empty: as it is).
+at::Tensor with_strides(const at::Tensor& t, const std::vector<int64_t>& strides) {
+  if (strides.empty() || t.strides().vec() == strides) return t;
+  at::Tensor o = at::empty_strided(t.sizes(), strides, t.options());
+  o.copy_(t);
+  return o;
+}
 
 std::pair<at::Tensor, at::Tensor> run_chain(Chain& c, const Layout& l, at::Tensor x1, at::Tensor x2,
                                             at::TensorList state, const std::vector<bool>& keep,
@@ -192,13 +205,16 @@ std::pair<at::Tensor, at::Tensor> run_chain(Chain& c, const Layout& l, at::Tenso
     rec->out2.assign(l.blocks, {});
     rec->no_inverse.assign(l.blocks, false);
     rec->rng.assign(2 * l.blocks, {});
+    rec->strides.assign(2 * l.blocks, {});
   }
   for (size_t b = 0; b < l.blocks; ++b) {
     const Fn& F = c.fns[2 * b];
     const Fn& G = c.fns[2 * b + 1];
     if (rec) rec->rng[2 * b] = rng_state(F, x2.device());
+    if (rec && F.random) rec->strides[2 * b] = x2.strides().vec();
     at::Tensor y1 = at::add(x1, run_fn(F, x2, slice(state, l, 2 * b), false));
     if (rec) rec->rng[2 * b + 1] = rng_state(G, y1.device());
+    if (rec && G.random) rec->strides[2 * b + 1] = y1.strides().vec();
     at::Tensor y2 = at::add(x2, run_fn(G, y1, slice(state, l, 2 * b + 1), false));
     if (rec) {
       rec->no_inverse[b] = !same_meta(y1, x1) || !same_meta(y2, x2);
@@ -277,6 +293,15 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     ctx->saved_data["in_at"] = in_at;
     ctx->saved_data["out_at"] = out_at;
     ctx->saved_data["rng"] = rec.rng;
+    {
+      std::vector<int64_t> flat, len;
+      for (const auto& st : rec.strides) {
+        len.push_back(int64_t(st.size()));
+        flat.insert(flat.end(), st.begin(), st.end());
+      }
+      ctx->saved_data["strides"] = flat;
+      ctx->saved_data["strides_len"] = len;
+    }
     // The state the functions read: saved as eager's ops save it (parameters,
     // a mask), but for what they write (BatchNorm's running stats, which the
     // next forward updates in place, and replays copy anyway): no version check.
@@ -310,7 +335,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     std::vector<double> worst(l.blocks, 0);
     auto run = [&](size_t fn, const at::Tensor& in) {
       RngReplay replay(rec.rng[fn], in.device());
-      return run_fn(c.fns[fn], in, slice(state, l, fn), true);
+      return run_fn(c.fns[fn], with_strides(in, rec.strides[fn]), slice(state, l, fn), true);
     };
     auto off = [&](size_t b, double err) {
       worst[b] =
@@ -375,6 +400,15 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     const auto in_at = ctx->saved_data["in_at"].toIntVector();
     const auto out_at = ctx->saved_data["out_at"].toIntVector();
     const std::vector<at::Tensor> rng = ctx->saved_data["rng"].toTensorVector();
+    std::vector<std::vector<int64_t>> strides;
+    {
+      const auto flat = ctx->saved_data["strides"].toIntVector();
+      size_t at = 0;
+      for (int64_t n : ctx->saved_data["strides_len"].toIntVector()) {
+        strides.emplace_back(flat.begin() + long(at), flat.begin() + long(at) + n);
+        at += size_t(n);
+      }
+    }
     std::vector<at::Tensor> state = ctx->saved_data["unversioned"].toTensorVector();
     const Layout l = layout(c->fns.size(), arity, links, state.size());
     const variable_list saved = ctx->get_saved_variables();
@@ -450,7 +484,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         {
           at::AutoGradMode grad_mode(true);
           RngReplay replay(rng[2 * b + 1], y1.device());
-          g = run_fn(c->fns[2 * b + 1], y1, ext, true);
+          g = run_fn(c->fns[2 * b + 1], with_strides(y1, strides[2 * b + 1]), ext, true);
         }
         const at::Tensor x2 = ex_in2[b].defined() ? ex_in2[b] : rebuild(r2, g.detach());
         if (g.requires_grad()) {
@@ -472,7 +506,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         {
           at::AutoGradMode grad_mode(true);
           RngReplay replay(rng[2 * b], x2.device());
-          f = run_fn(c->fns[2 * b], x2, ext, true);
+          f = run_fn(c->fns[2 * b], with_strides(x2, strides[2 * b]), ext, true);
         }
         const at::Tensor x1 = ex_in1[b].defined() ? ex_in1[b] : rebuild(r1, f.detach());
         if (f.requires_grad()) {

@@ -125,6 +125,7 @@ std::optional<Segment> cut_from(const Top& t, const MayRequireGrad& grad, ValueR
   }
   Segment s;
   s.fn.input = v;
+  std::vector<NodeRef> side_nodes;
   for (size_t k = start; k < t.order.size(); ++k) {
     const NodeRef n = t.order[k];
     bool hit = false;
@@ -145,6 +146,7 @@ std::optional<Segment> cut_from(const Top& t, const MayRequireGrad& grad, ValueR
         made.insert(g.output(n, o).p);
         if (side) side_made.insert(g.output(n, o).p);
       }
+      if (side) side_nodes.push_back(n);
       member = !side;
     }
     if (member) {
@@ -171,6 +173,27 @@ std::optional<Segment> cut_from(const Top& t, const MayRequireGrad& grad, ValueR
     const ValueRef y = open_ref.at(open.begin()->first);
     if (!g.is_tensor(y)) continue;
     s.fn.output = y;
+    // Side nodes read by the segment alone (a view's shape list from the
+    // input's sizes) go in with it: the op could not take an int[] as state.
+    std::unordered_set<const void*> in(s.fn.nodes.size() * 2);
+    for (NodeRef m : s.fn.nodes) in.insert(m.p);
+    bool pulled = false;
+    for (auto it = side_nodes.rbegin(); it != side_nodes.rend(); ++it) {
+      bool only_in = true, used = false;
+      for (size_t o = 0; o < g.num_outputs(*it); ++o)
+        for (NodeRef u : t.users(g.output(*it, o))) {
+          used = true;
+          only_in = only_in && in.count(u.p);
+        }
+      if (used && only_in) {
+        in.insert(it->p);
+        s.fn.nodes.push_back(*it);
+        pulled = true;
+      }
+    }
+    if (pulled)
+      std::sort(s.fn.nodes.begin(), s.fn.nodes.end(),
+                [&](NodeRef a, NodeRef b) { return t.index(a) < t.index(b); });
     s.first = t.index(s.fn.nodes.front());
     s.last = k;
     return s;

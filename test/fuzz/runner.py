@@ -73,6 +73,14 @@ DRIFT_CAP = 10.0
 # --------------------------------------------------------------------------
 # Executing and comparing (inside a worker)
 # --------------------------------------------------------------------------
+
+def _optimize_kw() -> dict:
+    """MEMSLIM_FUZZ_PASSES=a,b,...: memslim.optimize runs these passes instead of
+    memslim-default (e.g. the default list plus recompute-blocks, to fuzz a pass that is
+    not in the pipeline)."""
+    passes = os.environ.get("MEMSLIM_FUZZ_PASSES", "")
+    return {"passes": passes.split(",")} if passes else {}
+
 def load_source(source: str, path: str):
     """Imports `source` from `path` (torch.jit.script needs the file for inspect)."""
     with open(path, "w") as f:
@@ -346,7 +354,7 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
     stage("optimize")
     try:
         m2, inputs2 = prog.make()
-        opt = memslim.optimize(m2, example_inputs=inputs2)
+        opt = memslim.optimize(m2, example_inputs=inputs2, **_optimize_kw())
         res["rewrites"] = sum(1 for r in memslim.report(opt) if ": rewrote " in r)
     except Exception as e:
         verdicts.append(("exception", "optimize", first_line(e)))
@@ -518,7 +526,7 @@ def _optimized(m, ins, front_end: str):
     if front_end == "fx":
         ep = torch.export.export(m, tuple(ins))
         return memslim.fx.optimize(ep).module()
-    return memslim.optimize(m, example_inputs=ins)
+    return memslim.optimize(m, example_inputs=ins, **_optimize_kw())
 
 
 def fp32_twin_ok(prog, inputs, front_end: str = "torchscript") -> bool:
@@ -627,7 +635,7 @@ def rng_order_only(prog, inputs, R: Reference) -> bool:
 
     try:
         m, inputs2 = prog.make()
-        opt = memslim.optimize(m, example_inputs=inputs2)
+        opt = memslim.optimize(m, example_inputs=inputs2, **_optimize_kw())
         with torch.jit.optimized_execution(False):
             for run in range(OPT_RUNS + 1):
                 if compare(Reference(R.dtype, R.eager, R.drift, [], True, R.truth), call(opt, inputs, trainable(opt)),

@@ -1818,3 +1818,13 @@ def test_bn_output_saving_of_constant_channels(session):
 @pytest.mark.xfail(strict=True, reason="seed 701167: canonicalized hand LayerNorm, near-constant rows")
 def test_hand_layer_norm_of_near_constant_rows(session):
     check_corpus(session, "seed701167_hand_layer_norm_near_constant_row.py")
+
+
+# Long-fuzz seed 800836 (session 18), shrunk: a coupling chain on the pieces of a
+# transposed input, linked through chunk(cat(...)), with dropout in its last G. The chain
+# passed the first block's outputs to the next block as they were (transposed layout)
+# instead of the link's pieces (row-major), so the last G's dropout drew its mask in
+# another memory order: forward and gradients differed. Fixed: links give the pieces, and
+# replays of random functions get their input in the forward's layout.
+def test_coupling_chain_dropout_after_transposed_input(session):
+    check_corpus(session, "seed800836_coupling_dropout_transposed_input.py")
