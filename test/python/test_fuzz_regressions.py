@@ -1828,3 +1828,13 @@ def test_hand_layer_norm_of_near_constant_rows(session):
 # replays of random functions get their input in the forward's layout.
 def test_coupling_chain_dropout_after_transposed_input(session):
     check_corpus(session, "seed800836_coupling_dropout_transposed_input.py")
+
+
+# Quick-fuzz seed 88 (session 18), shrunk: a coupling chain whose input is exactly zero
+# (y - y), BatchNorm over constant channels inside F / G and a 30x gain. memslim.optimize and
+# the FX front end pass; memslim-opt --verify on the saved archive reports fp32 gradients off
+# by 3e-3 (1.1 unshrunk). It appeared once coupling links handed the next block the link's
+# pieces (seed 800836's fix). Not understood yet (known_failures.txt).
+@pytest.mark.xfail(strict=True, reason="seed 88: coupling chain on a zero input, memslim-opt --verify")
+def test_coupling_chain_on_zero_input_cli_verify(session):
+    check_corpus(session, "seed88_coupling_bn_zero_input_cli_verify.py")
