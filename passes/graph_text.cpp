@@ -165,4 +165,24 @@ torch::jit::Value* cut_argument(torch::jit::Graph& g, torch::jit::Value* v) {
   return t->output();
 }
 
+torch::jit::Value* insert_state_list(torch::jit::Graph& g,
+                                     const std::vector<torch::jit::Value*>& state) {
+  std::vector<torch::jit::Value*> args;
+  for (torch::jit::Value* v : state) args.push_back(cut_argument(g, v));
+  return g.insertNode(g.createList(c10::OptionalType::create(c10::TensorType::get()), args))
+      ->output();
+}
+
+void redirect_outside_uses(torch::jit::Value* old, torch::jit::Value* now,
+                           const std::unordered_set<const torch::jit::Node*>& covered) {
+  now->setType(old->type());
+  now->copyMetadata(old);
+  const auto uses = old->uses();
+  for (const auto& use : uses) {
+    const torch::jit::Node* top = use.user;
+    while (top->owningBlock()->owningNode()) top = top->owningBlock()->owningNode();
+    if (!covered.count(top)) use.user->replaceInput(use.offset, now);
+  }
+}
+
 } // namespace memslim

@@ -70,11 +70,7 @@ void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext
   prop.apply = [&g, x1, x2, y1, y2, point, texts, arity, state, kinds, dims, every, bound,
                 covered]() {
     torch::jit::WithInsertPoint guard(point);
-    std::vector<Value*> args;
-    for (Value* v : state) args.push_back(cut_argument(*g, v));
-    Value* list =
-        g->insertNode(g->createList(c10::OptionalType::create(c10::TensorType::get()), args))
-            ->output();
+    Value* list = insert_state_list(*g, state);
     std::vector<Value*> strs;
     for (const std::string& t : texts) strs.push_back(g->insertConstant(c10::IValue(t)));
     Value* fns = g->insertNode(g->createList(c10::StringType::get(), strs))->output();
@@ -91,18 +87,8 @@ void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext
                   {x1, x2, list, fns, g->insertConstant(c10::IValue(arity)), links,
                    g->insertConstant(c10::IValue(every)), g->insertConstant(c10::IValue(bound))},
                   2));
-    for (size_t i = 0; i < 2; ++i) {
-      Value* old = i == 0 ? y1 : y2;
-      Value* now = op->output(i);
-      now->setType(old->type());
-      now->copyMetadata(old);
-      const auto uses = old->uses();
-      for (const auto& use : uses) {
-        const Node* top = use.user;
-        while (top->owningBlock()->owningNode()) top = top->owningBlock()->owningNode();
-        if (!covered.count(top)) use.user->replaceInput(use.offset, now);
-      }
-    }
+    redirect_outside_uses(y1, op->output(0), covered);
+    redirect_outside_uses(y2, op->output(1), covered);
     return std::string();
   };
   prop.rewrote = c.decision.text;

@@ -45,21 +45,10 @@ std::string proposal_for(const std::shared_ptr<Graph>& g, const RecomputeBlock& 
   std::unordered_set<const Node*> covered(prop.covers.begin(), prop.covers.end());
   prop.apply = [&g, x, y, state, text, point, covered]() {
     torch::jit::WithInsertPoint guard(point);
-    std::vector<Value*> args;
-    for (Value* v : state) args.push_back(cut_argument(*g, v));
-    Value* list =
-        g->insertNode(g->createList(c10::OptionalType::create(c10::TensorType::get()), args))
-            ->output();
+    Value* list = insert_state_list(*g, state);
     Node* op = g->insertNode(g->create(c10::Symbol::fromQualString(kRecomputeBlockOp),
                                        {x, list, g->insertConstant(c10::IValue(text))}, 1));
-    op->output()->setType(y->type());
-    op->output()->copyMetadata(y);
-    const auto uses = y->uses();
-    for (const auto& use : uses) {
-      const Node* top = use.user;
-      while (top->owningBlock()->owningNode()) top = top->owningBlock()->owningNode();
-      if (!covered.count(top)) use.user->replaceInput(use.offset, op->output());
-    }
+    redirect_outside_uses(y, op->output(), covered);
     return std::string();
   };
   prop.replays_writes = true;

@@ -58,6 +58,7 @@ constexpr const char* kOp = "memslim::coupling_chain";
 using replay::Fn;
 using replay::rng_state;
 using replay::RngReplay;
+using replay::state_vec;
 
 struct Chain {
   int64_t id = 0;
@@ -234,13 +235,6 @@ std::pair<at::Tensor, at::Tensor> run_chain(Chain& c, const Layout& l, at::Tenso
   TORCH_INTERNAL_ASSERT(false, "unreachable");
 }
 
-std::vector<at::Tensor> state_vec(const c10::List<std::optional<at::Tensor>>& state) {
-  std::vector<at::Tensor> out;
-  out.reserve(state.size());
-  for (const std::optional<at::Tensor>& t : state) out.push_back(t.value_or(at::Tensor()));
-  return out;
-}
-
 struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFunction> {
   // `present`: the defined entries of the state (autograd takes no undefined
   // inputs), `where` their indices among its `size` entries (None elsewhere).
@@ -249,8 +243,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
                                const std::vector<int64_t>& arity, const std::vector<int64_t>& links,
                                int64_t anchor_every, double drift_bound,
                                const std::vector<int64_t>& where, int64_t size) {
-    std::vector<at::Tensor> state_v(static_cast<size_t>(size));
-    for (size_t i = 0; i < where.size(); ++i) state_v[size_t(where[i])] = present[i];
+    const std::vector<at::Tensor> state_v = replay::join_present(present, where, size);
     const at::TensorList state(state_v);
     ctx->saved_data["where"] = where;
     std::shared_ptr<Chain> c = chain_for(fns);
@@ -551,19 +544,11 @@ std::tuple<at::Tensor, at::Tensor> coupling_chain_autograd(
     c10::ArrayRef<std::string> fns, c10::IntArrayRef arity, c10::IntArrayRef links,
     int64_t anchor_every, double drift_bound) {
   const std::vector<at::Tensor> s = state_vec(state);
-  bool any_grad = x1.requires_grad() || x2.requires_grad();
-  for (const auto& t : s) any_grad = any_grad || (t.defined() && t.requires_grad());
-  if (at::GradMode::is_enabled() && any_grad) {
-    std::vector<at::Tensor> present;
-    std::vector<int64_t> where;
-    for (size_t i = 0; i < s.size(); ++i)
-      if (s[i].defined()) {
-        present.push_back(s[i]);
-        where.push_back(int64_t(i));
-      }
-    auto out = CouplingChainFunction::apply(x1, x2, at::TensorList(present), fns.vec(), arity.vec(),
-                                            links.vec(), anchor_every, drift_bound, where,
-                                            int64_t(s.size()));
+  if (replay::needs_autograd({x1, x2}, s)) {
+    const replay::PresentState p = replay::split_present(s);
+    auto out =
+        CouplingChainFunction::apply(x1, x2, at::TensorList(p.present), fns.vec(), arity.vec(),
+                                     links.vec(), anchor_every, drift_bound, p.where, p.size);
     return {out[0], out[1]};
   }
   at::AutoDispatchBelowADInplaceOrView guard;

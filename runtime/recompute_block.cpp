@@ -33,6 +33,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr const char* kOp = "memslim::recompute_block";
+using replay::state_vec;
 
 struct Block {
   int64_t id = 0;
@@ -63,13 +64,6 @@ std::shared_ptr<const Block> block_by_id(int64_t id) {
   return blocks().at(size_t(id));
 }
 
-std::vector<at::Tensor> state_vec(const c10::List<std::optional<at::Tensor>>& state) {
-  std::vector<at::Tensor> out;
-  out.reserve(state.size());
-  for (const std::optional<at::Tensor>& t : state) out.push_back(t.value_or(at::Tensor()));
-  return out;
-}
-
 // The schema promises a fresh result: a function returning (a view of) an
 // input gets a copy.
 at::Tensor fresh(at::Tensor y, const at::Tensor& x, const std::vector<at::Tensor>& state) {
@@ -93,8 +87,7 @@ struct RecomputeBlockFunction : public torch::autograd::Function<RecomputeBlockF
                                const std::string& fn, const std::vector<int64_t>& where,
                                int64_t size) {
     std::shared_ptr<const Block> b = block_for(fn);
-    std::vector<at::Tensor> state(static_cast<size_t>(size));
-    for (size_t i = 0; i < where.size(); ++i) state[size_t(where[i])] = present[i];
+    const std::vector<at::Tensor> state = replay::join_present(present, where, size);
     TORCH_CHECK(state.size() + 1 == b->fn.graph->inputs().size(), kOp, ": its function takes ",
                 b->fn.graph->inputs().size() - 1, " state inputs, got ", state.size());
     const at::Tensor rng = replay::rng_state(b->fn, x.device());
@@ -185,18 +178,10 @@ at::Tensor recompute_block_autograd(const at::Tensor& x,
                                     const c10::List<std::optional<at::Tensor>>& state,
                                     c10::string_view fn) {
   const std::vector<at::Tensor> s = state_vec(state);
-  bool any_grad = x.requires_grad();
-  for (const auto& t : s) any_grad = any_grad || (t.defined() && t.requires_grad());
-  if (at::GradMode::is_enabled() && any_grad) {
-    std::vector<at::Tensor> present;
-    std::vector<int64_t> where;
-    for (size_t i = 0; i < s.size(); ++i)
-      if (s[i].defined()) {
-        present.push_back(s[i]);
-        where.push_back(int64_t(i));
-      }
-    return RecomputeBlockFunction::apply(x, at::TensorList(present), std::string(fn), where,
-                                         int64_t(s.size()))[0];
+  if (replay::needs_autograd({x}, s)) {
+    const replay::PresentState p = replay::split_present(s);
+    return RecomputeBlockFunction::apply(x, at::TensorList(p.present), std::string(fn), p.where,
+                                         p.size)[0];
   }
   at::AutoDispatchBelowADInplaceOrView guard;
   return recompute_block_plain(x, state, fn);

@@ -126,6 +126,40 @@ at::Tensor rng_state(const Fn& f, c10::Device device) {
   return gen.get_state();
 }
 
+std::vector<at::Tensor> state_vec(const c10::List<std::optional<at::Tensor>>& state) {
+  std::vector<at::Tensor> out;
+  out.reserve(state.size());
+  for (const std::optional<at::Tensor>& t : state) out.push_back(t.value_or(at::Tensor()));
+  return out;
+}
+
+PresentState split_present(const std::vector<at::Tensor>& state) {
+  PresentState p;
+  p.size = int64_t(state.size());
+  for (size_t i = 0; i < state.size(); ++i)
+    if (state[i].defined()) {
+      p.present.push_back(state[i]);
+      p.where.push_back(int64_t(i));
+    }
+  return p;
+}
+
+std::vector<at::Tensor> join_present(at::TensorList present, const std::vector<int64_t>& where,
+                                     int64_t size) {
+  std::vector<at::Tensor> state(static_cast<size_t>(size));
+  for (size_t i = 0; i < where.size(); ++i) state[size_t(where[i])] = present[i];
+  return state;
+}
+
+bool needs_autograd(std::initializer_list<at::Tensor> data, const std::vector<at::Tensor>& state) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const at::Tensor& t : data)
+    if (t.requires_grad()) return true;
+  for (const at::Tensor& t : state)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
 RngReplay::RngReplay(const at::Tensor& state, c10::Device device) {
   if (!state.defined()) return;
   gen = at::globalContext().defaultGenerator(device);

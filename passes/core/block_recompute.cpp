@@ -483,8 +483,10 @@ RecomputeBlock run_block(const GraphView& g, const std::vector<Segment>& segs, B
   return b;
 }
 
-std::vector<Segment> find_segments(const GraphView& g) {
-  const Top t(g);
+namespace {
+
+std::vector<Segment> segments_of(const Top& t) {
+  const GraphView& g = t.g;
   // The graph's tensor inputs, in order of first read (module objects are no
   // data: what flows from `self` is parameters and buffers).
   std::vector<ValueRef> seeds;
@@ -522,6 +524,10 @@ std::vector<Segment> find_segments(const GraphView& g) {
   return out;
 }
 
+} // namespace
+
+std::vector<Segment> find_segments(const GraphView& g) { return segments_of(Top(g)); }
+
 std::optional<int64_t> total_kept_bytes(const GraphView& g) {
   const Top t(g);
   const Keeps k = keeps_of(t);
@@ -533,7 +539,7 @@ std::optional<int64_t> total_kept_bytes(const GraphView& g) {
 
 std::vector<RecomputeBlock> find_recompute_blocks(const GraphView& g, const CostPolicy& policy) {
   const Top t(g);
-  const std::vector<Segment> segs = find_segments(g);
+  const std::vector<Segment> segs = segments_of(t);
   const Pricer pricer(t, segs);
   std::vector<RecomputeBlock> out;
   const Figures none = pricer.price({});

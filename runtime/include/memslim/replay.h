@@ -59,4 +59,21 @@ struct RngReplay {
   RngReplay& operator=(const RngReplay&) = delete;
 };
 
+// A `Tensor?[]` state argument as tensors (undefined: None).
+std::vector<at::Tensor> state_vec(const c10::List<std::optional<at::Tensor>>& state);
+
+// autograd::Function takes no undefined inputs: the defined entries of a state
+// (`present`) and their indices among its `size` entries (`where`), and back.
+struct PresentState {
+  std::vector<at::Tensor> present;
+  std::vector<int64_t> where;
+  int64_t size = 0;
+};
+PresentState split_present(const std::vector<at::Tensor>& state);
+std::vector<at::Tensor> join_present(at::TensorList present, const std::vector<int64_t>& where,
+                                     int64_t size);
+
+// Whether grad mode is on and `data` or a state entry requires grad.
+bool needs_autograd(std::initializer_list<at::Tensor> data, const std::vector<at::Tensor>& state);
+
 } // namespace memslim::replay

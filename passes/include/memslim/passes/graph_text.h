@@ -15,6 +15,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "memslim/core/top_level.h"
 
@@ -35,5 +37,15 @@ std::string cut_function_text(const FunctionCut& fn, std::string& text);
 // The op's argument for external value `v` of a cut function, inserted at the
 // graph's insert point where it must be boxed (bool / int / float -> 0-dim tensor).
 torch::jit::Value* cut_argument(torch::jit::Graph& g, torch::jit::Value* v);
+
+// The `Tensor?[]` state argument of an op carrying cut functions: each external
+// value through cut_argument, inserted at the graph's insert point.
+torch::jit::Value* insert_state_list(torch::jit::Graph& g,
+                                     const std::vector<torch::jit::Value*>& state);
+
+// `now` takes `old`'s type and metadata and every use of `old` outside the
+// covered top-level nodes (a use in a nested block counts as its owner's).
+void redirect_outside_uses(torch::jit::Value* old, torch::jit::Value* now,
+                           const std::unordered_set<const torch::jit::Node*>& covered);
 
 } // namespace memslim
