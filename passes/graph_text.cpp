@@ -74,9 +74,10 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-// How an external value reaches a function: as itself (Tensor, Tensor?) or
-// boxed into a 0-dim tensor (bool, int, float); nullopt: it cannot.
-enum class Pass { Tensor, OptionalTensor, Bool, Int, Float };
+// How an external value reaches a function: as itself (Tensor, Tensor?),
+// boxed into a 0-dim tensor (bool, int, float) or into a 1-dim int64 tensor
+// (int[]: ConvNeXt's permute dims, a module attribute); nullopt: it cannot.
+enum class Pass { Tensor, OptionalTensor, Bool, Int, Float, IntList };
 std::optional<Pass> passing(const Value* v) {
   const c10::TypePtr& t = v->type();
   if (t->cast<c10::TensorType>()) return Pass::Tensor;
@@ -85,6 +86,8 @@ std::optional<Pass> passing(const Value* v) {
   if (t->kind() == c10::TypeKind::BoolType) return Pass::Bool;
   if (t->kind() == c10::TypeKind::IntType) return Pass::Int;
   if (t->kind() == c10::TypeKind::FloatType) return Pass::Float;
+  if (auto l = t->cast<c10::ListType>())
+    if (l->getElementType()->kind() == c10::TypeKind::IntType) return Pass::IntList;
   return std::nullopt;
 }
 
@@ -102,7 +105,7 @@ std::string cut_function_text(const FunctionCut& fn, std::string& text) {
     const auto how = passing(v);
     if (!how)
       return "it reads %" + v->debugName() + " of type " + v->type()->str() +
-             " (only tensors, bool, int and float pass into the op)";
+             " (only tensors, bool, int, float and int[] pass into the op)";
     Value* in = sub->addInput();
     in->setType(*how == Pass::OptionalTensor ? v->type() : c10::TensorType::get());
     if (*how == Pass::Tensor || *how == Pass::OptionalTensor)
@@ -117,6 +120,15 @@ std::string cut_function_text(const FunctionCut& fn, std::string& text) {
       Value* v = JitGraphView::value(e);
       const auto how = passing(v);
       if (*how == Pass::Tensor || *how == Pass::OptionalTensor) continue;
+      if (*how == Pass::IntList) { // prim::tolist(t, dim 1, element type int)
+        Value* one = sub->insertConstant(int64_t(1));
+        Value* as_int = sub->insertConstant(int64_t(0));
+        Node* u =
+            sub->appendNode(sub->create(c10::prim::tolist, {boxed[k++].first, one, as_int}, 1));
+        u->output()->setType(v->type());
+        env[v] = u->output();
+        continue;
+      }
       const char* op = *how == Pass::Bool  ? "aten::Bool"
                        : *how == Pass::Int ? "aten::Int"
                                            : "aten::Float";
@@ -130,14 +142,18 @@ std::string cut_function_text(const FunctionCut& fn, std::string& text) {
   auto map = [&](Value* v) -> Value* {
     auto it = env.find(v);
     if (it != env.end()) return it->second;
-    if (v->node()->kind() == c10::prim::Constant) {
+    // Constants, and the placeholders of TorchScript's early returns
+    // (prim::Uninitialized, read by an If's not-taken branch): copied in.
+    if (v->node()->kind() == c10::prim::Constant || v->node()->kind() == c10::prim::Uninitialized) {
       Node* c =
           sub->appendNode(sub->createClone(v->node(), [](Value*) -> Value* { return nullptr; }));
       env[v] = c->output();
       return c->output();
     }
     if (missing.empty()) missing = "%" + v->debugName();
-    return v; // reported below; the graph is discarded
+    Value* stand_in = sub->addInput(); // reported below; the graph is discarded
+    stand_in->setType(v->type());
+    return stand_in;
   };
   for (NodeRef r : fn.nodes) {
     Node* n = JitGraphView::node(r);
@@ -156,6 +172,15 @@ std::string cut_function_text(const FunctionCut& fn, std::string& text) {
 torch::jit::Value* cut_argument(torch::jit::Graph& g, torch::jit::Value* v) {
   const auto how = passing(v);
   if (*how == Pass::Tensor || *how == Pass::OptionalTensor) return v;
+  if (*how == Pass::IntList) { // aten::tensor(list, int64, None, False)
+    Value* dtype = g.insertConstant(int64_t(c10::ScalarType::Long));
+    Value* none = g.insertConstant(c10::IValue());
+    Value* no_grad = g.insertConstant(false);
+    Node* t = g.insertNode(
+        g.create(c10::Symbol::fromQualString("aten::tensor"), {v, dtype, none, no_grad}, 1));
+    t->output()->setType(c10::TensorType::get());
+    return t->output();
+  }
   Value* s = v;
   if (*how == Pass::Bool)
     s = g.insertNode(g.create(c10::Symbol::fromQualString("aten::Int"), {v}, 1))->output();

@@ -46,6 +46,7 @@ std::string mb(int64_t bytes) {
 
 void run_planned_blocks(const std::shared_ptr<Graph>& g, PassContext& ctx) {
   BudgetRun& run = *g_run;
+  hoist_nested_attributes(*g);
   const JitGraphView view(g);
   // Blocks the gate (or the op's argument types) would refuse stay out of the
   // ladder, so that the figures it plans are the figures applied.
@@ -82,9 +83,10 @@ void run_planned_blocks(const std::shared_ptr<Graph>& g, PassContext& ctx) {
 
 int64_t kept_now(const std::shared_ptr<Graph>& g, const char* when) {
   const JitGraphView view(g);
-  const auto b = total_kept_bytes(view);
-  TORCH_CHECK(b, "memory_budget: ", when,
-              ", the size of a tensor kept for backward is unknown (give example inputs)");
+  std::string unknown;
+  const auto b = total_kept_bytes(view, &unknown);
+  TORCH_CHECK(b, "memory_budget: ", when, ", the size of ", unknown,
+              ", kept for backward, is unknown (give example inputs)");
   return *b;
 }
 

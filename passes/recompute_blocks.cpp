@@ -3,7 +3,9 @@
 // What: the TorchScript front end of block recompute (core/block_recompute.h):
 // each block (or run of blocks) becomes one memslim::recompute_block op
 // carrying the block as IR text (nested blocks included; constants copied in;
-// bool / int / float reads boxed into 0-dim tensors), so autograd keeps the
+// bool / int / float reads boxed into 0-dim tensors, int[] into 1-dim ones;
+// module attributes read under an If first hoisted out of it, so that the
+// block reads their values, not the module), so autograd keeps the
 // block's input and the state it reads instead of its intermediates.
 // The pass `recompute-blocks` on its own recomputes every block that frees
 // memory (per-block checkpointing, decided by the cost model); the
@@ -13,6 +15,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "memslim/passes/recompute_blocks.h"
+
+#include <torch/csrc/jit/runtime/graph_iterator.h>
 
 #include <algorithm>
 #include <unordered_set>
@@ -71,6 +75,28 @@ void submit_block(const std::shared_ptr<Graph>& g, RecomputeBlock& b, PassContex
 
 } // namespace
 
+void hoist_nested_attributes(Graph& g) {
+  std::shared_ptr<Graph> graph = g.shared_from_this();
+  torch::jit::DepthFirstGraphNodeIterator it(graph);
+  for (Node* n = it.next(); n; n = it.next())
+    if (n->kind() == c10::prim::SetAttr) return;
+  for (bool moved = true; moved;) {
+    moved = false;
+    std::vector<std::pair<Node*, Node*>> moves; // (attribute read, its top-level owner)
+    torch::jit::DepthFirstGraphNodeIterator walk(graph);
+    for (Node* n = walk.next(); n; n = walk.next()) {
+      if (n->kind() != c10::prim::GetAttr || n->owningBlock() == g.block() ||
+          n->input(0)->node()->owningBlock() != g.block())
+        continue;
+      Node* top = n;
+      while (top->owningBlock()->owningNode()) top = top->owningBlock()->owningNode();
+      moves.emplace_back(n, top);
+    }
+    for (auto [n, top] : moves) n->moveBefore(top);
+    moved = !moves.empty();
+  }
+}
+
 void apply_recompute_blocks(const std::shared_ptr<Graph>& g, std::vector<RecomputeBlock>& blocks,
                             PassContext& ctx) {
   // Last first: an earlier run's output stays the value a later op reads
@@ -93,6 +119,7 @@ std::string block_refusal(const std::shared_ptr<Graph>& g, const RecomputeBlock&
 }
 
 void run_recompute_blocks(const std::shared_ptr<Graph>& g, PassContext& ctx) {
+  hoist_nested_attributes(*g);
   const JitGraphView view(g);
   std::vector<RecomputeBlock> blocks = find_recompute_blocks(view, ctx.policy);
   apply_recompute_blocks(g, blocks, ctx);

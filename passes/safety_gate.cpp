@@ -573,10 +573,32 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
       }
     }
   } between, after;
+  // Nodes nested in a covered If (a residual add_ under `if use_res_connect`)
+  // run inside the rewrite: what they write matters only where it is no value
+  // the covered nodes make themselves (`outside`: what they read from before).
+  auto in_member = [&](const Node* m) {
+    for (const Node* u = m->owningBlock()->owningNode(); u; u = u->owningBlock()->owningNode())
+      if (members.count(u)) return true;
+    return false;
+  };
+  Watched outside;
   for (Node* n : order) {
     for (Value* v : n->inputs())
-      if (!members.count(v->node())) between.add(v);
+      if (!members.count(v->node())) {
+        between.add(v);
+        outside.add(v);
+      }
     for (Value* o : n->outputs()) between.add(o);
+  }
+  {
+    torch::jit::DepthFirstGraphNodeIterator it(graph_);
+    for (Node* m = it.next(); m; m = it.next())
+      if (in_member(m))
+        for (Value* v : m->inputs())
+          if (!members.count(v->node()) && !in_member(v->node()) &&
+              !(v->node()->kind() == c10::prim::Param &&
+                v->node()->owningBlock() != graph_->block()))
+            outside.add(v);
   }
   for (Value* v : p.guarded) after.add(v);
 
@@ -587,8 +609,12 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   // element, through views and chunk pieces) is no module state: AliasDb puts
   // list elements among the wildcards, so a BatchNorm's num_batches_tracked.add_(1)
   // "may write" every piece of a chunk (RevNet's x1, x2) without this.
+  // A value no module state can alias: made by a non-mutating op that returns
+  // new tensors, or an element of the list such an op returns (memslim's
+  // region and chain ops: AliasDb puts list elements among the wildcards).
   auto fresh = [](const Value* v) {
     const Node* p = SavedTensorAnalysis::storage_root(v)->node();
+    if (p->kind() == c10::prim::ListUnpack) p = p->input(0)->node();
     if (p->kind() == c10::prim::Param || p->kind() == c10::prim::GetAttr || !p->blocks().empty())
       return false;
     const c10::FunctionSchema* s = p->maybeSchema();
@@ -640,7 +666,13 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
       where = After;
       continue;
     }
-    if (where == Before || members.count(m)) continue;
+    if (members.count(m)) continue;
+    if (in_member(m)) {
+      if (const Value* v = writes(m, outside))
+        return std::string(m->kind().toQualString()) + " in it writes " + name_of(v) + " in place";
+      continue;
+    }
+    if (where == Before) continue;
     if (where == Inside)
       if (const Value* v = writes(m, between))
         return std::string(m->kind().toQualString()) + " writes " + name_of(v) +
@@ -747,7 +779,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   bool started = false;
   for (Node* m = chain_it.next(); m; m = chain_it.next()) {
     started = started || in_chain.count(m);
-    if (!started || members.count(m)) continue;
+    if (!started || members.count(m) || in_member(m)) continue; // in_member: runs inside the op
     for (const Value* w : SavedTensorAnalysis::written_inputs(m)) {
       const Value* r = SavedTensorAnalysis::storage_root(w);
       const std::string path = module_state_path(r);

@@ -117,7 +117,12 @@ std::optional<Segment> cut_from(const Top& t, const MayRequireGrad& grad, ValueR
   std::unordered_set<const void*> made{v.p}, side_made;
   std::unordered_map<const void*, size_t> open; // value -> last use, for made values read later
   std::unordered_map<const void*, ValueRef> open_ref;
-  const size_t vl = last_use(t, v);
+  // v's metadata readers are side nodes (outside the block, where v is alive
+  // anyway): only its data reads hold the cut open. Else a size() of v read
+  // at the graph's end (GPT-2's output shape) keeps every cut from v open.
+  size_t vl = kNone;
+  for (NodeRef u : t.users(v))
+    if (!metadata_op(g.kind(u))) vl = vl == kNone ? t.index(u) : std::max(vl, t.index(u));
   if (vl == kNone || vl < start) return std::nullopt;
   if (v_flow) {
     open[v.p] = vl;
@@ -213,7 +218,9 @@ void describe(const Top& t, Segment& s) {
     for (ValueRef r : t.reads.at(n.p))
       // Scalar constants are copied into the text; tensor constants (traced
       // graphs) are read like state (parseIR reads no tensor constant).
+      // prim::Uninitialized (an early return's placeholder) is copied in too.
       if (!made.count(r.p) && !(g.constant(r) && !g.is_tensor(r)) &&
+          !(g.producer(r) && g.kind(g.producer(r)) == "prim::Uninitialized") &&
           std::find(s.fn.external.begin(), s.fn.external.end(), r) == s.fn.external.end())
         s.fn.external.push_back(r);
   for (NodeRef n : g.nodes()) {
@@ -297,14 +304,18 @@ Keeps keeps_of(const Top& t) {
   const GraphView& g = t.g;
   Keeps k;
   k.by_node.resize(t.order.size());
-  auto add = [&](size_t at, ValueRef v) {
+  // `nested`: the keeper sits in a nested block (an If's branch). A size the
+  // recording run did not see there is a branch it did not take (a stochastic
+  // depth at p = 0), which kept nothing on those inputs.
+  auto add = [&](size_t at, ValueRef v, bool nested) {
     if (!countable(g, v)) return;
     v = storage_root(g, v);
     if (!countable(g, v)) return;
+    const auto b = g.bytes(v);
+    if (!b && nested) return;
     auto& list = k.by_node[at];
     if (std::find(list.begin(), list.end(), v.p) == list.end()) list.push_back(v.p);
     if (k.bytes.count(v.p)) return;
-    const auto b = g.bytes(v);
     if (!b && k.why.empty()) k.why = g.name(v);
     k.bytes[v.p] = b.value_or(0);
   };
@@ -313,6 +324,7 @@ Keeps keeps_of(const Top& t) {
     const NodeRef top = t.top_of(n);
     if (!top) continue;
     const size_t at = t.index(top);
+    const bool nested = top != n;
     // Autograd records nothing for an op none of whose inputs requires grad
     // (a causal mask, rotary tables, position ids).
     bool differentiated = false;
@@ -325,7 +337,7 @@ Keeps keeps_of(const Top& t) {
       k.bytes[n.p] = h;
     }
     for (size_t i = 0; i < g.num_inputs(n); ++i)
-      if (saved::keeps_input(g, n, i)) add(at, g.input(n, i));
+      if (saved::keeps_input(g, n, i)) add(at, g.input(n, i), nested);
     // BatchNorm's backward keeps its running stats (buffers) too.
     const std::string kind = g.kind(n);
     if ((kind == "aten::batch_norm" || kind == "memslim::batch_norm" ||
@@ -335,9 +347,9 @@ Keeps keeps_of(const Top& t) {
         if (g.is_tensor(g.input(n, i)) &&
             g.requires_grad(g.input(n, i)) == std::optional<bool>(false) &&
             !g.constant(g.input(n, i)))
-          add(at, g.input(n, i));
+          add(at, g.input(n, i), nested);
     if (saved::keeps_output(g, n))
-      for (size_t o = 0; o < g.num_outputs(n); ++o) add(at, g.output(n, o));
+      for (size_t o = 0; o < g.num_outputs(n); ++o) add(at, g.output(n, o), nested);
   }
   return k;
 }
@@ -528,10 +540,13 @@ std::vector<Segment> segments_of(const Top& t) {
 
 std::vector<Segment> find_segments(const GraphView& g) { return segments_of(Top(g)); }
 
-std::optional<int64_t> total_kept_bytes(const GraphView& g) {
+std::optional<int64_t> total_kept_bytes(const GraphView& g, std::string* unknown) {
   const Top t(g);
   const Keeps k = keeps_of(t);
-  if (!k.why.empty()) return std::nullopt;
+  if (!k.why.empty()) {
+    if (unknown) *unknown = k.why;
+    return std::nullopt;
+  }
   int64_t total = 0;
   for (const auto& [v, b] : k.bytes) total += b;
   return total;

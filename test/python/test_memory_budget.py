@@ -144,6 +144,76 @@ def test_dropout_replays_the_forwards_mask_and_keeps_the_rng_stream():
     assert torch.equal(torch.rand(3), after_ref)
 
 
+class Permute(nn.Module):
+    """torchvision.ops.Permute: the dims are an int[] attribute (ConvNeXt's blocks)."""
+
+    def __init__(self, dims):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return torch.permute(x, self.dims)
+
+
+class InvResBlock(nn.Module):
+    """MobileNetV3 / ConvNeXt shapes in one block: `if use_res: result += input` (an If
+    whose branch writes the block's result in place), a Permute module with int[] dims,
+    and a stochastic-depth-like branch the recording run never takes (p == 0)."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(c)
+        self.to_last = Permute([0, 2, 3, 1])
+        self.norm = nn.LayerNorm(c)
+        self.to_first = Permute([0, 3, 1, 2])
+        self.use_res = True
+        self.p = 0.0
+
+    def forward(self, x):
+        result = self.to_first(self.norm(self.to_last(torch.tanh(self.bn(self.conv(x))))))
+        if self.p > 0.0 and self.training:
+            noise = torch.empty([x.shape[0], 1, 1, 1], dtype=x.dtype).bernoulli_(1.0 - self.p)
+            result = result * noise
+        if self.use_res:
+            result += x
+        return result
+
+
+class InvResNet(nn.Module):
+    def __init__(self, c: int = 8, depth: int = 4):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.blocks = nn.Sequential(*[InvResBlock(c) for _ in range(depth)])
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+def test_blocks_with_an_in_place_residual_if_and_int_list_attributes_fp64():
+    """MobileNetV3's and ConvNeXt's blocks (session 19: the gate read the If's add_ as a
+    write after the block, an int[] could not pass into the op, and the untaken branch's
+    sizes made the whole model unpriceable)."""
+    torch.manual_seed(0)
+    ref = InvResNet().double()
+    torch.manual_seed(0)
+    base = InvResNet().double()
+    x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
+    opt = memslim.optimize(base, (x,), memory_budget=0.4)
+    rs = budget_remarks(opt)
+    assert "memslim::recompute_block" in str(opt.graph), rs
+    assert "prim::tolist" in str(opt.graph), "the Permute dims travel as an int[] state"
+    xf = x.float()
+    assert memslim.saved_bytes(memslim.optimize(InvResNet(), (xf,), memory_budget=0.4), xf) <= \
+        0.4 * memslim.saved_bytes(InvResNet(), xf)
+    for seed in range(2):
+        g_ref, g_opt = grads(ref, x, seed), grads(opt, x, seed)
+        assert max_rel(g_opt, g_ref) < 1e-9
+    for a, b in zip(ref.buffers(), base.buffers()):
+        assert torch.equal(a, b) if a.dtype == torch.long else torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
 def test_unreachable_budget_names_the_smallest_reachable_figure():
     torch.manual_seed(0)
     m = ConvNet()

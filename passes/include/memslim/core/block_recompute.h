@@ -78,8 +78,9 @@ std::vector<Segment> find_segments(const GraphView& g);
 std::vector<RecomputeBlock> find_recompute_blocks(const GraphView& g, const CostPolicy& policy);
 
 // The bytes the whole graph makes autograd keep (the cost model's figure the
-// budget is a fraction of); nullopt where a size is unknown.
-std::optional<int64_t> total_kept_bytes(const GraphView& g);
+// budget is a fraction of); nullopt where a size is unknown (its name in
+// `unknown`).
+std::optional<int64_t> total_kept_bytes(const GraphView& g, std::string* unknown = nullptr);
 
 struct LadderStep {
   std::vector<BlockRun> runs; // recomputed, in program order

@@ -63,6 +63,21 @@ struct Top {
         if (std::find(r.begin(), r.end(), v) == r.end()) r.push_back(v);
       }
     }
+    // What a nested block returns (`-> (%v)`; its return is no node of the
+    // view) is read by that block's top-level node too: ViT's attention hoists
+    // `dropout` out of an If whose branch only returns it.
+    for (NodeRef n : all)
+      for (size_t o = 0; o < g.num_outputs(n); ++o) {
+        const ValueRef v = g.output(n, o);
+        for (const Use& u : g.uses(v)) {
+          if (top.count(u.user.p) || !g.owner(u.user)) continue;
+          NodeRef t = g.owner(u.user);
+          while (g.owner(t)) t = g.owner(t);
+          if (t == top.at(n.p)) continue;
+          auto& r = reads[t.p];
+          if (std::find(r.begin(), r.end(), v) == r.end()) r.push_back(v);
+        }
+      }
   }
   // The top-level node holding `n`; null for a graph input's param node.
   NodeRef top_of(NodeRef n) const {

@@ -23,6 +23,13 @@ namespace memslim {
 void apply_recompute_blocks(const std::shared_ptr<torch::jit::Graph>& g,
                             std::vector<RecomputeBlock>& blocks, PassContext& ctx);
 
+// Moves attribute reads nested in an If (`if self.training`, a stochastic
+// depth's p) before the If's top-level node, where their object is defined
+// there and nothing in the graph writes attributes (prim::SetAttr): a read is
+// pure, and a block cut around the If then reads the attribute's value (bool,
+// float, int) instead of the module object, which cannot pass into the op.
+void hoist_nested_attributes(torch::jit::Graph& g);
+
 // Why `b` cannot be applied to the graph as it is ("" when it can): its text
 // (a read of a type the op cannot carry), or ctx.gate's refusal.
 std::string block_refusal(const std::shared_ptr<torch::jit::Graph>& g, const RecomputeBlock& b,
