@@ -22,11 +22,20 @@ namespace {
 
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
-// Last top-level index reading `v` (the graph's return: order.size()).
-size_t last_use(const Top& t, ValueRef v) {
+// Ops whose result reads only a tensor's metadata (its data may be a block's
+// input without being part of the block's computation).
+bool metadata_op(const std::string& k) {
+  return k == "aten::size" || k == "aten::dim" || k == "prim::dtype" || k == "prim::device" ||
+         k == "prim::layout" || k == "aten::len" || k == "aten::numel";
+}
+
+// Last top-level index reading `v` (the graph's return: order.size());
+// `data_only`: metadata reads (metadata_op) do not count.
+size_t last_use(const Top& t, ValueRef v, bool data_only = false) {
   size_t last = 0;
   bool any = false;
   for (NodeRef u : t.users(v)) {
+    if (data_only && metadata_op(t.g.kind(u))) continue;
     last = std::max(last, t.index(u));
     any = true;
   }
@@ -94,13 +103,6 @@ bool reads_flow(const Top& t, const MayRequireGrad& grad, const Segment& s) {
   return false;
 }
 
-// Ops whose result reads only a tensor's metadata (its data may be a block's
-// input without being part of the block's computation).
-bool metadata_op(const std::string& k) {
-  return k == "aten::size" || k == "aten::dim" || k == "prim::dtype" || k == "prim::device" ||
-         k == "prim::layout" || k == "aten::len" || k == "aten::numel";
-}
-
 // The first cut from data value `v` (see block_recompute.h), or nullopt.
 // Side nodes: what v's readers compute without the data flow (a causal mask,
 // position ids or shapes from the token ids; LLaMA's rotary tables from the
@@ -120,9 +122,7 @@ std::optional<Segment> cut_from(const Top& t, const MayRequireGrad& grad, ValueR
   // v's metadata readers are side nodes (outside the block, where v is alive
   // anyway): only its data reads hold the cut open. Else a size() of v read
   // at the graph's end (GPT-2's output shape) keeps every cut from v open.
-  size_t vl = kNone;
-  for (NodeRef u : t.users(v))
-    if (!metadata_op(g.kind(u))) vl = vl == kNone ? t.index(u) : std::max(vl, t.index(u));
+  const size_t vl = last_use(t, v, /*data_only=*/true);
   if (vl == kNone || vl < start) return std::nullopt;
   if (v_flow) {
     open[v.p] = vl;

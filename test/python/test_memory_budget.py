@@ -109,13 +109,16 @@ def test_budgets_are_met_and_monotone_convnet():
     assert any("met as it is, nothing rewritten" in r for r in budget_remarks(memslim.optimize(m, (x,), memory_budget=1.0)))
 
 
-def test_recomputed_blocks_give_eager_gradients_and_running_stats_fp64():
+def budget_matches_eager_fp64(make, budget):
+    """memslim.optimize(make(), memory_budget=budget) in float64 against an eager copy
+    with the same weights: blocks recomputed, gradients of two steps within 1e-9, and the
+    buffers (BatchNorm's running stats) equal after them. Returns the optimized module."""
     torch.manual_seed(0)
-    ref = ConvNet().double()
+    ref = make().double()
     torch.manual_seed(0)
-    base = ConvNet().double()
+    base = make().double()
     x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
-    opt = memslim.optimize(base, (x,), memory_budget=0.3)
+    opt = memslim.optimize(base, (x,), memory_budget=budget)
     assert "memslim::recompute_block" in str(opt.graph), budget_remarks(opt)
     for seed in range(2):
         g_ref, g_opt = grads(ref, x, seed), grads(opt, x, seed)
@@ -123,6 +126,11 @@ def test_recomputed_blocks_give_eager_gradients_and_running_stats_fp64():
     # Running stats moved once per step (replays write copies), as in eager.
     for a, b in zip(ref.buffers(), base.buffers()):
         assert torch.equal(a, b) if a.dtype == torch.long else torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+    return opt
+
+
+def test_recomputed_blocks_give_eager_gradients_and_running_stats_fp64():
+    budget_matches_eager_fp64(ConvNet, 0.3)
 
 
 def test_dropout_replays_the_forwards_mask_and_keeps_the_rng_stream():
@@ -195,23 +203,11 @@ def test_blocks_with_an_in_place_residual_if_and_int_list_attributes_fp64():
     """MobileNetV3's and ConvNeXt's blocks (session 19: the gate read the If's add_ as a
     write after the block, an int[] could not pass into the op, and the untaken branch's
     sizes made the whole model unpriceable)."""
-    torch.manual_seed(0)
-    ref = InvResNet().double()
-    torch.manual_seed(0)
-    base = InvResNet().double()
-    x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
-    opt = memslim.optimize(base, (x,), memory_budget=0.4)
-    rs = budget_remarks(opt)
-    assert "memslim::recompute_block" in str(opt.graph), rs
+    opt = budget_matches_eager_fp64(InvResNet, 0.4)
     assert "prim::tolist" in str(opt.graph), "the Permute dims travel as an int[] state"
-    xf = x.float()
+    xf = torch.randn(4, 3, 16, 16)
     assert memslim.saved_bytes(memslim.optimize(InvResNet(), (xf,), memory_budget=0.4), xf) <= \
         0.4 * memslim.saved_bytes(InvResNet(), xf)
-    for seed in range(2):
-        g_ref, g_opt = grads(ref, x, seed), grads(opt, x, seed)
-        assert max_rel(g_opt, g_ref) < 1e-9
-    for a, b in zip(ref.buffers(), base.buffers()):
-        assert torch.equal(a, b) if a.dtype == torch.long else torch.allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
 def test_unreachable_budget_names_the_smallest_reachable_figure():
