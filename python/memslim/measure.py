@@ -50,7 +50,8 @@ class _SavedRecorder:
         return t
 
 
-def _measure(model: Callable, inputs, warmup: int):
+def _measure(model: Callable, inputs, warmup: int, kwargs=None):
+    kwargs = kwargs or {}
     params = _params_of(model)
     saved_grads = [p.grad for p in params]
     buffers = []
@@ -58,10 +59,10 @@ def _measure(model: Callable, inputs, warmup: int):
         buffers = [(b, b.detach().clone()) for b in model.buffers()]
     try:
         for _ in range(warmup):
-            _run_backward(model(*inputs))
+            _run_backward(model(*inputs, **kwargs))
         rec = _SavedRecorder(params)
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
-            out = model(*inputs)
+            out = model(*inputs, **kwargs)
         del out
         return rec
     finally:
@@ -80,4 +81,24 @@ def saved_bytes(model: Callable, *inputs, warmup: int = 2) -> int:
     and buffer updates are undone).
     """
     return sum(_measure(model, inputs, warmup).storages.values())
+
+
+def saved_bytes_quietly(model: Callable, args, kwargs, warmup: int = 2) -> int:
+    """saved_bytes(model, *args, **kwargs) that also leaves the global RNG (CPU and
+    the inputs' CUDA devices) as it was: memslim.optimize measures with it."""
+    devices = sorted({t.device.index or 0 for t in _tensors(args, kwargs) if t.is_cuda})
+    with torch.random.fork_rng(devices=devices):
+        return sum(_measure(model, args, warmup, kwargs).storages.values())
+
+
+def _tensors(args, kwargs):
+    stack = list(args) + list(kwargs.values())
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
 

@@ -300,3 +300,47 @@ def test_traced_transformer_blocks_fp64(kind):
     # within 10x the traced module's own drift, or 1e-9.
     drift = max_rel(grads(traced, ids), grads(ref, ids))
     assert max_rel(grads(opt, ids), grads(ref, ids)) <= max(1e-9, 10 * drift), drift
+
+
+def test_budget_is_held_to_measured_bytes():
+    """The planner prices the graph with a static model; optimize() measures the
+    unmodified model (eager, for an nn.Module) and every plan, and re-plans a plan that
+    measures over the target. The report says what was measured."""
+    torch.manual_seed(0)
+    m = ConvNet()
+    x = torch.randn(4, 3, 16, 16)
+    eager = memslim.saved_bytes(m, x)
+    opt = memslim.optimize(m, (x,), memory_budget=0.5)
+    kept = memslim.saved_bytes(opt, x)
+    assert kept <= 0.5 * eager
+    rs = budget_remarks(opt)
+    assert any(f"the unmodified model keeps {eager:,} B (eager)" in r for r in rs), rs
+    assert any(r.endswith(f"measured {kept:,} B ({kept / eager:.3f} of the unmodified)") for r in rs), rs
+
+
+def test_a_plan_measured_over_budget_is_redone(monkeypatch):
+    import memslim.measure as measure
+    torch.manual_seed(0)
+    m = ConvNet()
+    x = torch.randn(4, 3, 16, 16)
+    real = measure.saved_bytes_quietly
+    calls = []
+
+    def inflated(model, args, kwargs, warmup=2):
+        # The first optimized plan measures twice what it keeps: a planner model off
+        # by that much must still end at or under the target.
+        b = real(model, args, kwargs, warmup)
+        calls.append(b)
+        return int(b * 2) if len(calls) == 3 else b
+
+    monkeypatch.setattr(measure, "saved_bytes_quietly", inflated)
+    opt = memslim.optimize(m, (x,), memory_budget=0.5)
+    rs = budget_remarks(opt)
+    assert any("plan 2:" in r for r in rs), (calls, rs)
+    assert real(opt, (x,), {}) <= 0.5 * calls[0]
+    # A plan that can never measure under the target is an error naming the measured
+    # figures (here the shrinking fraction ends below what the planner can reach).
+    monkeypatch.setattr(measure, "saved_bytes_quietly",
+                        lambda model, args, kwargs, warmup=2: 10 ** 9 if model is not m else real(model, args, kwargs, warmup))
+    with pytest.raises(RuntimeError, match=r"memory_budget 0\.5 \(\S+ B (measured against|of) the unmodified model's"):
+        memslim.optimize(m, (x,), memory_budget=0.5)
