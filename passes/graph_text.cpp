@@ -77,9 +77,12 @@ using torch::jit::Value;
 // How an external value reaches a function: as itself (Tensor, Tensor?),
 // boxed into a 0-dim tensor (bool, int, float) or into a 1-dim int64 tensor
 // (int[]: ConvNeXt's permute dims, a module attribute); nullopt: it cannot.
-enum class Pass { Tensor, OptionalTensor, Bool, Int, Float, IntList };
+// str (torchvision's StochasticDepth `mode`): a trailing `str` input of the
+// function, given to the op as its own str[] argument (recompute_block only).
+enum class Pass { Tensor, OptionalTensor, Bool, Int, Float, IntList, Str };
 std::optional<Pass> passing(const Value* v) {
   const c10::TypePtr& t = v->type();
+  if (t->kind() == c10::TypeKind::StringType) return Pass::Str;
   if (t->cast<c10::TensorType>()) return Pass::Tensor;
   if (auto o = t->cast<c10::OptionalType>())
     if (o->getElementType()->cast<c10::TensorType>()) return Pass::OptionalTensor;
@@ -93,7 +96,9 @@ std::optional<Pass> passing(const Value* v) {
 
 } // namespace
 
-std::string cut_function_text(const FunctionCut& fn, std::string& text) {
+bool passes_as_str(const torch::jit::Value* v) { return passing(v) == Pass::Str; }
+
+std::string cut_function_text(const FunctionCut& fn, std::string& text, bool strs) {
   auto sub = std::make_shared<Graph>();
   std::unordered_map<const Value*, Value*> env;
   Value* data = sub->addInput("input");
@@ -103,9 +108,11 @@ std::string cut_function_text(const FunctionCut& fn, std::string& text) {
   for (ValueRef e : fn.external) {
     Value* v = JitGraphView::value(e);
     const auto how = passing(v);
-    if (!how)
+    if (!how || (*how == Pass::Str && !strs))
       return "it reads %" + v->debugName() + " of type " + v->type()->str() +
-             " (only tensors, bool, int, float and int[] pass into the op)";
+             (strs ? " (only tensors, bool, int, float, int[] and str pass into the op)"
+                   : " (only tensors, bool, int, float and int[] pass into the op)");
+    if (*how == Pass::Str) continue; // after the others
     Value* in = sub->addInput();
     in->setType(*how == Pass::OptionalTensor ? v->type() : c10::TensorType::get());
     if (*how == Pass::Tensor || *how == Pass::OptionalTensor)
@@ -113,13 +120,20 @@ std::string cut_function_text(const FunctionCut& fn, std::string& text) {
     else
       boxed.emplace_back(in, *how);
   }
+  for (ValueRef e : fn.external) {
+    Value* v = JitGraphView::value(e);
+    if (passing(v) != Pass::Str) continue;
+    Value* in = sub->addInput();
+    in->setType(c10::StringType::get());
+    env[v] = in;
+  }
   // Unbox the scalars first, in the order their inputs were added.
   {
     size_t k = 0;
     for (ValueRef e : fn.external) {
       Value* v = JitGraphView::value(e);
       const auto how = passing(v);
-      if (*how == Pass::Tensor || *how == Pass::OptionalTensor) continue;
+      if (*how == Pass::Tensor || *how == Pass::OptionalTensor || *how == Pass::Str) continue;
       if (*how == Pass::IntList) { // prim::tolist(t, dim 1, element type int)
         Value* one = sub->insertConstant(int64_t(1));
         Value* as_int = sub->insertConstant(int64_t(0));
@@ -171,6 +185,7 @@ std::string cut_function_text(const FunctionCut& fn, std::string& text) {
 
 torch::jit::Value* cut_argument(torch::jit::Graph& g, torch::jit::Value* v) {
   const auto how = passing(v);
+  TORCH_INTERNAL_ASSERT(*how != Pass::Str, "a str passes in the op's str[] argument");
   if (*how == Pass::Tensor || *how == Pass::OptionalTensor) return v;
   if (*how == Pass::IntList) { // aten::tensor(list, int64, None, False)
     Value* dtype = g.insertConstant(int64_t(c10::ScalarType::Long));

@@ -3,7 +3,8 @@
 // What: the TorchScript front end of block recompute (core/block_recompute.h):
 // each block (or run of blocks) becomes one memslim::recompute_block op
 // carrying the block as IR text (nested blocks included; constants copied in;
-// bool / int / float reads boxed into 0-dim tensors, int[] into 1-dim ones;
+// bool / int / float reads boxed into 0-dim tensors, int[] into 1-dim ones,
+// str reads (StochasticDepth's mode) passed in the op's str[] argument;
 // module attributes read under an If first hoisted out of it, so that the
 // block reads their values, not the module), so autograd keeps the
 // block's input and the state it reads instead of its intermediates.
@@ -36,22 +37,31 @@ namespace {
 // The gate's proposal for `b` (its text cut out), or why there is none.
 std::string proposal_for(const std::shared_ptr<Graph>& g, const RecomputeBlock& b, Proposal& prop) {
   std::string text;
-  const std::string why = cut_function_text(b.fn, text);
+  const std::string why = cut_function_text(b.fn, text, /*strs=*/true);
   if (!why.empty()) return why;
   Value* x = JitGraphView::value(b.fn.input);
   Value* y = JitGraphView::value(b.fn.output);
-  std::vector<Value*> state;
-  for (ValueRef e : b.fn.external) state.push_back(JitGraphView::value(e));
+  std::vector<Value*> state, strs;
+  for (ValueRef e : b.fn.external) {
+    Value* v = JitGraphView::value(e);
+    (passes_as_str(v) ? strs : state).push_back(v);
+  }
   prop.site = b.decision.site;
   for (NodeRef n : b.covers) prop.covers.push_back(JitGraphView::node(n));
   for (ValueRef v : b.guarded) prop.guarded.push_back(JitGraphView::value(v));
   Node* point = prop.covers.back(); // the op takes the place of the run's last node
   std::unordered_set<const Node*> covered(prop.covers.begin(), prop.covers.end());
-  prop.apply = [&g, x, y, state, text, point, covered]() {
+  prop.apply = [&g, x, y, state, strs, text, point, covered]() {
     torch::jit::WithInsertPoint guard(point);
     Value* list = insert_state_list(*g, state);
-    Node* op = g->insertNode(g->create(c10::Symbol::fromQualString(kRecomputeBlockOp),
-                                       {x, list, g->insertConstant(c10::IValue(text))}, 1));
+    // The str[]? argument is always there (None without strs): AliasDb matches a
+    // node's schema by its inputs, defaults not filled in.
+    Value* str_list = strs.empty()
+                          ? g->insertConstant(c10::IValue())
+                          : g->insertNode(g->createList(c10::StringType::get(), strs))->output();
+    Node* op =
+        g->insertNode(g->create(c10::Symbol::fromQualString(kRecomputeBlockOp),
+                                {x, list, g->insertConstant(c10::IValue(text)), str_list}, 1));
     redirect_outside_uses(y, op->output(), covered);
     return std::string();
   };

@@ -1,12 +1,12 @@
 //===- recompute_block.cpp - a block that keeps only its inputs ------------===//
 //
-// What: memslim::recompute_block(Tensor x, Tensor?[] state, str fn) runs `fn`,
-// a piece of the user's model cut out as TorchScript IR text (what
+// What: memslim::recompute_block(Tensor x, Tensor?[] state, str fn, str[] strs)
+// runs `fn`, a piece of the user's model cut out as TorchScript IR text (what
 // recompute-blocks and the memory-budget planner cut: a residual block, a
 // transformer sub-layer, a run of them) taking (x, state...) and returning one
-// Tensor. Under autograd it keeps x and the state it reads (parameters, a
-// mask: alive anyway) instead of every intermediate of the block; backward
-// re-runs fn with grad on detached copies and differentiates it with
+// Tensor (its str reads, `strs`, its last inputs). Under autograd it keeps x
+// and the state it reads (parameters, a mask: alive anyway) instead of every intermediate of the
+// block; backward re-runs fn with grad on detached copies and differentiates it with
 // torch::autograd::grad: what torch.utils.checkpoint does by hand, with its
 // hazards met once (replay.h): BatchNorm's running stats move once per step
 // (replays write copies), dropout replays the forward's mask (generator state
@@ -76,8 +76,26 @@ at::Tensor fresh(at::Tensor y, const at::Tensor& x, const std::vector<at::Tensor
   return alias ? y.clone() : y;
 }
 
-at::Tensor run_plain(const Block& b, const at::Tensor& x, const std::vector<at::Tensor>& state) {
-  return fresh(replay::run_fn(b.fn, x, state, /*replay=*/false, kOp), x, state);
+// The function takes (x, state..., strs...): the counts, and str exactly where
+// the strs go (the interpreter would misread a str given for a Tensor).
+void check_arity(const Block& b, size_t state, size_t strs) {
+  const auto& in = b.fn.graph->inputs();
+  TORCH_CHECK(state + strs + 1 == in.size(), kOp, ": its function takes ", in.size() - 1,
+              " state inputs, got ", state, " tensors and ", strs, " strs");
+  for (size_t i = 1; i < in.size(); ++i)
+    TORCH_CHECK((in[i]->type()->kind() == c10::TypeKind::StringType) == (i > state), kOp,
+                ": its function's input ", i, " is ", in[i]->type()->str(), " where the op gives ",
+                i > state ? "a str" : "a state tensor");
+}
+
+at::Tensor run_plain(const Block& b, const at::Tensor& x, const std::vector<at::Tensor>& state,
+                     const std::vector<std::string>& strs) {
+  return fresh(replay::run_fn(b.fn, x, state, /*replay=*/false, kOp, strs), x, state);
+}
+
+std::vector<std::string> str_vec(const std::optional<c10::List<std::string>>& strs) {
+  if (!strs) return {};
+  return std::vector<std::string>(strs->begin(), strs->end());
 }
 
 struct RecomputeBlockFunction : public torch::autograd::Function<RecomputeBlockFunction> {
@@ -85,16 +103,15 @@ struct RecomputeBlockFunction : public torch::autograd::Function<RecomputeBlockF
   // inputs), `where` their indices among its `size` entries (None elsewhere).
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList present,
                                const std::string& fn, const std::vector<int64_t>& where,
-                               int64_t size) {
+                               int64_t size, const std::vector<std::string>& strs) {
     std::shared_ptr<const Block> b = block_for(fn);
     const std::vector<at::Tensor> state = replay::join_present(present, where, size);
-    TORCH_CHECK(state.size() + 1 == b->fn.graph->inputs().size(), kOp, ": its function takes ",
-                b->fn.graph->inputs().size() - 1, " state inputs, got ", state.size());
+    check_arity(*b, state.size(), strs.size());
     const at::Tensor rng = replay::rng_state(b->fn, x.device());
     at::Tensor y;
     {
       at::NoGradGuard no_grad;
-      y = run_plain(*b, x, state);
+      y = run_plain(*b, x, state, strs);
     }
     // What backward reads: x and the state, saved as eager's ops save them,
     // except what the function writes (BatchNorm's running stats, which the
@@ -110,6 +127,7 @@ struct RecomputeBlockFunction : public torch::autograd::Function<RecomputeBlockF
     ctx->saved_data["rng"] = rng;
     ctx->saved_data["where"] = where;
     ctx->saved_data["unversioned"] = unversioned;
+    ctx->saved_data["strs"] = c10::List<std::string>(strs);
     ctx->save_for_backward(saved);
     return {y};
   }
@@ -130,7 +148,7 @@ struct RecomputeBlockFunction : public torch::autograd::Function<RecomputeBlockF
     }
     std::vector<size_t> slot(state.size(), 0); // state index -> autograd input index
     for (size_t i = 0; i < where.size(); ++i) slot[size_t(where[i])] = 1 + i;
-    variable_list result(1 + where.size() + 3); // + fn, where, size
+    variable_list result(1 + where.size() + 4); // + fn, where, size, strs
     std::vector<at::Tensor> wrt, ext;
     std::vector<size_t> wrt_at; // result index per wrt entry
     at::Tensor x = saved[0].detach();
@@ -154,7 +172,9 @@ struct RecomputeBlockFunction : public torch::autograd::Function<RecomputeBlockF
     {
       at::AutoGradMode grad_mode(true);
       replay::RngReplay keep(rng, x.device());
-      y = replay::run_fn(b->fn, x, ext, /*replay=*/true, kOp);
+      y = replay::run_fn(
+          b->fn, x, ext, /*replay=*/true, kOp,
+          str_vec(c10::impl::toTypedList<std::string>(ctx->saved_data["strs"].toList())));
     }
     if (!y.requires_grad()) return result;
     auto d = torch::autograd::grad({y}, wrt, {grads[0]}, /*retain_graph=*/false,
@@ -166,25 +186,27 @@ struct RecomputeBlockFunction : public torch::autograd::Function<RecomputeBlockF
 
 at::Tensor recompute_block_plain(const at::Tensor& x,
                                  const c10::List<std::optional<at::Tensor>>& state,
-                                 c10::string_view fn) {
+                                 c10::string_view fn,
+                                 const std::optional<c10::List<std::string>>& strs) {
   std::shared_ptr<const Block> b = block_for(std::string(fn));
   const std::vector<at::Tensor> s = state_vec(state);
-  TORCH_CHECK(s.size() + 1 == b->fn.graph->inputs().size(), kOp, ": its function takes ",
-              b->fn.graph->inputs().size() - 1, " state inputs, got ", s.size());
-  return run_plain(*b, x, s);
+  const std::vector<std::string> sv = str_vec(strs);
+  check_arity(*b, s.size(), sv.size());
+  return run_plain(*b, x, s, sv);
 }
 
 at::Tensor recompute_block_autograd(const at::Tensor& x,
                                     const c10::List<std::optional<at::Tensor>>& state,
-                                    c10::string_view fn) {
+                                    c10::string_view fn,
+                                    const std::optional<c10::List<std::string>>& strs) {
   const std::vector<at::Tensor> s = state_vec(state);
   if (replay::needs_autograd({x}, s)) {
     const replay::PresentState p = replay::split_present(s);
     return RecomputeBlockFunction::apply(x, at::TensorList(p.present), std::string(fn), p.where,
-                                         p.size)[0];
+                                         p.size, str_vec(strs))[0];
   }
   at::AutoDispatchBelowADInplaceOrView guard;
-  return recompute_block_plain(x, state, fn);
+  return recompute_block_plain(x, state, fn, strs);
 }
 
 } // namespace

@@ -101,11 +101,11 @@ Fn parse_fn(const std::string& text, const char* op, const std::string& which) {
 }
 
 at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext,
-                  bool replay, const char* op) {
-  TORCH_CHECK(ext.size() + 1 == f.graph->inputs().size(), op, ": a function takes ",
-              f.graph->inputs().size() - 1, " external inputs, got ", ext.size());
+                  bool replay, const char* op, const std::vector<std::string>& strs) {
+  TORCH_CHECK(ext.size() + strs.size() + 1 == f.graph->inputs().size(), op, ": a function takes ",
+              f.graph->inputs().size() - 1, " external inputs, got ", ext.size() + strs.size());
   torch::jit::Stack stack;
-  stack.reserve(ext.size() + 1);
+  stack.reserve(ext.size() + strs.size() + 1);
   stack.emplace_back(replay && f.written[0] ? data.clone() : data);
   for (size_t i = 0; i < ext.size(); ++i) {
     if (!ext[i].defined())
@@ -115,6 +115,7 @@ at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Ten
     else
       stack.emplace_back(ext[i]);
   }
+  for (const std::string& s : strs) stack.emplace_back(s);
   torch::jit::InterpreterState(*f.code).run(stack);
   return std::move(stack.back()).toTensor();
 }

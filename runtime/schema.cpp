@@ -86,7 +86,9 @@ TORCH_LIBRARY(memslim, m) {
   // returning one Tensor. Autograd keeps x and `state` only; backward re-runs
   // the block with grad (running-stat writes on copies, random ops on the
   // forward's generator state) and differentiates it (recompute_block.cpp).
-  m.def("recompute_block(Tensor x, Tensor?[] state, str fn) -> Tensor");
+  // `strs`: the str values the block reads (torchvision's StochasticDepth
+  // mode), the function's last inputs, in order.
+  m.def("recompute_block(Tensor x, Tensor?[] state, str fn, str[]? strs=None) -> Tensor");
 
   // Internal: the forward that also produces what backward needs. `act` is a
   // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),

@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+import torchvision
 import torch.nn as nn
 
 import memslim
@@ -210,6 +211,41 @@ def test_blocks_with_an_in_place_residual_if_and_int_list_attributes_fp64():
         0.4 * memslim.saved_bytes(InvResNet(), xf)
 
 
+class SDBlock(nn.Module):
+    """EfficientNet's / ConvNeXt's residual: torchvision's StochasticDepth reads its
+    `mode`, a str attribute, inside the block (and draws a per-row mask)."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(c)
+        self.sd = torchvision.ops.StochasticDepth(0.25, "row")
+
+    def forward(self, x):
+        return x + self.sd(torch.nn.functional.silu(self.bn(self.conv(x))))
+
+
+class SDNet(nn.Module):
+    def __init__(self, c: int = 8, depth: int = 4):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.blocks = nn.Sequential(*[SDBlock(c) for _ in range(depth)])
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+def test_blocks_reading_a_str_attribute_fp64():
+    """A block reading a str (StochasticDepth's mode) passes it in the op's str[]
+    argument; the random rows replay the forward's draw."""
+    opt = budget_matches_eager_fp64(SDNet, 0.4)
+    g = str(opt.inlined_graph)
+    strs = re.findall(r"(%\S+) : str\[\] = prim::ListConstruct\(%", g)
+    assert any(re.search(r"memslim::recompute_block\(%\S+, %\S+, %\S+, " + re.escape(v) + r"\)", g)
+               for v in strs), g
+
+
 def test_unreachable_budget_names_the_smallest_reachable_figure():
     torch.manual_seed(0)
     m = ConvNet()
@@ -256,6 +292,37 @@ def test_recompute_block_opcheck():
     torch.library.opcheck(torch.ops.memslim.recompute_block.default, (x, [w], text))
     y = torch.ops.memslim.recompute_block(x, [w], text)
     assert torch.allclose(y, torch.tanh(x @ w.t()))
+
+
+def test_recompute_block_with_strs_opcheck():
+    text = ("graph(%x : Tensor, %w : Tensor, %mode : str):\n"
+            "  %none : NoneType = prim::Constant()\n"
+            "  %row : str = prim::Constant[value=\"row\"]()\n"
+            "  %h : Tensor = aten::linear(%x, %w, %none)\n"
+            "  %is_row : bool = aten::eq(%mode, %row)\n"
+            "  %y : Tensor = prim::If(%is_row)\n"
+            "    block0():\n"
+            "      %t : Tensor = aten::tanh(%h)\n"
+            "      -> (%t)\n"
+            "    block1():\n"
+            "      %s : Tensor = aten::sigmoid(%h)\n"
+            "      -> (%s)\n"
+            "  return (%y)\n")
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(5, 4, requires_grad=True)
+    op = torch.ops.memslim.recompute_block.default
+    for mode, f in (("row", torch.tanh), ("batch", torch.sigmoid)):
+        torch.library.opcheck(op, (x, [w], text, [mode]))
+        y = op(x, [w], text, [mode])
+        assert torch.allclose(y, f(x @ w.t()))
+        gx, gw = torch.autograd.grad(y.square().sum(), (x, w))
+        ex, ew = torch.autograd.grad(f(x @ w.t()).square().sum(), (x, w))
+        assert torch.allclose(gx, ex) and torch.allclose(gw, ew)
+    # A str where the function takes a tensor, or a missing str: one clear error.
+    with pytest.raises(RuntimeError, match="its function takes 2 state inputs, got 1 tensors and 0 strs"):
+        op(x, [w], text)
+    with pytest.raises(RuntimeError, match="input 1 is Tensor where the op gives a str"):
+        op(x, [], text, ["row", "row"])
 
 
 @pytest.mark.parametrize("kind", ["bert", "llama"])

@@ -39,10 +39,11 @@ struct Fn {
 // function 3: ...").
 Fn parse_fn(const std::string& text, const char* op, const std::string& which);
 
-// Runs `f` on `data` and its external inputs (undefined: None). `replay`:
-// the re-runs (backward, checks) get copies of what f writes in place.
+// Runs `f` on `data`, its external inputs (undefined: None) and then `strs`
+// (its str inputs). `replay`: the re-runs (backward, checks) get copies of
+// what f writes in place.
 at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext,
-                  bool replay, const char* op);
+                  bool replay, const char* op, const std::vector<std::string>& strs = {});
 
 // The default generator state of `device` now, if `f` draws random numbers
 // (undefined otherwise): what a replay of f must start from.

@@ -30,9 +30,14 @@ std::optional<std::string> op_graph_text(const std::shared_ptr<torch::jit::Graph
 // A function cut out of the top-level block (FunctionCut of a JitGraphView) as
 // the text of a graph (data, external...) -> result: nested blocks kept,
 // constants copied in, bool / int / float reads passed as 0-dim tensors and
-// unboxed inside, Tensor? passed as is. Returns "" and sets `text`, or why not
-// (a read of another type; text that does not parse back).
-std::string cut_function_text(const FunctionCut& fn, std::string& text);
+// unboxed inside, Tensor? passed as is; with `strs`, str reads become the
+// function's last inputs, in order (recompute_block's str[] argument). Returns
+// "" and sets `text`, or why not (a read of another type; text that does not
+// parse back).
+std::string cut_function_text(const FunctionCut& fn, std::string& text, bool strs = false);
+
+// Whether external value `v` passes as a str (cut_function_text with `strs`).
+bool passes_as_str(const torch::jit::Value* v);
 
 // The op's argument for external value `v` of a cut function, inserted at the
 // graph's insert point where it must be boxed (bool / int / float -> 0-dim tensor).
