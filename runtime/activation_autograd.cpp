@@ -54,29 +54,41 @@ struct ActivationFunction : public torch::autograd::Function<ActivationFunction>
     const bool exact = act_keeps_exact_list(spec.act, spec.params, x.scalar_type());
     ctx->save_for_backward({mask ? at::Tensor() : y, keep_bits ? bits : at::Tensor(),
                             exact ? idx : at::Tensor(), exact ? val : at::Tensor()});
-    ctx->saved_data["op"] = spec.op;
     ctx->saved_data["act"] = spec.act;
-    ctx->saved_data["params"] = spec.params;
+    if (!spec.params.empty()) ctx->saved_data["params"] = spec.params;
     // The layout bits refer to: y's (dense) sizes and strides, symbolic under
-    // torch.compile's dynamic shapes.
-    ctx->saved_data["sizes"] = y.sym_sizes().vec();
-    ctx->saved_data["strides"] = y.sym_strides().vec();
+    // torch.compile's dynamic shapes; only where y is not contiguous (each
+    // entry costs an allocation per call: issue 13's per-call overhead).
+    if (!y.is_contiguous_or_false()) {
+      ctx->saved_data["sizes"] = y.sym_sizes().vec();
+      ctx->saved_data["strides"] = y.sym_strides().vec();
+    }
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const std::string op = ctx->saved_data["op"].toStringRef();
-    TORCH_CHECK(!at::GradMode::is_enabled(), "memslim::", op,
+    TORCH_CHECK(!at::GradMode::is_enabled(), "memslim: ", ctx->saved_data["act"].toStringRef(),
                 ": double backward is not supported (the backward keeps only the output and "
                 "packed bits); use the aten op where higher-order gradients are needed");
     const at::Tensor& g = grads[0];
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
     auto saved = ctx->get_saved_variables();
-    const std::vector<c10::SymInt> sizes = ctx->saved_data["sizes"].toSymIntVector();
-    const std::vector<c10::SymInt> strides = ctx->saved_data["strides"].toSymIntVector();
+    const auto layout = ctx->saved_data.find("sizes");
+    at::Tensor gc = g;
+    std::vector<c10::SymInt> sizes, strides;
+    if (layout == ctx->saved_data.end()) { // y was contiguous
+      gc = g.contiguous();
+      sizes = gc.sym_sizes().vec();
+      strides = gc.sym_strides().vec();
+    } else {
+      sizes = layout->second.toSymIntVector();
+      strides = ctx->saved_data["strides"].toSymIntVector();
+    }
+    const auto params = ctx->saved_data.find("params");
     at::Tensor gi = call_activation_backward(
-        g, sizes, strides, saved[0], saved[1], saved[2], saved[3],
-        ctx->saved_data["act"].toStringRef(), ctx->saved_data["params"].toDoubleVector());
+        gc, sizes, strides, saved[0], saved[1], saved[2], saved[3],
+        ctx->saved_data["act"].toStringRef(),
+        params == ctx->saved_data.end() ? std::vector<double>{} : params->second.toDoubleVector());
     return {gi, at::Tensor()};
   }
 };

@@ -284,14 +284,21 @@ inline int64_t hardswish_backward_lanes(const float* __restrict y, const uint8_t
 // lane: InvertedAtMinimum's (gelu, gelu(tanh), silu, mish) and hardswish's.
 template <Act A>
 constexpr bool has_lane_flags() {
-  return has_fast_inverse<A>() || A == Act::Hardswish;
+  return has_fast_inverse<A>() || A == Act::Hardswish || A == Act::Relu || A == Act::LeakyRelu ||
+         A == Act::Hardsigmoid;
 }
 
 template <Act A>
 MEMSLIM_HD void lane_flags(vf x, const float* y, const ActParams& act, vi& bit, vi& exact,
                            bool want_exact) {
   const vf ax = vf(vi(x) & 0x7fffffff);
-  if constexpr (A == Act::Hardswish) {
+  if constexpr (A == Act::Relu) { // the masks' bit() lane by lane (no exact list)
+    bit = ~(x <= 0.f);
+  } else if constexpr (A == Act::LeakyRelu) {
+    bit = x > 0.f;
+  } else if constexpr (A == Act::Hardsigmoid) {
+    bit = (x > -3.f) & (x < 3.f);
+  } else if constexpr (A == Act::Hardswish) {
     bit = x < -1.5f;
     if (!want_exact) return;
     const vi band_in = vf(vi(x + 1.5f) & 0x7fffffff) < float(act.band);
@@ -319,7 +326,7 @@ void lane_flags_range(const float* __restrict x, const float* __restrict y, cons
                       int64_t len, uint8_t* __restrict bits, const ForwardParams<float>* ex,
                       int64_t c0) {
   for (int64_t i = 0; i < len; i += kLanes) {
-    vi bit, exact;
+    vi bit{}, exact{};
     lane_flags<A>(vload(x + i), y + i, act, bit, exact, ex != nullptr);
     if (bits) {
       const uint32_t m = vmask(bit);
