@@ -530,7 +530,10 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   for (const Node* n : p.covers)
     if (n->owningBlock() != block) return "its nodes lie in different blocks";
   if (inside_loop(p.covers.front())) return "inside a loop (not analysed)";
-  for (const Node* n : p.covers) {
+  // Covered nodes of a replaying rewrite (block recompute) that write a value
+  // other than module state: judged below, once `outside` is known.
+  std::vector<Node*> inside_writers;
+  for (Node* n : p.covers) {
     const c10::FunctionSchema* s = n->maybeSchema();
     if (!s && !n->kind().is_prim())
       return std::string(n->kind().toQualString()) + " in it matches no registered schema";
@@ -538,7 +541,9 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
       bool state_only = p.replays_writes && !n->hasSideEffects();
       for (const Value* w : SavedTensorAnalysis::written_inputs(n))
         state_only = state_only && !module_state_path(w).empty();
-      if (!state_only)
+      if (!state_only && p.replays_writes && !n->hasSideEffects())
+        inside_writers.push_back(n);
+      else if (!state_only)
         return std::string(n->kind().toQualString()) + " in it writes in place or has side effects";
     }
     if (p.removes_writes)
@@ -654,6 +659,21 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
     }
     return nullptr;
   };
+
+  // A covered node writing in place (ConvNeXt's `result += input`) runs inside
+  // the op, on every run and replay alike: what it writes must be a value the
+  // covered nodes make themselves, not one they read from outside (the
+  // block's input, a view of it, a tensor another op reads).
+  for (Node* n : inside_writers)
+    for (const Value* w : SavedTensorAnalysis::written_inputs(n)) {
+      if (!module_state_path(w).empty()) continue; // running stats: replays write copies
+      std::vector<const Value*> read(outside.plain.begin(), outside.plain.end());
+      for (const auto& sv : outside.state) read.push_back(sv.second);
+      for (const Value* v : read)
+        if (alias().mayAlias(w, v))
+          return std::string(n->kind().toQualString()) + " in it writes " + name_of(v) +
+                 " in place";
+    }
 
   torch::jit::DepthFirstGraphNodeIterator it(graph_);
   enum { Before, Inside, After } where = Before;
