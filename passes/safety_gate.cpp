@@ -661,19 +661,12 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
   };
 
   // A covered node writing in place (ConvNeXt's `result += input`) runs inside
-  // the op, on every run and replay alike: what it writes must be a value the
-  // covered nodes make themselves, not one they read from outside (the
-  // block's input, a view of it, a tensor another op reads).
+  // the op, on every run and replay alike, as the nodes nested in covered ones
+  // do: what it writes must be a value the covered nodes make themselves, not
+  // one they read from outside (the block's input, a view of it, a parameter).
   for (Node* n : inside_writers)
-    for (const Value* w : SavedTensorAnalysis::written_inputs(n)) {
-      if (!module_state_path(w).empty()) continue; // running stats: replays write copies
-      std::vector<const Value*> read(outside.plain.begin(), outside.plain.end());
-      for (const auto& sv : outside.state) read.push_back(sv.second);
-      for (const Value* v : read)
-        if (alias().mayAlias(w, v))
-          return std::string(n->kind().toQualString()) + " in it writes " + name_of(v) +
-                 " in place";
-    }
+    if (const Value* v = writes(n, outside))
+      return std::string(n->kind().toQualString()) + " in it writes " + name_of(v) + " in place";
 
   torch::jit::DepthFirstGraphNodeIterator it(graph_);
   enum { Before, Inside, After } where = Before;

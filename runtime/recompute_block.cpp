@@ -5,12 +5,13 @@
 // recompute-blocks and the memory-budget planner cut: a residual block, a
 // transformer sub-layer, a run of them) taking (x, state...) and returning one
 // Tensor (its str reads, `strs`, its last inputs). Under autograd it keeps x
-// and the state it reads (parameters, a mask: alive anyway) instead of every intermediate of the
-// block; backward re-runs fn with grad on detached copies and differentiates it with
-// torch::autograd::grad: what torch.utils.checkpoint does by hand, with its
-// hazards met once (replay.h): BatchNorm's running stats move once per step
-// (replays write copies), dropout replays the forward's mask (generator state
-// replayed, then put back: the user's stream is not shifted).
+// and the state it reads (parameters, a mask: alive anyway) instead of every
+// intermediate of the block; backward re-runs fn with grad on detached copies
+// and differentiates it with torch::autograd::grad: what
+// torch.utils.checkpoint does by hand, with its hazards met once (replay.h):
+// BatchNorm's running stats move once per step (replays write copies), dropout
+// replays the forward's mask (generator state replayed, then put back: the
+// user's stream is not shifted).
 // Why a `str`: as for recompute_region / coupling_chain, text survives
 // printing, torch.jit.save / load and memslim-opt round trips; each text is
 // parsed once per process and cached.

@@ -141,20 +141,22 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
     if memory_budget is not None and (args or kwargs) and "forward" in method_list:
         return _optimize_to_measured_budget(model, scripted, method_list, pass_list, pipeline,
                                             args, kwargs, policy)
-    return _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy)[0]
+    return _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy)
 
 
 def _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy):
     cpp, remarks = _C.optimize(scripted._c, method_list, pass_list, pipeline, args, kwargs, policy)
     optimized = torch.jit._recursive.wrap_cpp_module(cpp)
     _REPORTS[optimized] = [Decision(r) for r in remarks]
-    return optimized, remarks
+    return optimized
 
 
-def _budget_note(text: str) -> dict:
-    return {"pass": "memory-budget", "verdict": "note", "site": "", "text": text,
-            "bytes_before": None, "bytes_after": None, "added_work": None,
-            "line": f"remark: memory-budget: {text}"}
+def _add_budget_notes(optimized, texts) -> None:
+    """memory-budget notes made here (the measurements) after the passes' records."""
+    _REPORTS[optimized] += [Decision({
+        "pass": "memory-budget", "verdict": "note", "site": "", "text": t, "bytes_before": None,
+        "bytes_after": None, "added_work": None, "line": f"remark: memory-budget: {t}"})
+        for t in texts]
 
 
 def _first_line(e: BaseException) -> str:
@@ -162,8 +164,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def _planner_only(scripted, method_list, pass_list, pipeline, args, kwargs, policy, why):
-    optimized, _ = _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy)
-    _REPORTS[optimized].append(Decision(_budget_note(why)))
+    optimized = _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy)
+    _add_budget_notes(optimized, [why])
     return optimized
 
 
@@ -208,7 +210,7 @@ def _optimize_to_measured_budget(model, scripted, method_list, pass_list, pipeli
     fraction = min(1.0, target / unmodified)
     for attempt in range(1, _BUDGET_ATTEMPTS + 1):
         try:
-            optimized, remarks = _run(scripted, method_list, pass_list, pipeline, args, kwargs,
+            optimized = _run(scripted, method_list, pass_list, pipeline, args, kwargs,
                                       dict(policy, memory_budget=max(fraction, 1e-9)))
         except RuntimeError as e:
             raise RuntimeError(
@@ -219,8 +221,7 @@ def _optimize_to_measured_budget(model, scripted, method_list, pass_list, pipeli
         notes.append(f"plan {attempt}: planner fraction {fraction:.4g} -> measured {kept:,} B "
                      f"({kept / ref:.3f} of the unmodified)")
         if kept <= target:
-            _REPORTS[optimized] = [Decision(r) for r in remarks] + [
-                Decision(_budget_note(n)) for n in notes]
+            _add_budget_notes(optimized, notes)
             return optimized
         fraction *= target / kept * 0.998
     raise RuntimeError(

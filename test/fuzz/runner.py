@@ -355,11 +355,11 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
     try:
         m2, inputs2 = prog.make()
         opt = memslim.optimize(m2, example_inputs=inputs2, **_optimize_kw())
-        res["rewrites"] = sum(1 for r in memslim.report(opt) if ": rewrote " in r)
         by_pass: Dict[str, int] = {}
         for d in memslim.report(opt):
             if d.verdict == "rewrote":
                 by_pass[d.pass_] = by_pass.get(d.pass_, 0) + 1
+        res["rewrites"] = sum(by_pass.values())
         res["rewrites_by_pass"] = by_pass
     except Exception as e:
         verdicts.append(("exception", "optimize", first_line(e)))
