@@ -135,6 +135,13 @@ MEMSLIM_HD vi vbits(const uint8_t* bits) {
 }
 MEMSLIM_HD vf vmin(vf a, vf b) { return b < a ? b : a; } // m::min / m::max, lane by lane
 MEMSLIM_HD vf vmax(vf a, vf b) { return a < b ? b : a; }
+MEMSLIM_HD vf vtrunc(vf v) { // toward zero, one instruction
+#if defined(__AVX512F__)
+  return vf(_mm512_roundscale_ps(__m512(v), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+#else
+  return vf(_mm256_round_ps(__m256(v), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+#endif
+}
 
 // hd.h's fast_log, lane by lane: the same operations in the same order.
 MEMSLIM_HD vf vfast_log(vf v) {
@@ -156,12 +163,8 @@ MEMSLIM_HD vf vfast_log(vf v) {
 // (vpermps). The U Horner chains are interleaved: one chain is FMA-latency
 // bound (4 cycles per coefficient), U of them fill the pipeline. NaN for a
 // non-finite y, as derivative_by_inversion.
-// Tail: evaluate the left tail's lanes here (its logarithm and second square
-// root, for the whole vector when any lane needs it); without it they are left
-// to the caller, which finds them in tail_out (their d is then meaningless).
-template <Act A, int U, bool Tail = true>
-MEMSLIM_HD void table_derivative_lanes(const vf* y, const vi* right, vf* d,
-                                       vi* tail_out = nullptr) {
+template <Act A, int U>
+MEMSLIM_HD void table_derivative_lanes(const vf* y, const vi* right, vf* d) {
   using D = typename detail::DerivFor<A, kTablePieces>::type;
   static const float v0t[8] = {D::kV0Right, D::kV0Left, D::kV0Tail};
   static const float scalet[8] = {D::kScaleRight, D::kScaleLeft, D::kScaleTail};
@@ -179,7 +182,7 @@ MEMSLIM_HD void table_derivative_lanes(const vf* y, const vi* right, vf* d,
     any_tail |= tail[q];
     v[q] = t[q];
   }
-  if (Tail && vmask(any_tail)) {
+  if (vmask(any_tail)) { // on N(0, 1) inputs 2% of lanes
     for (int q = 0; q < U; ++q) {
       const vf w = vsqrt(vmax(-2.f * vfast_log(vmax(-y[q], zero + 1e-30f)), zero));
       v[q] = tail[q] ? w : t[q];
@@ -203,7 +206,41 @@ MEMSLIM_HD void table_derivative_lanes(const vf* y, const vi* right, vf* d,
     const vi finite =
         vi(vf(vi(y[q]) & 0x7fffffff)) <= vi(vf{} + detail::iter_limits<float>::finite_max);
     d[q] = finite ? dq : zero + NAN;
-    if (!Tail) tail_out[q] = tail[q];
+  }
+}
+
+// The same without the left tail, for the main loop: the tail's lanes are
+// returned in tail (their d is meaningless; table_derivatives evaluates them
+// apart). With two branches whose variable starts at 0 (asserted), the piece
+// is floor(t * scale) plus the left branch's base, picked by mask blends
+// rather than table lookups, and a non-finite y turns d into NaN through
+// y - y: ~40 vector operations per kLanes elements instead of ~50.
+template <Act A, int U>
+MEMSLIM_HD void table_main_lanes(const vf* y, const vi* right, vf* d, vi* tail) {
+  using D = typename detail::DerivFor<A, kTablePieces>::type;
+  static_assert(D::kV0Right == 0.f && D::kV0Left == 0.f && D::kBaseRight == 0.f,
+                "table_main_lanes: the right and left variables start at 0, right at piece 0");
+  const float ys = float(detail::min_info<A>().y);
+  const float ys_lo = float(detail::min_info<A>().y - double(ys));
+  const vf zero = vf{};
+  vf t[U], s[U], acc[U];
+  vi p[U];
+  for (int q = 0; q < U; ++q) {
+    t[q] = vsqrt(vmax((y[q] - ys) - ys_lo, zero));
+    tail[q] = ~right[q] & (y[q] > D::kLeftEnd);
+    const vf u = t[q] * (right[q] ? zero + D::kScaleRight : zero + D::kScaleLeft);
+    const vf j =
+        vmin(vtrunc(u), right[q] ? zero + (D::kPiecesRight - 1.f) : zero + (D::kPiecesLeft - 1.f));
+    s[q] = 2.f * (u - j) - 1.f;
+    p[q] = __builtin_convertvector(j, vi) + (right[q] ? vi{} : vi{} + int32_t(D::kBaseLeft));
+    acc[q] = vpermute(D::kCoef + D::kPieces * D::kDegree, p[q]);
+  }
+  for (int k = D::kDegree - 1; k >= 0; --k)
+    for (int q = 0; q < U; ++q) acc[q] = acc[q] * s[q] + vpermute(D::kCoef + D::kPieces * k, p[q]);
+  for (int q = 0; q < U; ++q) {
+    vf dq = (right[q] & (y[q] > D::kRightEnd)) ? zero + 1.f : acc[q];
+    dq = t[q] > 0.f ? dq : zero;
+    d[q] = dq + (y[q] - y[q]); // + 0 where y is finite, NaN where not
   }
 }
 
@@ -265,12 +302,13 @@ int64_t table_derivatives(const float* __restrict y, const uint8_t* __restrict b
       yv[q] = vload(y + i + q * kLanes);
       rv[q] = vbits(bits + (i + q * kLanes) / 8);
     }
-    table_derivative_lanes<A, U, false>(yv, rv, dv, tv);
+    table_main_lanes<A, U>(yv, rv, dv, tv);
+    uint64_t tail_mask = 0;
     for (int q = 0; q < U; ++q) {
       vstore(d + i + q * kLanes, grad ? vload(grad + i + q * kLanes) * dv[q] : dv[q]);
-      for (uint32_t m = vmask(tv[q]); m; m &= m - 1)
-        tails[nt++] = i + q * kLanes + __builtin_ctz(m);
+      tail_mask |= uint64_t(vmask(tv[q])) << (q * kLanes);
     }
+    for (; tail_mask; tail_mask &= tail_mask - 1) tails[nt++] = i + __builtin_ctzll(tail_mask);
     if (nt >= kTailBatch) {
       tail_derivatives<A>(y, grad, d, tails, nt);
       nt = 0;
