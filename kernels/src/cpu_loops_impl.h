@@ -387,9 +387,12 @@ MEMSLIM_HD void lane_flags(vf x, const float* y, const ActParams& act, vi& bit, 
     const vi fin = ax <= L::finite_max;
     const vi band_in = vf(vi(x - xs) & 0x7fffffff) < float(act.band);
     const vi big = (ax > L::huge) & fin;
+    exact = band_in | big;
+    // An unscaled fp32 output cannot overflow (|f(x)| <= |x| for a finite x
+    // here): the output is read only for activation_dropout's scaled one.
+    if (act.out_scale == 1.0 && act.out_max > double(L::finite_max)) return;
     const vf sy = vload(y) * float(act.out_scale);
-    const vi ovf = (vf(vi(sy) & 0x7fffffff) >= float(act.out_max)) & fin;
-    exact = band_in | big | ovf;
+    exact |= (vf(vi(sy) & 0x7fffffff) >= float(act.out_max)) & fin;
   }
 }
 
