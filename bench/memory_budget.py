@@ -52,6 +52,7 @@ def main():
     ap.add_argument("--batch-hf", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--md", default=os.path.join(HERE, "results", "memory_budget.md"))
+    ap.add_argument("--json", default="", help="also write the workers' raw results here")
     a = ap.parse_args()
     rows = []
     start = datetime.datetime.now()
@@ -71,8 +72,10 @@ def main():
              "thread, fp32 CPU training, dropout 0 (the suite's models). Saved bytes: "
              "saved_tensors_hooks, distinct storages, parameters excluded. Step: forward + backward, "
              "median of 5 pairs interleaved with an eager copy in the same process, as a ratio to that "
-             "eager copy. Peak RSS: the worker's high-water mark (model, compile and steps).", "",
-             "| model | batch | budget | eager saved | scripted saved | memslim saved (x eager) | memslim peak RSS | memslim step | torch.compile saved (x eager) | torch.compile peak RSS | torch.compile step | memslim faster? |",
+             "eager copy. Step peak RSS: the worker's high-water mark over its last training step, reset "
+             "(malloc_trim, /proc/self/clear_refs 5) after the warm-up steps, so memslim's planning and "
+             "torch.compile's compilation are not in it; (+N): its rise above the RSS at the reset.", "",
+             "| model | batch | budget | eager saved | scripted saved | memslim saved (x eager) | memslim step peak RSS | memslim step | torch.compile saved (x eager) | torch.compile step peak RSS | torch.compile step | memslim faster? |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for model, batch, budget, e, s, m, c in rows:
         es = e.get("saved_bytes")
@@ -80,7 +83,9 @@ def main():
             if "error" in r:
                 return f"error: {r['error'][:90]}", "-", "-"
             x = r["saved_bytes"] / es if es else float("nan")
-            return (f"{mb(r['saved_bytes'])} ({x:.3f})", f"{r.get('ru_maxrss_mib', 0):,.0f} MiB",
+            peak = r.get("rss_step_peak_mib", 0)
+            rise = peak - r.get("rss_base_mib", peak)
+            return (f"{mb(r['saved_bytes'])} ({x:.3f})", f"{peak:,.0f} MiB (+{rise:,.0f})",
                     f"x{r['step_ratio']:.2f}" if r.get("step_ratio") else "-")
         mc, cc = cell(m), cell(c)
         faster = "-"
@@ -91,6 +96,10 @@ def main():
     lines += ["", "memslim's plan per cell (its notes):", ""]
     for model, batch, budget, e, s, m, c in rows:
         lines.append(f"- {model} @ {budget}: {m.get('note', m.get('error', ''))[:400]}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([dict(model=r[0], batch=r[1], budget=r[2], eager=r[3], script=r[4],
+                            memslim=r[5], compile=r[6]) for r in rows], f, indent=1)
     with open(a.md, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("wrote", a.md)

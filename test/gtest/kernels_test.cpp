@@ -165,11 +165,17 @@ TEST(KernelBodies, EluOverflowList) { check_all_dtypes<Act::Elu>(elu_overflow_pa
 // The CPU loops (chunked passes, libmvec vector math, AVX2 or baseline build)
 // agree with the shared bodies: bits and exact lists exactly, outputs and
 // gradients to a few ulp (vector libm variants round differently).
-template <Act A, typename S> void check_cpu_loops(int64_t n, const ActParams& p) {
+// extremes: every 97th input is one of finite values beyond `huge`, near
+// FLT_MAX (a scaled output overflows) or near the minimum.
+template <Act A, typename S>
+void check_cpu_loops(int64_t n, const ActParams& p, bool extremes = false) {
   std::mt19937 rng(7);
   std::normal_distribution<double> dist(-0.5, 2.0);
   std::vector<S> x(n), y1(n), y2(n), g(n), gi1(n), gi2(n), v1(n), v2(n);
   for (int64_t i = 0; i < n; ++i) { x[i] = from_double<S>(dist(rng)); g[i] = from_double<S>(dist(rng)); }
+  const double special[] = {1e19, -1e19, 2e38, -2e38, -0.75, -0.76, -0.27, -1.5, -1.49, 2.99, 3.0};
+  for (int64_t i = 0, k = 0; extremes && i < n; i += 97, ++k)
+    x[i] = from_double<S>(special[k % 11]);
   const int64_t ng = groups_for(n);
   std::vector<uint8_t> b1(ng), b2(ng);
   std::vector<int32_t> i1(n), i2(n);
@@ -218,6 +224,29 @@ template <Act A> void check_cpu_loops_all(const ActParams& p = params_for(A)) {
     check_cpu_loops<A, bf16_t>(n, p);
   }
 }
+
+// The exact lists with a guard band (the runtime's; 0 in params_for) and an
+// output scaled before saving (activation_dropout's 1/(1-p)), with inputs in
+// the band, beyond `huge` and near FLT_MAX: the AVX-512 flags have one loop
+// per (scaled, bits, exact list) combination.
+template <Act A>
+void check_cpu_loops_exact() {
+  for (double scale : {1.0, 2.0}) {
+    ActParams p = params_for(A);
+    p.band = 0.05;
+    p.out_scale = scale;
+    p.out_max = 3.4028235677973366e38; // fp32 rounds to inf from here
+    for (int64_t n : {int64_t(1003), int64_t(5000)}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " scale=" << scale);
+      check_cpu_loops<A, float>(n, p, true);
+    }
+  }
+}
+TEST(CpuLoops, ExactListsGelu) { check_cpu_loops_exact<Act::Gelu>(); }
+TEST(CpuLoops, ExactListsSilu) { check_cpu_loops_exact<Act::Silu>(); }
+TEST(CpuLoops, ExactListsMish) { check_cpu_loops_exact<Act::Mish>(); }
+TEST(CpuLoops, ExactListsGeluTanh) { check_cpu_loops_exact<Act::GeluTanh>(); }
+TEST(CpuLoops, ExactListsHardswish) { check_cpu_loops_exact<Act::Hardswish>(); }
 
 #define CPU_LOOP_TEST(NAME) \
   TEST(CpuLoops, NAME) { check_cpu_loops_all<Act::NAME>(); }
