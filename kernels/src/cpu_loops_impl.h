@@ -393,6 +393,18 @@ constexpr bool has_lane_flags() {
          A == Act::Hardsigmoid;
 }
 
+// Whether the fp32 flags must look past x: activation_dropout's output, saved
+// scaled by 1/(1-p). hardswish then keeps its kink at 3 exactly; the others
+// test the scaled output for overflow (an unscaled one cannot overflow: |f(x)|
+// <= |x| for a finite x).
+template <Act A>
+MEMSLIM_HD bool output_scaled(const ActParams& act) {
+  if constexpr (A == Act::Hardswish)
+    return act.out_scale != 1.0;
+  else
+    return !(act.out_scale == 1.0 && act.out_max > double(detail::iter_limits<float>::finite_max));
+}
+
 template <Act A>
 MEMSLIM_HD void lane_flags(vf x, const float* y, const ActParams& act, vi& bit, vi& exact,
                            bool want_exact) {
@@ -408,7 +420,7 @@ MEMSLIM_HD void lane_flags(vf x, const float* y, const ActParams& act, vi& bit, 
     if (!want_exact) return;
     const vi band_in = vf(vi(x + 1.5f) & 0x7fffffff) < float(act.band);
     const vi kink = vf(vi(x - 3.f) & 0x7fffffff) < 0.05f;
-    exact = act.out_scale != 1.0 ? band_in | kink : band_in;
+    exact = output_scaled<A>(act) ? band_in | kink : band_in;
   } else {
     using L = detail::iter_limits<float>;
     const float xs = float(detail::min_info<A>().x);
@@ -418,9 +430,7 @@ MEMSLIM_HD void lane_flags(vf x, const float* y, const ActParams& act, vi& bit, 
     const vi band_in = vf(vi(x - xs) & 0x7fffffff) < float(act.band);
     const vi big = (ax > L::huge) & fin;
     exact = band_in | big;
-    // An unscaled fp32 output cannot overflow (|f(x)| <= |x| for a finite x
-    // here): the output is read only for activation_dropout's scaled one.
-    if (act.out_scale == 1.0 && act.out_max > double(L::finite_max)) return;
+    if (!output_scaled<A>(act)) return;
     const vf sy = vload(y) * float(act.out_scale);
     exact |= (vf(vi(sy) & 0x7fffffff) >= float(act.out_max)) & fin;
   }
@@ -443,11 +453,7 @@ void lane_flags_range(const float* __restrict x, const float* __restrict y, cons
     if (!ex) continue;
     for (uint32_t m = vmask(exact); m; m &= m - 1) {
       const int64_t j = i + __builtin_ctz(m);
-      const unsigned long long k = atomic_add(ex->exact_count, 1ull);
-      if (int64_t(k) < ex->exact_cap) {
-        ex->exact_idx[k] = int32_t(c0 + j);
-        ex->exact_val[k] = x[j];
-      }
+      push_exact(*ex, c0 + j, x[j]);
     }
   }
 }
@@ -503,11 +509,7 @@ void mask_flags_range(const float* __restrict x, const float* __restrict y, cons
     if constexpr (Bits) std::memcpy(bits + i / 8, &bit_mask, 8);
     for (; Exact && exact_mask; exact_mask &= exact_mask - 1) {
       const int64_t j = i + __builtin_ctzll(exact_mask);
-      const unsigned long long k = atomic_add(ex->exact_count, 1ull);
-      if (int64_t(k) < ex->exact_cap) {
-        ex->exact_idx[k] = int32_t(c0 + j);
-        ex->exact_val[k] = x[j];
-      }
+      push_exact(*ex, c0 + j, x[j]);
     }
   }
 }
@@ -518,12 +520,7 @@ bool mask_flags(const float* x, const float* y, const ActParams& act, int64_t le
   if constexpr (!has_mask_flags<A>()) {
     return false;
   } else {
-    // Scaled: activation_dropout's output, which can overflow (and, for
-    // hardswish, moves the exact list to the kink at 3 too).
-    const bool scaled = A == Act::Hardswish
-                            ? act.out_scale != 1.0
-                            : !(act.out_scale == 1.0 &&
-                                act.out_max > double(detail::iter_limits<float>::finite_max));
+    const bool scaled = output_scaled<A>(act);
 #define MEMSLIM_MASK_FLAGS(B, E, SC)                                  \
   if ((bits != nullptr) == B && (ex != nullptr) == E && scaled == SC) \
     return mask_flags_range<A, B, E, SC>(x, y, act, len, bits, ex, c0), true;
@@ -631,11 +628,7 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
       }
       for (; want_exact && exact_mask; exact_mask &= exact_mask - 1) {
         const int64_t i = b0 + __builtin_ctz(exact_mask);
-        const unsigned long long k = atomic_add(p.exact_count, 1ull);
-        if (int64_t(k) < p.exact_cap) {
-          p.exact_idx[k] = int32_t(c0 + i);
-          p.exact_val[k] = x[i];
-        }
+        push_exact(p, c0 + i, x[i]);
       }
     }
   }

@@ -37,6 +37,17 @@ template <typename S> struct ForwardParams {
   int64_t exact_cap = 0;
 };
 
+// Appends element `index` (input value `value`) to the exact list; past its
+// capacity only the count grows (the caller reruns with the measured length).
+template <typename S>
+MEMSLIM_HD void push_exact(const ForwardParams<S>& p, int64_t index, S value) {
+  const unsigned long long k = atomic_add(p.exact_count, 1ull);
+  if (int64_t(k) < p.exact_cap) {
+    p.exact_idx[k] = int32_t(index);
+    p.exact_val[k] = value;
+  }
+}
+
 template <typename S> struct BackwardParams {
   const S* grad = nullptr;           // dL/dy
   const S* y = nullptr;              // saved output; null for mask-only ops
@@ -77,13 +88,7 @@ MEMSLIM_HD void forward_group(int64_t g, const ForwardParams<S>& p) {
     if (p.y) out.v[j] = y;
     if (p.bits && ActMath<A>::bit(x, p.act)) byte |= uint8_t(1u << j);
     // Membership is decided from x and the output as stored.
-    if (p.exact_idx && ActMath<A>::exact(x, load<C>(y), p.act)) {
-      unsigned long long k = atomic_add(p.exact_count, 1ull);
-      if (int64_t(k) < p.exact_cap) {
-        p.exact_idx[k] = int32_t(base + j);
-        p.exact_val[k] = in.v[j];
-      }
-    }
+    if (p.exact_idx && ActMath<A>::exact(x, load<C>(y), p.act)) push_exact(p, base + j, in.v[j]);
   }
   if (p.y) {
     if (cnt == 8 && p.aligned) {
