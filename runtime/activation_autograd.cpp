@@ -73,22 +73,20 @@ struct ActivationFunction : public torch::autograd::Function<ActivationFunction>
     const at::Tensor& g = grads[0];
     if (!g.defined()) return {at::Tensor(), at::Tensor()};
     auto saved = ctx->get_saved_variables();
-    const auto layout = ctx->saved_data.find("sizes");
-    at::Tensor gc = g;
-    std::vector<c10::SymInt> sizes, strides;
-    if (layout == ctx->saved_data.end()) { // y was contiguous
-      gc = g.contiguous();
-      sizes = gc.sym_sizes().vec();
-      strides = gc.sym_strides().vec();
-    } else {
-      sizes = layout->second.toSymIntVector();
-      strides = ctx->saved_data["strides"].toSymIntVector();
-    }
     const auto params = ctx->saved_data.find("params");
-    at::Tensor gi = call_activation_backward(
-        gc, sizes, strides, saved[0], saved[1], saved[2], saved[3],
-        ctx->saved_data["act"].toStringRef(),
-        params == ctx->saved_data.end() ? std::vector<double>{} : params->second.toDoubleVector());
+    const auto act = ctx->saved_data.find("act");
+    const std::vector<double> pv =
+        params == ctx->saved_data.end() ? std::vector<double>{} : params->second.toDoubleVector();
+    at::Tensor gi;
+    const auto layout = ctx->saved_data.find("sizes");
+    if (layout == ctx->saved_data.end()) { // y was contiguous
+      gi = call_activation_backward(g.contiguous(), {}, {}, saved[0], saved[1], saved[2], saved[3],
+                                    act->second.toStringRef(), pv);
+    } else {
+      gi = call_activation_backward(g, layout->second.toSymIntVector(),
+                                    ctx->saved_data["strides"].toSymIntVector(), saved[0], saved[1],
+                                    saved[2], saved[3], act->second.toStringRef(), pv);
+    }
     return {gi, at::Tensor()};
   }
 };
@@ -114,15 +112,21 @@ at::Tensor call_activation_backward(at::Tensor g, c10::SymIntArrayRef sizes,
                                     const at::Tensor& out, const at::Tensor& bits,
                                     const at::Tensor& exact_idx, const at::Tensor& exact_val,
                                     const std::string& act, const std::vector<double>& params) {
-  if (g.sym_strides() != strides)
+  if (!strides.empty() && g.sym_strides() != strides)
     g = at::empty_strided_symint(sizes, strides, g.options()).copy_(g);
-  auto or_empty = [&](const at::Tensor& t, at::ScalarType st) {
-    return t.defined() ? t : at::empty({0}, g.options().dtype(st));
+  // Undefined saved tensors (an op that keeps no bits or exact list) go in as
+  // one empty tensor: the op reads none of a zero-length list (one allocation
+  // per call instead of three: issue 13's per-call overhead).
+  at::Tensor none;
+  auto or_empty = [&](const at::Tensor& t) -> const at::Tensor& {
+    if (t.defined()) return t;
+    if (!none.defined()) none = at::empty({0}, g.options().dtype(at::kByte));
+    return none;
   };
   std::optional<at::Tensor> o;
   if (out.defined()) o = out;
-  return backward_op().call(g, o, or_empty(bits, at::kByte), or_empty(exact_idx, at::kInt),
-                            or_empty(exact_val, g.scalar_type()), act, params);
+  return backward_op().call(g, o, or_empty(bits), or_empty(exact_idx), or_empty(exact_val), act,
+                            params);
 }
 
 TORCH_LIBRARY_IMPL(memslim, Autograd, m) {

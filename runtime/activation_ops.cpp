@@ -67,9 +67,16 @@ const Launchers& cpu_launchers() {
   return L;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activation_forward_impl(
-    const at::Tensor& self, c10::string_view act_sv, at::ArrayRef<double> params, bool save,
-    const Launchers& L) {
+namespace {
+
+// The forward; bits / exact list undefined where not kept (save false, or an
+// activation without them): the public ops' plain forward allocates nothing
+// else per call (issue 13's per-call overhead), the op fills in empty ones.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> run_forward(const at::Tensor& self,
+                                                                       c10::string_view act_sv,
+                                                                       at::ArrayRef<double> params,
+                                                                       bool save,
+                                                                       const Launchers& L) {
   const std::string act(act_sv);
   const Act a = act_from_name(act);
   check_dtype(self, act);
@@ -88,9 +95,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activation_forward_im
   const auto opts = x.options();
   const bool want_bits = save && p.bits;
   const bool want_exact = save && kernels::act_has_exact_list(a, p);
-  at::Tensor bits = at::empty({want_bits ? kernels::groups_for(n) : 0}, opts.dtype(at::kByte));
-  at::Tensor idx = at::empty({0}, opts.dtype(at::kInt));
-  at::Tensor val = at::empty({0}, opts);
+  at::Tensor bits, idx, val;
+  if (want_bits) bits = at::empty({kernels::groups_for(n)}, opts.dtype(at::kByte));
   if (n == 0) return {y, bits, idx, val};
 
   kernels::ForwardArgs args;
@@ -143,6 +149,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activation_forward_im
     }
     cap = c;  // too small: rerun with the measured length
   }
+  return {y, bits, idx, val};
+}
+
+} // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> activation_forward_impl(
+    const at::Tensor& self, c10::string_view act, at::ArrayRef<double> params, bool save,
+    const Launchers& L) {
+  auto [y, bits, idx, val] = run_forward(self, act, params, save, L);
+  const auto opts = y.options();
+  if (!bits.defined()) bits = at::empty({0}, opts.dtype(at::kByte));
+  if (!idx.defined()) idx = at::empty({0}, opts.dtype(at::kInt));
+  if (!val.defined()) val = at::empty({0}, opts);
   return {y, bits, idx, val};
 }
 
@@ -199,7 +218,7 @@ at::Tensor activation_backward_impl(const at::Tensor& grad, const std::optional<
 
 at::Tensor activation_plain(const at::Tensor& x, const ActSpec& spec, const Launchers& L) {
   check_dtype(x, spec.op);
-  return std::get<0>(activation_forward_impl(x, spec.act, spec.params, false, L));
+  return std::get<0>(run_forward(x, spec.act, spec.params, false, L));
 }
 
 at::Tensor activation_meta(const at::Tensor& x, const ActSpec& spec) {

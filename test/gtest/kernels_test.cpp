@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <set>
 #include <type_traits>
@@ -247,6 +248,46 @@ TEST(CpuLoops, ExactListsSilu) { check_cpu_loops_exact<Act::Silu>(); }
 TEST(CpuLoops, ExactListsMish) { check_cpu_loops_exact<Act::Mish>(); }
 TEST(CpuLoops, ExactListsGeluTanh) { check_cpu_loops_exact<Act::GeluTanh>(); }
 TEST(CpuLoops, ExactListsHardswish) { check_cpu_loops_exact<Act::Hardswish>(); }
+
+// hardswish's fp32 forward with flags wanted computes y in the AVX-512 flag
+// loop: bit for bit the shared body's (NaN, infinities, signed zeros, the
+// kinks at -3 and 3 included), with and without the exact list.
+TEST(CpuLoops, HardswishForwardBitwise) {
+  const int64_t n = 5000;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.f, 3.f);
+  const float special[] = {NAN,   INFINITY, -INFINITY, 0.f,   -0.f,   3.f,        -3.f,
+                           -1.5f, 1e-40f,   -1e-40f,   3e38f, -3e38f, 2.9999998f, -2.9999998f};
+  std::vector<float> x(n), y(n), v(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = i % 7 == 0 ? special[(i / 7) % 14] : dist(rng);
+  std::vector<uint8_t> bits(groups_for(n));
+  std::vector<int32_t> idx(n);
+  for (bool exact : {false, true}) {
+    ActParams p = params_for(Act::Hardswish);
+    p.band = exact ? 0.05 : 0.0;
+    unsigned long long count = 0;
+    ForwardArgs fa;
+    fa.x = x.data();
+    fa.y = y.data();
+    fa.bits = bits.data();
+    fa.n = n;
+    fa.act = p;
+    if (exact) {
+      fa.exact_idx = idx.data();
+      fa.exact_val = v.data();
+      fa.exact_count = &count;
+      fa.exact_cap = n;
+    }
+    forward_cpu(Act::Hardswish, DType::Float, fa, 0, groups_for(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const float r = ActMath<Act::Hardswish>::forward(x[i], p);
+      uint32_t a, b;
+      std::memcpy(&a, &y[i], 4);
+      std::memcpy(&b, &r, 4);
+      ASSERT_TRUE(a == b || (std::isnan(y[i]) && std::isnan(r))) << i << " x=" << x[i];
+    }
+  }
+}
 
 #define CPU_LOOP_TEST(NAME) \
   TEST(CpuLoops, NAME) { check_cpu_loops_all<Act::NAME>(); }

@@ -59,7 +59,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_activation_forwa
 // ...and memslim::activation_backward, with `grad` first given `like`'s layout
 // (the layout bits and exact indices refer to) and undefined saved tensors
 // (an op that keeps no bits or exact list) passed as empty ones.
-// Sizes and strides are SymInts: symbolic under torch.compile's dynamic shapes.
+// Sizes and strides are SymInts: symbolic under torch.compile's dynamic shapes;
+// empty ones say `grad` already has the layout (y was contiguous, grad made so).
 at::Tensor call_activation_backward(at::Tensor grad, c10::SymIntArrayRef sizes,
                                     c10::SymIntArrayRef strides,
                                     const at::Tensor& out, const at::Tensor& bits,
