@@ -21,13 +21,17 @@
 //   a chain input keeps it alive on its own;
 // - drift: a block whose input cannot be rebuilt (a shape or dtype change
 //   through the add, a link that re-splits), every `anchor_every`-th block, and
-//   each block whose rebuilt input was off by more than `drift_bound` (relative,
-//   max norm; NaN counts as off) on the chain's first differentiated call keeps
-//   its exact input. The first call keeps every block's input to measure that.
+//   each block whose rebuilt input, F / G output there, or F / G gradients
+//   there (input and parameters, one fixed cotangent) were off by more than
+//   `drift_bound` (relative, max norm; NaN counts as off) on the chain's first
+//   differentiated call keeps its exact input. The first call keeps every
+//   block's input to measure that. A later batch can still meet an
+//   ill-conditioned point the first did not (an all-zero row under LayerNorm).
 // Why a `str[]`: as for recompute_region, text survives printing, saving and
 // memslim-opt round trips; each chain is parsed once per process and cached.
 //
 //===----------------------------------------------------------------------===//
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
@@ -330,6 +334,65 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
       RngReplay replay(rec.rng[fn], in.device());
       return run_fn(c.fns[fn], with_strides(in, rec.strides[fn]), slice(state, l, fn), true);
     };
+    // The gradients of function fn at `in` (its input's and its floating-point
+    // state's: parameters) for one fixed cotangent: what backward computes
+    // there. Values can agree to the bound while derivatives do not: a rebuilt
+    // all-zero row under LayerNorm becomes noise times 1/sqrt(eps) and flips
+    // the ReLU6 after it (fuzz seed 900440: an input gradient off by 112 where
+    // eager's is 1).
+    at::Tensor cot;
+    auto vjp = [&](size_t fn, const at::Tensor& in) {
+      at::AutoGradMode grad_mode(true);
+      std::vector<at::Tensor> ext = slice(state, l, fn), wrt;
+      wrt.push_back(in.detach().requires_grad_(true));
+      for (size_t k = 0; k < ext.size(); ++k) // not what it writes: running stats
+        if (ext[k].defined() && ext[k].is_floating_point() && !c.fns[fn].written[k + 1]) {
+          ext[k] = ext[k].detach().requires_grad_(true);
+          wrt.push_back(ext[k]);
+        }
+      RngReplay replay(rec.rng[fn], in.device());
+      const at::Tensor out = run_fn(c.fns[fn], with_strides(wrt[0], rec.strides[fn]), ext, true);
+      if (!out.requires_grad()) return std::vector<at::Tensor>{};
+      if (!cot.defined() || !same_meta(cot, out)) {
+        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(900440);
+        cot = at::randn(out.sizes(), gen, at::TensorOptions().dtype(at::kFloat))
+                  .to(out.device(), out.scalar_type());
+      }
+      return torch::autograd::grad({out}, wrt, {cot}, false, false, true);
+    };
+    // How far the gradients at the rebuilt input are from those at the exact
+    // one, counted only beyond 10x what relative noise of the rebuild's own
+    // size does to them at the exact input: fp32 RevNet's gradients move by
+    // 1e-2 under that noise (eager fp32 is off float64 as much), seed 900440's
+    // do not (a zero row stays zero under relative noise, not under the
+    // rebuild's absolute error).
+    auto vjp_error = [&](size_t fn, const at::Tensor& in, const at::Tensor& exact_in) {
+      const std::vector<at::Tensor> a = vjp(fn, in), b = vjp(fn, exact_in);
+      if (a.size() != b.size()) return double(INFINITY);
+      auto worst_of = [&](const std::vector<at::Tensor>& x) {
+        double e = 0;
+        for (size_t k = 0; k < x.size(); ++k)
+          if (x[k].defined() != b[k].defined())
+            e = INFINITY;
+          else if (x[k].defined())
+            e = std::max(e, rel_error(x[k], b[k]));
+        return e;
+      };
+      const double err = worst_of(a);
+      if (!(err > bound)) return err;
+      const double rho = std::max(rel_error(in, exact_in), 1e-7);
+      if (!std::isfinite(rho)) return err;
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(912100);
+      const at::Tensor u = at::rand(exact_in.sizes(), gen, at::TensorOptions().dtype(at::kDouble))
+                               .mul_(2 * rho)
+                               .sub_(rho)
+                               .add_(1)
+                               .to(exact_in.device());
+      const at::Tensor noisy = exact_in.to(at::kDouble).mul(u).to(exact_in.scalar_type());
+      const std::vector<at::Tensor> n = vjp(fn, noisy);
+      if (n.size() != b.size()) return err;
+      return err > 10 * worst_of(n) ? err : 0.0;
+    };
     auto off = [&](size_t b, double err) {
       worst[b] =
           std::max(worst[b], std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
@@ -354,7 +417,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         const at::Tensor y1 = rec.out1[i].defined() ? rec.out1[i] : rec.in1[i + 1];
         const at::Tensor y2 = rec.out2[i].defined() ? rec.out2[i] : rec.in2[i + 1];
         const at::Tensor g_exact = run(2 * i + 1, y1);
-        off(i + 1, rel_error(g, g_exact));
+        off(i + 1, std::max(rel_error(g, g_exact), vjp_error(2 * i + 1, r1, y1)));
         if (drift[i + 1]) { // block i + 1 keeps its input: block i starts exact
           r1 = y1;
           r2 = y2;
@@ -366,6 +429,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
       const at::Tensor x1 = rebuild(r1, f);
       off(i, std::max(rel_error(x1, rec.in1[i]), rel_error(x2, rec.in2[i])));
       off(i, rel_error(f, run(2 * i, rec.in2[i])));
+      off(i, vjp_error(2 * i, x2, rec.in2[i]));
       const bool anchored = anchor_every > 0 && i > 0 && i % size_t(anchor_every) == 0;
       exact = drift[i] || anchored;
       r1 = exact ? rec.in1[i] : x1;
