@@ -77,16 +77,17 @@ struct ActivationFunction : public torch::autograd::Function<ActivationFunction>
     const auto act = ctx->saved_data.find("act");
     const std::vector<double> pv =
         params == ctx->saved_data.end() ? std::vector<double>{} : params->second.toDoubleVector();
-    at::Tensor gi;
+    // y's layout where it was not contiguous; else grad made contiguous.
     const auto layout = ctx->saved_data.find("sizes");
-    if (layout == ctx->saved_data.end()) { // y was contiguous
-      gi = call_activation_backward(g.contiguous(), {}, {}, saved[0], saved[1], saved[2], saved[3],
-                                    act->second.toStringRef(), pv);
-    } else {
-      gi = call_activation_backward(g, layout->second.toSymIntVector(),
-                                    ctx->saved_data["strides"].toSymIntVector(), saved[0], saved[1],
-                                    saved[2], saved[3], act->second.toStringRef(), pv);
+    const bool dense = layout == ctx->saved_data.end();
+    std::vector<c10::SymInt> sizes, strides;
+    if (!dense) {
+      sizes = layout->second.toSymIntVector();
+      strides = ctx->saved_data["strides"].toSymIntVector();
     }
+    const at::Tensor gi =
+        call_activation_backward(dense ? g.contiguous() : g, sizes, strides, saved[0], saved[1],
+                                 saved[2], saved[3], act->second.toStringRef(), pv);
     return {gi, at::Tensor()};
   }
 };

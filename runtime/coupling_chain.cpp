@@ -391,7 +391,8 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
       const at::Tensor noisy = exact_in.to(at::kDouble).mul(u).to(exact_in.scalar_type());
       const std::vector<at::Tensor> n = vjp(fn, noisy);
       if (n.size() != b.size()) return err;
-      return err > 10 * worst_of(n) ? err : 0.0;
+      const double noise = worst_of(n);
+      return std::isfinite(noise) && err <= 10 * noise ? 0.0 : err;
     };
     auto off = [&](size_t b, double err) {
       worst[b] =

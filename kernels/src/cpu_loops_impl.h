@@ -522,24 +522,20 @@ void mask_flags_range(const float* __restrict x, float* __restrict y, const ActP
     }
   }
 }
-// Picks the instance; false where lane_flags_range is to run instead. With
-// write_y (hardswish only), y is computed here too.
+// Picks the instance; false where lane_flags_range is to run instead.
+// hardswish's instances compute y too (forward_range calls them before its
+// own y loop).
 template <Act A>
 bool mask_flags(const float* x, float* y, const ActParams& act, int64_t len, uint8_t* bits,
-                const ForwardParams<float>* ex, int64_t c0, bool write_y = false) {
+                const ForwardParams<float>* ex, int64_t c0) {
   if constexpr (!has_mask_flags<A>()) {
     return false;
   } else {
     const bool scaled = output_scaled<A>(act);
     constexpr bool hs = A == Act::Hardswish;
-#define MEMSLIM_MASK_FLAGS(B, E, SC)                                    \
-  if ((bits != nullptr) == B && (ex != nullptr) == E && scaled == SC) { \
-    if (hs && write_y)                                                  \
-      mask_flags_range<A, B, E, SC, hs>(x, y, act, len, bits, ex, c0);  \
-    else                                                                \
-      mask_flags_range<A, B, E, SC>(x, y, act, len, bits, ex, c0);      \
-    return true;                                                        \
-  }
+#define MEMSLIM_MASK_FLAGS(B, E, SC)                                  \
+  if ((bits != nullptr) == B && (ex != nullptr) == E && scaled == SC) \
+    return mask_flags_range<A, B, E, SC, hs>(x, y, act, len, bits, ex, c0), true;
     MEMSLIM_MASK_FLAGS(true, true, false)
     MEMSLIM_MASK_FLAGS(true, true, true)
     MEMSLIM_MASK_FLAGS(true, false, false)
@@ -578,7 +574,7 @@ void forward_range(const ForwardParams<S>& p, int64_t gb, int64_t ge) {
     if constexpr (A == Act::Hardswish && std::is_same_v<S, float>) {
       if (p.y && len == kChunk && (want_bits || want_exact) &&
           mask_flags<A>(xv, p.y + c0, act, len, want_bits ? p.bits + c0 / 8 : nullptr,
-                        want_exact ? &p : nullptr, c0, /*write_y=*/true))
+                        want_exact ? &p : nullptr, c0))
         continue;
     }
 #endif
