@@ -35,6 +35,7 @@
 
 #include "memslim/act_recompute.h"
 #include "memslim/activation_ops.h"
+#include "memslim/plain_cpu.h"
 
 namespace memslim {
 namespace {
@@ -383,16 +384,7 @@ struct JoinCall {
 // and sub in the backward (profiled: 43 ms of resnet50's 103 ms over eager,
 // batch 32, 1 thread). The values are aten's bit for bit: relu is
 // clamp_min(v, 0) value for value, the sum the same single IEEE add.
-// A dense CPU tensor with real data: not a fake / functional / subclass
-// tensor (torch.compile's tracing and opcheck run these kernels on those), no
-// symbolic sizes.
-bool plain_cpu(const at::Tensor& t) {
-  const auto ks = t.key_set();
-  return ks.has(c10::DispatchKey::CPU) && !ks.has(c10::DispatchKey::Python) &&
-         !ks.has(c10::DispatchKey::Functionalize) &&
-         !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() && t.has_storage();
-}
-
+// (plain_cpu.h: a dense CPU tensor with real data.)
 bool relu_join_fusable(const at::Tensor& y, const at::Tensor& r, const std::string& act) {
   return act == "relu" && plain_cpu(y) && plain_cpu(r) &&
          (y.scalar_type() == at::kFloat || y.scalar_type() == at::kDouble) &&

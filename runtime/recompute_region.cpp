@@ -21,8 +21,11 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/library.h>
 
+#include <map>
 #include <mutex>
 #include <unordered_map>
+
+#include "memslim/region_kernel.h"
 
 namespace memslim {
 namespace {
@@ -33,7 +36,23 @@ using torch::autograd::variable_list;
 struct Region {
   std::shared_ptr<torch::jit::Graph> graph;
   std::unique_ptr<torch::jit::Code> code;
+  // The fused CPU loop per input kinds (which inputs are full-size); null
+  // where the region has no loop form.
+  mutable std::mutex mu;
+  mutable std::map<std::vector<bool>, std::shared_ptr<const FusedRegion>> fused;
 };
+
+// The fused loop for these inputs (region_kernel.h), or null: the interpreter.
+std::shared_ptr<const FusedRegion> fused_for(const Region& r, at::TensorList inputs) {
+  if (!fused_regions_enabled()) return nullptr;
+  auto kinds = fused_input_kinds(inputs);
+  if (!kinds) return nullptr;
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.fused.find(*kinds);
+  if (it == r.fused.end())
+    it = r.fused.emplace(*kinds, lower_region(*r.graph, *kinds, nullptr)).first;
+  return it->second;
+}
 
 // Parses and compiles `ir` once; later calls with the same string share it.
 std::shared_ptr<const Region> region_for(const std::string& ir) {
@@ -65,6 +84,8 @@ std::shared_ptr<const Region> region_for(const std::string& ir) {
 std::vector<at::Tensor> run_region(const Region& r, at::TensorList inputs) {
   TORCH_CHECK(inputs.size() == r.graph->inputs().size(), "memslim::recompute_region: got ",
               inputs.size(), " inputs, its graph takes ", r.graph->inputs().size());
+  if (auto f = fused_for(r, inputs))
+    if (auto outs = fused_region_forward(*f, inputs)) return std::move(*outs);
   torch::jit::Stack stack(inputs.begin(), inputs.end());
   torch::jit::InterpreterState(*r.code).run(stack);
   std::vector<at::Tensor> outs;
@@ -116,6 +137,14 @@ struct RecomputeRegionFunction : public torch::autograd::Function<RecomputeRegio
       leaves.push_back(leaf);
     }
     if (wrt.empty()) return result;
+    if (auto f = fused_for(*region, saved)) {
+      std::vector<bool> wanted(saved.size());
+      for (size_t i = 0; i < saved.size(); ++i) wanted[i] = ctx->needs_input_grad(i);
+      if (auto g = fused_region_backward(*f, saved, grads, wanted)) {
+        for (size_t i = 0; i < saved.size(); ++i) result[i] = (*g)[i];
+        return result;
+      }
+    }
     std::vector<at::Tensor> outs, out_grads;
     {
       at::AutoGradMode grad(true);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "memslim/kernels/launch.h"
+#include "memslim/kernels/region_vm.h"
 
 namespace memslim {
 namespace kernels {
@@ -22,6 +23,12 @@ namespace kernels {
                              int64_t b, int64_t e);                                             \
   void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b,       \
                              int64_t e);                                                        \
+  namespace region {                                                                            \
+  void region_forward_cpu(const kernels::region::Program& p,                                    \
+                          const kernels::region::ForwardCall& c, int64_t b, int64_t e);         \
+  void region_backward_cpu(const kernels::region::Program& p,                                   \
+                           const kernels::region::BackwardCall& c, int64_t b, int64_t e);       \
+  }                                                                                             \
   }
 MEMSLIM_DECLARE_CPU(baseline)
 #ifdef MEMSLIM_HAVE_AVX2_LOOPS
@@ -93,6 +100,15 @@ void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t 
 void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b, int64_t e) {
   MEMSLIM_PICK(relu_join_rebuild_cpu, t, y, out, r, b, e);
 }
+
+namespace region {
+void region_forward_cpu(const Program& p, const ForwardCall& c, int64_t b, int64_t e) {
+  MEMSLIM_PICK(region::region_forward_cpu, p, c, b, e);
+}
+void region_backward_cpu(const Program& p, const BackwardCall& c, int64_t b, int64_t e) {
+  MEMSLIM_PICK(region::region_backward_cpu, p, c, b, e);
+}
+} // namespace region
 
 } // namespace kernels
 } // namespace memslim

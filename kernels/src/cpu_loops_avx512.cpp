@@ -3,3 +3,4 @@
 // on such processors too, so the side-by-side timings compare like with like.
 #define MEMSLIM_CPU_NS avx512
 #include "cpu_loops_impl.h"
+#include "region_vm_impl.h"

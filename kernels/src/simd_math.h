@@ -19,6 +19,7 @@
 #define MEMSLIM_SIMD_DECL __attribute__((simd("notinbranch")))
 extern "C" {
 float expf(float) MEMSLIM_SIMD_DECL;
+float powf(float, float) MEMSLIM_SIMD_DECL;
 float expm1f(float) MEMSLIM_SIMD_DECL;
 float logf(float) MEMSLIM_SIMD_DECL;
 float log1pf(float) MEMSLIM_SIMD_DECL;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "memslim/kernels/dispatch.h"
+#include "memslim/kernels/region_vm.h"
 
 using namespace memslim::kernels;
 
@@ -555,4 +556,106 @@ TEST(Conversions, RoundToNearestEven) {
   EXPECT_EQ(to_half(5.96046448e-8f).bits, 0x0001);  // smallest subnormal
   EXPECT_EQ(to_bf16(1.0f + 0.00390625f).bits, 0x3f80);  // tie -> even
   EXPECT_EQ(to_bf16(1.0f + 3 * 0.00390625f).bits, 0x3f82);
+}
+
+// ---- The region program (region_vm.h): analyses and loops -------------------
+
+namespace rk = memslim::kernels::region;
+
+// y = where(x > s, x * sigmoid(x), s * (exp(x) - 1)); registers: x 0, s 1, the
+// constant 1 as scalar 2, then one per instruction.
+rk::Program region_example() {
+  rk::Program p;
+  p.n_full = 1;
+  p.n_scalar = 2;
+  auto add = [&](rk::Op op, int a, int b = -1, int c = -1) {
+    rk::Instr in;
+    in.op = op, in.a = a, in.b = b, in.c = c;
+    in.dst = 3 + static_cast<int>(p.code.size());
+    p.code.push_back(in);
+    return in.dst;
+  };
+  const int cond = add(rk::Op::Gt, 0, 1);
+  const int sig = add(rk::Op::Sigmoid, 0);
+  const int pos = add(rk::Op::Mul, 0, sig);
+  const int e = add(rk::Op::Exp, 0);
+  const int em1 = add(rk::Op::Sub, e, 2);
+  const int neg = add(rk::Op::Mul, 1, em1);
+  const int y = add(rk::Op::Where, cond, pos, neg);
+  p.outputs = {y};
+  p.n_regs = 3 + static_cast<int>(p.code.size());
+  return p;
+}
+
+TEST(CpuLoops, RegionNeededGradients) {
+  const rk::Program p = region_example();
+  // Only x wants a gradient: s, the constant and the comparison need none.
+  std::vector<uint8_t> wrt(p.n_regs, 0);
+  wrt[0] = 1;
+  auto need = rk::needed_gradients(p, wrt, {1});
+  EXPECT_EQ(need[0], 1);
+  EXPECT_EQ(need[1], 0);
+  EXPECT_EQ(need[2], 0);
+  EXPECT_EQ(need[3], 0); // x > s
+  EXPECT_EQ(need[9], 1); // the where
+  // s too: s * (exp(x) - 1) passes it on; the constant 1 still needs none.
+  wrt[1] = 1;
+  need = rk::needed_gradients(p, wrt, {1});
+  EXPECT_EQ(need[1], 1);
+  EXPECT_EQ(need[2], 0);
+  // No output with a gradient: nothing.
+  need = rk::needed_gradients(p, wrt, {0});
+  for (uint8_t v : need) EXPECT_EQ(v, 0);
+}
+
+TEST(CpuLoops, RegionForwardBackwardMatchReference) {
+  const rk::Program p = region_example();
+  const int n = 1000; // not a multiple of the chunk; run as two ranges
+  std::vector<float> x(n), g(n), y(n), gx(n);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.f, 3.f);
+  for (int i = 0; i < n; ++i) x[i] = dist(rng), g[i] = dist(rng);
+  x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = 0.25f; // x[3] == s
+  const float s = 0.25f;
+  const float scalars[2] = {s, 1.f};
+  const float* in[1] = {x.data()};
+  float* out[1] = {y.data()};
+  rk::ForwardCall fc;
+  fc.in = in, fc.scalars = scalars, fc.out = out;
+  rk::region_forward_cpu(p, fc, 0, 300);
+  rk::region_forward_cpu(p, fc, 300, n);
+  std::vector<uint8_t> wrt(p.n_regs, 0);
+  wrt[0] = wrt[1] = 1;
+  const auto need = rk::needed_gradients(p, wrt, {1});
+  const float* go[1] = {g.data()};
+  float* gi[1] = {gx.data()};
+  std::vector<double> sg(2, 0.0);
+  rk::BackwardCall bc;
+  bc.in = in, bc.scalars = scalars, bc.grad_out = go, bc.grad_in = gi, bc.need = need.data();
+  bc.scalar_grad = sg.data();
+  rk::region_backward_cpu(p, bc, 0, 700);
+  rk::region_backward_cpu(p, bc, 700, n);
+  double want_sg = 0;
+  for (int i = 3; i < n; ++i) {
+    const double xd = x[i], sd = s, sig = 1 / (1 + std::exp(-xd));
+    const bool c = xd > sd;
+    const double want_y = c ? xd * sig : sd * (std::exp(xd) - 1);
+    const double want_gx = g[i] * (c ? sig + xd * sig * (1 - sig) : sd * std::exp(xd));
+    if (!c) want_sg += g[i] * (std::exp(xd) - 1);
+    EXPECT_NEAR(y[i], want_y, 4e-6 * std::max(1.0, std::fabs(want_y))) << i << " x=" << x[i];
+    EXPECT_NEAR(gx[i], want_gx, 4e-6 * std::max(1.0, std::fabs(want_gx))) << i;
+  }
+  // Specials as eager autograd has them: NaN in, NaN out; +inf takes the first branch
+  // (y = inf) and -inf the second (y = -s); both gradients are NaN, since where sends
+  // 0 into the other branch, where 0 * inf appears (so s's gradient is NaN too).
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(gx[0]));
+  EXPECT_EQ(y[1], INFINITY);
+  EXPECT_EQ(y[2], -s);
+  EXPECT_TRUE(std::isnan(gx[1]) && std::isnan(gx[2]));
+  EXPECT_TRUE(std::isnan(sg[0]));
+  // Without the specials, s's gradient is the sum over the second branch's elements.
+  x[0] = x[1] = x[2] = 0.f;
+  std::fill(sg.begin(), sg.end(), 0.0);
+  rk::region_backward_cpu(p, bc, 0, n);
+  EXPECT_NEAR(sg[0], want_sg, 1e-5 * std::fabs(want_sg));
 }
