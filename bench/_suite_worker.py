@@ -262,7 +262,17 @@ def run(a) -> dict:
     # Step time: forward+backward of the variant and of an eager copy, interleaved (the order
     # alternates per pair) so that load from other processes hits both alike; medians.
     try:
+        # The eager copy gets the variant's current weights and buffers (after the
+        # training steps above): a fresh copy ran at other values, which for FracAct
+        # (whose SGD steps overflow to NaN weights) put eager's own row at 0.68-0.82x.
+        # (By position: checkpoint wrappers rename the variant's keys, not their order.)
         ref_model = spec.build()
+        with torch.no_grad():
+            pairs = list(zip(ref_model.parameters(), model.parameters())) + \
+                list(zip(ref_model.buffers(), model.buffers()))
+            if all(a.shape == b.shape and a.dtype == b.dtype for a, b in pairs):
+                for a, b in pairs:
+                    a.copy_(b)
         ref_params = list(ref_model.parameters())
         _step(ref_model, spec, ref_params, x, target)  # warm the eager copy once
         times = {"v": [], "e": []}

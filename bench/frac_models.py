@@ -11,6 +11,7 @@ re-synchronised before each step, as in
 test/python/test_optimize.py::assert_same_training).
 Usage: bench/frac_models.py [--batch 128] [--reps 5] [--threads 1] [--models a,b] [--out FILE]"""
 import argparse
+import os
 import datetime
 import platform
 import statistics
@@ -34,6 +35,26 @@ def step_time(model, x):
     return time.perf_counter() - t
 
 
+class Interpreted(torch.nn.Module):
+    """`inner` with the region op's fused CPU loop switched off (MEMSLIM_REGION_KERNEL=0,
+    read per call): the TorchScript interpreter path, bit for bit eager's."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        old = os.environ.get("MEMSLIM_REGION_KERNEL")
+        os.environ["MEMSLIM_REGION_KERNEL"] = "0"
+        try:
+            return self.inner(x)
+        finally:
+            if old is None:
+                del os.environ["MEMSLIM_REGION_KERNEL"]
+            else:
+                os.environ["MEMSLIM_REGION_KERNEL"] = old
+
+
 def max_grad_diff(ref, ours, batch, steps=5):
     """Largest relative L2 difference of loss, input grad and parameter grads, over the
     steps whose eager gradients are finite (FracAct's shared order gets a gradient summed
@@ -43,14 +64,15 @@ def max_grad_diff(ref, ours, batch, steps=5):
     opt = torch.optim.SGD(ref.parameters(), lr=0.01)
     torch.manual_seed(1)
     worst, compared, identical = 0.0, 0, 0
+    base = getattr(ours, "inner", ours)  # Interpreted wraps the optimized module
     for step in range(steps):
         with torch.no_grad():
-            mine = ours.state_dict()
+            mine = base.state_dict()
             for k, t in ref.state_dict().items():
                 mine[k].copy_(t)
         x = torch.randn(batch, 3, 32, 32)
         res = []
-        for m in (ref, ours):
+        for m, params_of in ((ref, ref), (ours, base)):
             m.zero_grad()
             # Same dropout / stochastic-depth draws for both (EfficientNet has both;
             # the region op draws no random numbers).
@@ -59,7 +81,7 @@ def max_grad_diff(ref, ours, batch, steps=5):
             out = m(xi)
             loss = F.cross_entropy(out, torch.arange(batch) % out.shape[-1])
             loss.backward()
-            g = dict((n, p.grad) for n, p in m.named_parameters())
+            g = dict((n, p.grad) for n, p in params_of.named_parameters())
             res.append([loss.detach().reshape(1), xi.grad] + [g[n] for n, _ in ref.named_parameters()])
         identical += all(torch.allclose(a, b, rtol=0, atol=0, equal_nan=True) for a, b in zip(*res))
         opt.step()
@@ -90,7 +112,8 @@ def main():
              "| model | eager ReLU/SiLU | eager GELU | eager FracAct | scripted FracAct | memslim FracAct | memslim / eager GELU |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     times = ["", f"Step time (forward+backward), ratio to the unmodified eager FracAct model, interleaved, median of {a.reps}:", "",
-             "| model | eager (s) | memslim | scripted | loss, input and parameter gradients vs eager (5 SGD steps) |", "|---|---:|---:|---:|---:|"]
+             "| model | eager (s) | memslim | memslim, interpreter | scripted | loss, input and parameter gradients vs eager (5 SGD steps): interpreter / fused loop |",
+             "|---|---:|---:|---:|---:|---:|"]
     for arch in a.models.split(","):
         base = "silu" if arch.startswith("efficientnet") else "relu"
         eager = {act: memslim.saved_bytes(torchvision_with(arch, act), x, warmup=0) for act in (base, "gelu", "frac")}
@@ -101,17 +124,20 @@ def main():
         lines.append(f"| {arch} | {eager[base] / MiB:.1f} | {eager['gelu'] / MiB:.1f} | {eager['frac'] / MiB:.1f} | "
                      f"{s_scripted / MiB:.1f} | {s_ours / MiB:.1f} | {s_ours / eager['gelu']:.4f}x |")
         print(lines[-1], flush=True)
-        models = (ref, ours, scripted)
+        models = (ref, ours, Interpreted(ours), scripted)
         for m in models:  # warm-up: the scripted executors profile their first calls
             step_time(m, x), step_time(m, x)
-        t = [[], [], []]
+        t = [[] for _ in models]
         for _ in range(a.reps):
             for k, m in enumerate(models):
                 t[k].append(step_time(m, x))
         med = [statistics.median(v) for v in t]
-        diff, compared, identical = max_grad_diff(torchvision_with(arch, "frac"), ours, a.batch)
+        grads = []
+        for m in (Interpreted(ours), ours):
+            diff, compared, identical = max_grad_diff(torchvision_with(arch, "frac"), m, a.batch)
+            grads.append(f"{diff:.1e} over {compared} finite steps, bit-identical in {identical} of 5")
         times.append(f"| {arch} | {med[0]:.2f} | {med[1] / med[0]:.2f}x | {med[2] / med[0]:.2f}x | "
-                     f"{diff:.1e} over {compared} finite steps; bit-identical in {identical} of 5 |")
+                     f"{med[3] / med[0]:.2f}x | {grads[0]} / {grads[1]} |")
         print(times[-1], flush=True)
     text = "\n".join(lines + times) + "\n"
     if a.out:
