@@ -92,7 +92,7 @@ struct Lowering {
   std::shared_ptr<FusedRegion> r = std::make_shared<FusedRegion>();
   std::unordered_map<const Value*, Slot> env;
   std::unordered_map<const Value*, Value*> pre_env; // region value -> prelude value
-  std::unordered_map<const Value*, int> scalar_of;  // prelude value -> scalar index
+  std::unordered_map<const Value*, int> scalar_of;  // region value -> its scalar register
   // Provisional registers: full inputs k, scalars kScalar + k, temps kTemp + k.
   static constexpr int kScalar = 1 << 20, kTemp = 1 << 21;
   int temps = 0;
@@ -121,39 +121,36 @@ struct Lowering {
     if (it == env.end()) return fail("%" + v->debugName() + " has no loop value"), -1;
     const Slot& s = it->second;
     if (s.kind == Kind::Full || s.kind == Kind::Bool) return s.reg;
+    // A scalar register, one per region value however often it is read.
+    if (auto f = scalar_of.find(v); f != scalar_of.end()) return kScalar + f->second;
+    FusedRegion::Scalar sc;
     if (s.kind == Kind::Prelude) {
       if (!v->type()->cast<c10::TensorType>())
         return fail("%" + v->debugName() + " is not a tensor"), -1;
-      auto f = scalar_of.find(s.pre);
-      if (f != scalar_of.end()) return kScalar + f->second;
-      FusedRegion::Scalar sc;
       sc.prelude_out = static_cast<int>(r->prelude->registerOutput(s.pre));
-      r->scalars.push_back(sc);
-      const int k = static_cast<int>(r->scalars.size()) - 1;
-      scalar_of[s.pre] = k;
-      return kScalar + k;
-    }
-    const c10::IValue& c = s.constant;
-    FusedRegion::Scalar sc;
-    if (c.isDouble())
-      sc.value = static_cast<float>(c.toDouble());
-    else if (c.isInt())
-      sc.value = static_cast<float>(c.toInt());
-    else if (c.isBool())
-      sc.value = c.toBool() ? 1.f : 0.f;
-    else
+    } else if (s.constant.isDouble()) {
+      sc.value = static_cast<float>(s.constant.toDouble());
+    } else if (s.constant.isInt()) {
+      sc.value = static_cast<float>(s.constant.toInt());
+    } else if (s.constant.isBool()) {
+      sc.value = s.constant.toBool() ? 1.f : 0.f;
+    } else {
       return fail("a constant operand is not a number"), -1;
+    }
     r->scalars.push_back(sc);
-    return kScalar + static_cast<int>(r->scalars.size()) - 1;
+    const int k = static_cast<int>(r->scalars.size()) - 1;
+    scalar_of[v] = k;
+    return kScalar + k;
   }
 
   Kind kind_of(Value* v) const { return env.at(v).kind; }
   bool is_float_full(Value* v) const { return kind_of(v) == Kind::Full; }
-  bool is_number(Value* v, bool want_double) const {
+  // A Python float (fp32 in aten's promotion with bools and other floats).
+  bool is_double(Value* v) const {
     const Slot& s = env.at(v);
-    return s.kind == Kind::Const &&
-           (want_double ? s.constant.isDouble() : (s.constant.isInt() || s.constant.isDouble()));
+    return s.kind == Kind::Const && s.constant.isDouble();
   }
+  // A Python int or float.
   std::optional<double> number(Value* v) const {
     const Slot& s = env.at(v);
     if (s.kind != Kind::Const) return std::nullopt;
@@ -221,7 +218,7 @@ struct Lowering {
         if (!e) return fail("pow with a non-number exponent");
         return emit(rk::Op::PowConst, n, in[0], nullptr, nullptr, *e);
       }
-      if (env.at(in[0]).kind == Kind::Const && !is_number(in[0], false))
+      if (env.at(in[0]).kind == Kind::Const && !number(in[0]))
         return fail("pow of a non-number base");
       return arith2(rk::Op::Pow, in[0], in[1]);
     }
@@ -250,7 +247,7 @@ struct Lowering {
     // tensor bounds split ties and NaNs between self and bound: the interpreter.
     if ((k == "aten::clamp_min" || k == "aten::clamp_max") && in.size() == 2) {
       if (!is_float_full(in[0])) return fail(k + " not on fp32");
-      if (!is_number(in[1], false)) return fail(k + " with a bound that is not a number");
+      if (!number(in[1])) return fail(k + " with a bound that is not a number");
       return emit(k == "aten::clamp_min" ? rk::Op::ClampMin : rk::Op::ClampMax, n, in[0], in[1]);
     }
     if ((k == "aten::clamp" || k == "aten::clip") && in.size() == 3) {
@@ -258,7 +255,7 @@ struct Lowering {
       Value* x = in[0];
       if (is_none(in[1]) && is_none(in[2])) return fail(k + " without bounds");
       for (Value* bound : {in[1], in[2]})
-        if (!is_none(bound) && !is_number(bound, false))
+        if (!is_none(bound) && !number(bound))
           return fail(k + " with a bound that is not a number");
       if (!is_none(in[1])) {
         if (is_none(in[2])) return emit(rk::Op::ClampMin, n, x, in[1]);
@@ -275,9 +272,8 @@ struct Lowering {
         result = Kind::Full;
       else if (ka == Kind::Bool && kb == Kind::Bool)
         result = Kind::Bool;
-      else if ((ka == Kind::Bool || is_number(a, true)) &&
-               (kb == Kind::Bool || is_number(b, true)) &&
-               (is_number(a, true) || is_number(b, true)))
+      else if ((ka == Kind::Bool || is_double(a)) && (kb == Kind::Bool || is_double(b)) &&
+               (is_double(a) || is_double(b)))
         result = Kind::Full; // a Python float and a bool or float: fp32
       else
         return fail("where whose result type is not fp32 or bool");

@@ -12,7 +12,10 @@ namespace memslim {
 namespace kernels {
 namespace region {
 
+namespace {
+// The ops before Gt in region_vm.h's enum; the rest give 0 / 1 values.
 bool differentiable(Op op) { return op < Op::Gt; }
+} // namespace
 
 std::vector<uint8_t> needed_gradients(const Program& p, const std::vector<uint8_t>& wrt,
                                       const std::vector<uint8_t>& live_out) {

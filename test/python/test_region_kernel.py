@@ -87,13 +87,16 @@ def _inputs(scalar, scale, n=4099, seed=0):
     return x, s
 
 
-def _run(ir, x, s, kernel, monkeypatch, grads=True):
+def _run(ir, x, s, kernel, monkeypatch, grads=True, grad_t=False):
     monkeypatch.setenv("MEMSLIM_REGION_KERNEL", "1" if kernel else "0")
     xs = [x.clone().requires_grad_(grads), s.clone().requires_grad_(grads)]
     outs = torch.ops.memslim.recompute_region(xs, ir)
     if not grads:
         return [o.detach() for o in outs]
     g = torch.randn(outs[0].shape, generator=torch.Generator().manual_seed(7))
+    if grad_t:  # the same shape, transposed strides
+        g = g.t().contiguous().t()
+        assert not g.is_contiguous()
     torch.autograd.backward(outs[0], g)
     return [outs[0].detach(), xs[0].grad, xs[1].grad]
 
@@ -155,10 +158,11 @@ def test_inputs_the_loop_does_not_take_run_the_interpreter(layout, monkeypatch):
         x, s = x.double(), s.double()
     elif layout == "strided":
         x, s = x.reshape(64, 64).t(), s.reshape(64, 64).t()
-    if layout == "grad_output_strided":  # the loop's forward, the backward takes the loop too
+    grad_t = layout == "grad_output_strided"
+    if grad_t:  # contiguous inputs, a strided output gradient: the loop both ways
         x, s = x.reshape(64, 64), s.reshape(64, 64)
-    fused = _run(ir, x, s, True, monkeypatch)
-    aten = _run(ir, x, s, False, monkeypatch)
+    fused = _run(ir, x, s, True, monkeypatch, grad_t=grad_t)
+    aten = _run(ir, x, s, False, monkeypatch, grad_t=grad_t)
     for a, b in zip(fused, aten):
         if layout == "grad_output_strided":
             _close(a, b, layout)

@@ -75,8 +75,6 @@ struct Program {
   std::vector<int32_t> outputs; // registers the region returns
 };
 
-bool differentiable(Op op);
-
 struct ForwardCall {
   const float* const* in = nullptr; // n_full pointers
   const float* scalars = nullptr;   // n_scalar values
