@@ -231,6 +231,46 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_forward(const at::Tensor& x,
   TORCH_CHECK(false, "memslim: unknown norm");
 }
 
+// Batch norm's training backward straight from y: aten's kernel computes
+// (x - mean) * invstd wherever it needs x_hat, so with x = y, mean = beta and
+// invstd = 1 / gamma it gets x_hat itself (gamma x_hat / gamma), and with
+// weight gamma^2 rstd its input gradient carries gamma rstd as it should; its
+// weight gradient, sum(g (x - mean)) invstd, is gamma's. No x_hat pass (sub +
+// div: 10 ms of resnet50-GELU's step, batch 32, 1 thread). The same values up
+// to rounding; a constant channel's y - beta is still 0 exactly. Only where
+// every channel inverts (no kept slice) and gamma, 1 / gamma and gamma^2 rstd
+// are normal numbers of the opmath type (checked here, on plain CPU data; else
+// the x_hat pass runs). Returns the (mean, invstd, weight) to pass, or nothing.
+template <typename T>
+bool normal_factors(const T* g, const T* r, int64_t C) {
+  for (int64_t c = 0; c < C; ++c) {
+    const T a = std::fabs(g[c]), w2 = a * a * r[c];
+    if (!(a >= T(0x1p-24) && a <= T(0x1p24) && w2 >= std::numeric_limits<T>::min() &&
+          w2 <= std::numeric_limits<T>::max()))
+      return false;
+  }
+  return true;
+}
+std::optional<std::array<at::Tensor, 3>> batch_norm_from_y(const at::Tensor& y,
+                                                           const at::Tensor& w_om,
+                                                           const at::Tensor& b, const at::Tensor& r,
+                                                           const at::Tensor& idx) {
+  if (!w_om.defined() || !plain_cpu(y) || !plain_cpu(w_om) || !plain_cpu(r) || !plain_cpu(idx) ||
+      idx.numel() != 0)
+    return std::nullopt;
+  const at::Tensor g = w_om.reshape(-1).contiguous(), rs = r.reshape(-1).contiguous();
+  if (g.numel() != rs.numel()) return std::nullopt;
+  const bool ok =
+      g.scalar_type() == at::kFloat
+          ? normal_factors(g.const_data_ptr<float>(), rs.const_data_ptr<float>(), g.numel())
+      : g.scalar_type() == at::kDouble
+          ? normal_factors(g.const_data_ptr<double>(), rs.const_data_ptr<double>(), g.numel())
+          : false;
+  if (!ok) return std::nullopt;
+  const at::Tensor mean = b.defined() ? b.reshape(-1).to(g.scalar_type()) : at::zeros_like(g);
+  return std::array<at::Tensor, 3>{mean, g.reciprocal(), g * g * rs};
+}
+
 // The norm's backward from y (see the header): grads of input, gamma, beta.
 // `y` may be in opmath already (a join rebuilt it); `x_dtype` is the input's.
 // The kept slices are put back where gamma is given or a join asked for them.
@@ -247,6 +287,19 @@ variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const a
   // gamma, one pass less, gave 5e-7: fuzz seed 88's gamma gradient, 0 in aten).
   at::Tensor xh;
   const at::Tensor w_om = w.defined() ? w.to(om) : at::Tensor();
+  const at::Tensor gy = grad.to(om);
+  const at::Tensor r = rstd.to(om);
+  const std::array<bool, 3> mask{need[0], need[1] && w.defined(), need[2] && b.defined()};
+  if (k == Norm::Batch && c.training)
+    if (auto f = batch_norm_from_y(y, w_om, b, r, idx)) {
+      const auto& [mean, invstd, weight] = *f;
+      auto [gx, gw, gb] = at::native_batch_norm_backward(
+          gy, y.to(om), weight, std::nullopt, std::nullopt, mean, invstd, true, 0.0, mask);
+      if (gx.defined()) gx = gx.to(x_dtype);
+      if (gw.defined()) gw = gw.reshape_symint(w.sym_sizes()).to(w.scalar_type());
+      if (gb.defined()) gb = gb.reshape_symint(b.sym_sizes()).to(b.scalar_type());
+      return {gx, gw, gb};
+    }
   if (b.defined()) {
     // (A join's y is a tensor of its own in opmath: rebuilt in place.)
     xh = y_is_temp && y.scalar_type() == om ? y.sub_(affine_view(b.to(om), d, dim))
@@ -266,9 +319,6 @@ variable_list norm_backward(const at::Tensor& grad, const at::Tensor& y, const a
   // aten's own fused backward kernels, run on x_hat as their input with mean 0
   // and rstd 1 (so they normalize nothing); the input gradient is then scaled
   // by the real rstd (batch norm: folded into the weight it already scales by).
-  const at::Tensor gy = grad.to(om);
-  const at::Tensor r = rstd.to(om);
-  const std::array<bool, 3> mask{need[0], need[1] && w.defined(), need[2] && b.defined()};
   auto opt_om = [&](const at::Tensor& t) {
     return t.defined() ? std::optional<at::Tensor>(t.to(om)) : std::nullopt;
   };
@@ -378,22 +428,29 @@ struct JoinCall {
   std::vector<double> params;
 };
 
-// ResNet's join with a ReLU on contiguous CPU float / double tensors of one
-// shape: one pass of the kernels library (AVX2 where the processor has it)
-// instead of aten's relu, add and per-channel amax in the forward, and relu
-// and sub in the backward (profiled: 43 ms of resnet50's 103 ms over eager,
-// batch 32, 1 thread). The values are aten's bit for bit: relu is
-// clamp_min(v, 0) value for value, the sum the same single IEEE add.
-// (plain_cpu.h: a dense CPU tensor with real data.)
-bool relu_join_fusable(const at::Tensor& y, const at::Tensor& r, const std::string& act) {
-  return act == "relu" && plain_cpu(y) && plain_cpu(r) &&
+// The join's sum on contiguous CPU float / double tensors of one shape: one
+// pass of the kernels library (AVX2 where the processor has it) instead of
+// aten's add and per-channel abs + amax in the forward. With a ReLU the pass
+// computes relu itself (and the backward's y = out - relu(r) is one pass too):
+// profiled, 43 ms of resnet50's 103 ms over eager (batch 32, 1 thread); with
+// another activation aten computes act(r) first and the pass adds it (abs +
+// amax: 18 ms of resnet50-GELU's step). The values are aten's bit for bit: relu
+// is clamp_min(v, 0) value for value, the sum the same single IEEE add, the
+// maximum of |v| exact. (plain_cpu.h: a dense CPU tensor with real data.)
+bool join_fusable(const at::Tensor& y, const at::Tensor& r) {
+  return plain_cpu(y) && plain_cpu(r) &&
          (y.scalar_type() == at::kFloat || y.scalar_type() == at::kDouble) &&
          r.scalar_type() == y.scalar_type() && y.sizes() == r.sizes() && y.is_contiguous() &&
          r.is_contiguous() && y.numel() > 0;
 }
+bool relu_join_fusable(const at::Tensor& y, const at::Tensor& r, const std::string& act) {
+  return act == "relu" && join_fusable(y, r);
+}
 
-// y += relu(r) in place; returns max relu(r) per C of the (A, C, S) view.
-at::Tensor relu_join_forward(at::Tensor& y, const at::Tensor& r, int64_t A, int64_t C, int64_t S) {
+// y += relu(r) (or y += r: `relu` false) in place; returns max |relu(r)| (|r|)
+// per C of the (A, C, S) view.
+at::Tensor fused_join_forward(at::Tensor& y, const at::Tensor& r, bool relu, int64_t A, int64_t C,
+                              int64_t S) {
   const int nt = at::get_num_threads();
   at::Tensor part = at::full({nt, C}, -std::numeric_limits<double>::infinity(), y.options());
   const auto t = to_kernel_dtype(y.scalar_type());
@@ -402,7 +459,11 @@ at::Tensor relu_join_forward(at::Tensor& y, const at::Tensor& r, int64_t A, int6
   char* pp = static_cast<char*>(part.data_ptr());
   const int64_t row_bytes = C * static_cast<int64_t>(y.element_size());
   at::parallel_for(0, A * C, std::max<int64_t>(1, 32768 / S), [&](int64_t b, int64_t e) {
-    kernels::relu_join_forward_cpu(t, yp, rp, pp + at::get_thread_num() * row_bytes, C, S, b, e);
+    void* cmax = pp + at::get_thread_num() * row_bytes;
+    if (relu)
+      kernels::relu_join_forward_cpu(t, yp, rp, cmax, C, S, b, e);
+    else
+      kernels::add_join_forward_cpu(t, yp, rp, cmax, C, S, b, e);
   });
   return nt == 1 ? part[0] : part.amax(0);
 }
@@ -417,24 +478,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> join_forw
   // alias the schema checks of opcheck refuse below autograd.)
   auto in_om = [&](const at::Tensor& t) { return t.scalar_type() == om ? t : t.to(om); };
   at::Tensor out, amax; // the sum; max |act(residual)| per channel (when saving)
-  if (relu_join_fusable(y, residual, j.act) && !y.is_alias_of(x) && !y.is_alias_of(residual)) {
-    int64_t A = 1, C = 1, S = 1;
-    for (int64_t i = 0; i < y.dim(); ++i)
-      (i < d.first_affine ? A : i < d.first_affine + d.affine_count ? C : S) *= y.size(i);
-    amax = in_om(relu_join_forward(y, residual, A, C, S));
+  int64_t A = 1, C = 1, S = 1;
+  for (int64_t i = 0; i < y.dim(); ++i)
+    (i < d.first_affine ? A : i < d.first_affine + d.affine_count ? C : S) *= y.size(i);
+  // (y is aten's fresh output unless the norm returned an alias.)
+  const bool y_own = !y.is_alias_of(x) && !y.is_alias_of(residual);
+  if (relu_join_fusable(y, residual, j.act) && y_own) {
+    amax = in_om(fused_join_forward(y, residual, /*relu=*/true, A, C, S));
     out = y;
   } else {
     at::Tensor a = act_recompute(residual, j.act, j.params);
-    // act(residual) is a fresh tensor of our own unless act is "none": the sum is
-    // written into it (y + a and a + y are the same IEEE sum).
-    const bool a_fresh = j.act != "none" && a.scalar_type() == y.scalar_type() &&
-                         a.sizes() == y.sizes() && !a.is_alias_of(residual);
-    // relu's output is >= 0 (or NaN, which amax keeps): no abs pass.
-    if (save) {
-      const at::Tensor a3 = as_acs(a, d);
-      amax = in_om((j.act == "relu" ? a3 : a3.abs()).amax(at::IntArrayRef{0, 2}));
+    if (save && j.act != "relu" && y_own && join_fusable(y, a)) {
+      amax = in_om(fused_join_forward(y, a, /*relu=*/false, A, C, S));
+      out = y;
+    } else {
+      // act(residual) is a fresh tensor of our own unless act is "none": the sum is
+      // written into it (y + a and a + y are the same IEEE sum).
+      const bool a_fresh = j.act != "none" && a.scalar_type() == y.scalar_type() &&
+                           a.sizes() == y.sizes() && !a.is_alias_of(residual);
+      // relu's output is >= 0 (or NaN, which amax keeps): no abs pass.
+      if (save) {
+        const at::Tensor a3 = as_acs(a, d);
+        amax = in_om((j.act == "relu" ? a3 : a3.abs()).amax(at::IntArrayRef{0, 2}));
+      }
+      out = a_fresh ? a.add_(y) : at::add(y, a);
     }
-    out = a_fresh ? a.add_(y) : at::add(y, a);
   }
   if (!save) return {out, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   const at::Tensor weff = w.defined() ? w.reshape(-1) : at::ones_like(amax);

@@ -21,6 +21,8 @@ namespace kernels {
   void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t b, int64_t e);                  \
   void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S, \
                              int64_t b, int64_t e);                                             \
+  void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C, int64_t S,  \
+                            int64_t b, int64_t e);                                              \
   void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b,       \
                              int64_t e);                                                        \
   namespace region {                                                                            \
@@ -96,6 +98,10 @@ void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t b, int64_t e) {
 void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S,
                            int64_t b, int64_t e) {
   MEMSLIM_PICK(relu_join_forward_cpu, t, y, r, cmax, C, S, b, e);
+}
+void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C, int64_t S,
+                          int64_t b, int64_t e) {
+  MEMSLIM_PICK(add_join_forward_cpu, t, y, a, cmax, C, S, b, e);
 }
 void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b, int64_t e) {
   MEMSLIM_PICK(relu_join_rebuild_cpu, t, y, out, r, b, e);

@@ -12,6 +12,7 @@
 // picks one at run time.
 //
 //===----------------------------------------------------------------------===//
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -756,10 +757,15 @@ inline T relu_of(T v) {
   return v < T(0) ? T(0) : v; // aten's clamp_min(v, 0): NaN and -0.0 pass through
 }
 
-// One row: y += relu(r); returns max(m, relu(r) over the row), NaN-propagating.
-template <typename T>
-T relu_join_row(T* __restrict y, const T* __restrict r, int64_t S, T m) {
-  for (int64_t s = 0; s < S; ++s) y[s] = relu_of(r[s]) + y[s];
+// One row of a join: y += term(r), returns max(m, |term(r)| over the row),
+// NaN-propagating. Relu: term = relu (>= 0 or NaN: its own absolute value);
+// else term = identity (r is the activation, computed already).
+template <bool Relu, typename T>
+T join_row(T* __restrict y, const T* __restrict r, int64_t S, T m) {
+  if constexpr (Relu)
+    for (int64_t s = 0; s < S; ++s) y[s] = relu_of(r[s]) + y[s];
+  else
+    for (int64_t s = 0; s < S; ++s) y[s] = r[s] + y[s];
   int64_t s = 0;
   bool nan = false;
 #if defined(__AVX2__)
@@ -767,10 +773,12 @@ T relu_join_row(T* __restrict y, const T* __restrict r, int64_t S, T m) {
     __m256 vm = _mm256_set1_ps(-__builtin_inff());
     __m256 vn = _mm256_setzero_ps();
     const __m256 zero = _mm256_setzero_ps();
+    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (; s + 8 <= S; s += 8) {
       const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(r) + s);
       vn = _mm256_or_ps(vn, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-      vm = _mm256_max_ps(vm, _mm256_max_ps(v, zero)); // NaN lanes: flagged in vn
+      // NaN lanes: flagged in vn
+      vm = _mm256_max_ps(vm, Relu ? _mm256_max_ps(v, zero) : _mm256_andnot_ps(sign, v));
     }
     nan = _mm256_movemask_ps(vn) != 0;
     alignas(32) float lanes[8];
@@ -779,7 +787,7 @@ T relu_join_row(T* __restrict y, const T* __restrict r, int64_t S, T m) {
   }
 #endif
   for (; s < S; ++s) {
-    const T a = relu_of(r[s]);
+    const T a = Relu ? relu_of(r[s]) : std::fabs(r[s]);
     if (a != a) nan = true;
     m = a > m ? a : m;
   }
@@ -787,20 +795,30 @@ T relu_join_row(T* __restrict y, const T* __restrict r, int64_t S, T m) {
 }
 
 // Rows [b, e): a NaN maximum stays NaN (nothing compares greater than it).
-template <typename T>
-void relu_join_rows(T* y, const T* r, T* cmax, int64_t C, int64_t S, int64_t b, int64_t e) {
+template <bool Relu, typename T>
+void join_rows(T* y, const T* r, T* cmax, int64_t C, int64_t S, int64_t b, int64_t e) {
   for (int64_t row = b; row < e; ++row)
-    cmax[row % C] = relu_join_row<T>(y + row * S, r + row * S, S, cmax[row % C]);
+    cmax[row % C] = join_row<Relu, T>(y + row * S, r + row * S, S, cmax[row % C]);
+}
+
+template <bool Relu>
+void join_forward(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S, int64_t b,
+                  int64_t e) {
+  if (t == DType::Float)
+    join_rows<Relu>(static_cast<float*>(y), static_cast<const float*>(r), static_cast<float*>(cmax),
+                    C, S, b, e);
+  else
+    join_rows<Relu>(static_cast<double*>(y), static_cast<const double*>(r),
+                    static_cast<double*>(cmax), C, S, b, e);
 }
 
 void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S,
                            int64_t b, int64_t e) {
-  if (t == DType::Float)
-    relu_join_rows(static_cast<float*>(y), static_cast<const float*>(r), static_cast<float*>(cmax),
-                   C, S, b, e);
-  else
-    relu_join_rows(static_cast<double*>(y), static_cast<const double*>(r),
-                   static_cast<double*>(cmax), C, S, b, e);
+  join_forward<true>(t, y, r, cmax, C, S, b, e);
+}
+void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C, int64_t S,
+                          int64_t b, int64_t e) {
+  join_forward<false>(t, y, a, cmax, C, S, b, e);
 }
 
 template <typename T>

@@ -222,6 +222,56 @@ def test_join_compile_dynamic():
 
 
 @pytest.mark.parametrize("name", NORMS)
+@pytest.mark.parametrize("act", ["none", "gelu", "silu"])
+def test_join_fused_add_is_aten_bit_for_bit(name, act):
+    # Another activation on contiguous CPU float: aten computes act(r), and one pass
+    # of the kernels library adds it to norm(x) and takes the per-channel max |act(r)|
+    # (which decides the channels that keep x_hat). The sum must be aten's bit for
+    # bit, NaN, inf and -0.0 included, and the channels whose maximum is not finite
+    # keep their x_hat: the input's gradient stays finite wherever aten's is.
+    args, r, ins = _case(name, torch.float32, act, seed=11)
+    with torch.no_grad():
+        r.view(-1)[:6] = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"),
+                                       -1.0])
+        r.view(-1)[-3:] = torch.tensor([-0.0, -1e30, 3e-39])
+    ref, out = _both(name, args, r, act)
+    assert torch.equal(out.isnan(), ref.isnan())
+    assert torch.equal(out.nan_to_num(), ref.nan_to_num())
+    assert torch.equal(torch.signbit(out), torch.signbit(ref))
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    (gr_ref,) = torch.autograd.grad(ref, [r], g, retain_graph=True)
+    (gr,) = torch.autograd.grad(out, [r], g, retain_graph=True)
+    assert torch.equal(gr.isnan(), gr_ref.isnan())
+    assert torch.equal(gr.nan_to_num(), gr_ref.nan_to_num())
+    gx_ref = torch.autograd.grad(ref, [ins[0]], g)[0]
+    gx = torch.autograd.grad(out, [ins[0]], g)[0]
+    assert torch.equal(gx.isfinite(), gx_ref.isfinite())
+    # Where aten's gradient is finite the rebuild is within the norms' bound.
+    fin = gx_ref.isfinite()
+    assert _rel(gx[fin], gx_ref[fin]) < 1e-4
+
+
+def test_join_fused_add_channel_maximum_decides_the_fallback():
+    # A residual of 1e6 in one channel (|act(r)| > 64 |gamma|): that channel keeps
+    # x_hat (the rebuild would lose it to rounding), the others rebuild; fp32
+    # gradients stay within 1e-5 of fp64 where the rebuild alone would not.
+    args, r, ins = _case("batch_norm", torch.float32, "gelu", seed=5)
+    with torch.no_grad():
+        r[:, 2] += 1e6
+    ref64 = _case("batch_norm", torch.float64, "gelu", seed=5)
+    with torch.no_grad():
+        ref64[1][:, 2] += 1e6
+        for a, b in zip(ref64[2], ins):
+            a.copy_(b.double())
+    out = M.batch_norm_add(r, "gelu", [], *args)
+    want = ACTS["gelu"](ref64[1]) + torch.batch_norm(*ref64[0])
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(4))
+    gx = torch.autograd.grad(out, [ins[0]], g)[0]
+    gx64 = torch.autograd.grad(want, [ref64[2][0]], g.double())[0]
+    assert _rel(gx, gx64) < 1e-5
+
+
+@pytest.mark.parametrize("name", NORMS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_relu_join_fused_pass_is_aten_bit_for_bit(name, dtype):
     # Contiguous CPU float / double with act = relu takes the kernels library's fused

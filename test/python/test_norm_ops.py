@@ -97,6 +97,33 @@ def test_error_like_aten(name, edges, dtype):
         assert err_m <= 2 * err_a + res, f"{name} {what}: memslim {err_m:.2e}, aten {err_a:.2e}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [1e-30, 1e-9, 1e-3, 1e6, 1e25])
+def test_batch_norm_gamma_scales(dtype, scale):
+    # gamma across the opmath range, |beta| <= 64 |gamma| (every channel inverts):
+    # the training backward runs from y (mean = beta, invstd = 1 / gamma, weight
+    # gamma^2 rstd) where gamma, 1 / gamma and gamma^2 rstd are normal numbers, and
+    # rebuilds x_hat where they are not (1e-30, 1e25 in fp32). Both within aten's
+    # own error against fp64, as test_error_like_aten.
+    aten, ours, *_ = NORMS["batch_norm"]
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(4, 6, 5, 5, generator=g, dtype=torch.float64) * 2 + 0.3).to(dtype)
+    w = (scale * (0.5 + torch.rand(6, generator=g, dtype=torch.float64))).to(dtype)
+    w[1] = -w[1]
+    b = (w.double() * 8 * torch.randn(6, generator=g, dtype=torch.float64)).to(dtype)
+    gy = torch.randn(4, 6, 5, 5, generator=g, dtype=torch.float64).to(dtype)
+    ref = _run(aten, x.double(), w.double(), b.double(), gy.double())
+    got_aten = _run(aten, x, w, b, gy)
+    got_ours = _run(ours, x, w, b, gy)
+    res = torch.finfo(dtype).eps * 66
+    for r, a, m, what in zip(ref, got_aten, got_ours, ["y", "grad x", "grad gamma", "grad beta"]):
+        assert m.isfinite().all(), what
+        scale_r = r.abs().max().clamp_min(1e-300)
+        err_a = ((a.double() - r).abs().max() / scale_r).item()
+        err_m = ((m.double() - r).abs().max() / scale_r).item()
+        assert err_m <= 2 * err_a + res, f"{what}: memslim {err_m:.2e}, aten {err_a:.2e}"
+
+
 def test_fallback_picks_the_channels_gamma_cannot_invert():
     x = torch.randn(2, 6, 3, 3)
     w = torch.tensor([1.0, 0.0, 1e-9, float("nan"), 0.5, float("inf")])

@@ -66,6 +66,11 @@ void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t 
                            int64_t row_begin, int64_t row_end);
 void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t begin,
                            int64_t end);
+// The same forward for a join whose activation `a` was computed already (by
+// aten): y += a in place (the same IEEE sum as a + y) and cmax[c] =
+// max(cmax[c], |a| over the row), NaN-propagating as aten's abs + amax.
+void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C, int64_t S,
+                          int64_t row_begin, int64_t row_end);
 
 // Present only in builds with CUDA (MEMSLIM_WITH_CUDA).
 void forward_cuda(Act a, DType t, const ForwardArgs& args, cudaStream_t stream);
