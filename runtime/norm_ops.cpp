@@ -16,7 +16,9 @@
 // Error bound: the rebuilt x_hat differs from (x - mean) * rstd by at most
 // about u (|x_hat| + |beta / gamma|), u the unit roundoff of y's dtype; K = 64
 // for fp32/fp64 (<= 4e-6 for |x_hat| <= 1) and 2 for 16-bit outputs (aten's own
-// 16-bit backward reads a rounded x: the same order).
+// 16-bit backward reads a rounded x: the same order). aten's CPU batch and
+// group norms add u(opmath) |mean| rstd (they compute y = x * scale + shift):
+// channels where that exceeds K u(y) keep x_hat too (seed 700679).
 // Double backward is not supported (a create_graph backward raises).
 //
 //===----------------------------------------------------------------------===//
@@ -66,6 +68,18 @@ at::Tensor defined_or_empty(const std::optional<at::Tensor>& t) {
 // The largest |beta / gamma| whose channel is rebuilt from y (see the header).
 double inversion_bound(at::ScalarType y) {
   return (y == at::kHalf || y == at::kBFloat16) ? 2.0 : 64.0;
+}
+
+// The largest |mean| rstd whose channel is rebuilt from y: that term's
+// rounding, u(opmath) |mean| rstd, within the bound's K u(y) (see the header).
+double mean_shift_bound(at::ScalarType y, at::ScalarType om) {
+  auto unit = [](at::ScalarType t) {
+    return t == at::kDouble     ? 0x1p-53
+           : t == at::kHalf     ? 0x1p-11
+           : t == at::kBFloat16 ? 0x1p-8
+                                : 0x1p-24;
+  };
+  return inversion_bound(y) * unit(y) / unit(om);
 }
 
 // The affine dims (the ones gamma spans) and the dims reduced to get a
@@ -150,8 +164,20 @@ std::tuple<at::Tensor, at::Tensor> norm_fallback_impl(
     const at::Tensor b = bias->reshape(-1).to(om);
     ok = ok.logical_and(b.abs().le(w.abs() * inversion_bound(out_dtype)));
   }
-  const at::Tensor idx = at::nonzero(ok.logical_not()).reshape(-1).to(at::kInt);
   const at::Tensor x3 = as_acs(input, d);
+  if (mean && mean->defined() && (k == Norm::Batch || k == Norm::Group)) {
+    // aten's CPU kernels compute y = x * (gamma rstd) + (beta - mean gamma rstd):
+    // y carries u |mean| rstd of x_hat's units on top (long-fuzz seed 700679: an
+    // exactly constant channel, rstd = 1 / sqrt(eps), x_hat 0 in aten, 1e-5
+    // rebuilt). Channels (any sample's group, for group norm) where that exceeds
+    // the bound keep their x_hat.
+    const int64_t a = x3.size(0), c = x3.size(1);
+    const at::Tensor shift =
+        (stat_acs(mean->to(om), k, a, c, groups).abs() * stat_acs(rstd.to(om), k, a, c, groups))
+            .amax(at::IntArrayRef{0, 2});
+    ok = ok.logical_and(shift.le(mean_shift_bound(out_dtype, om)));
+  }
+  const at::Tensor idx = at::nonzero(ok.logical_not()).reshape(-1).to(at::kInt);
   if (idx.numel() == 0) // fresh empty tensors: nonzero's result may hold storage
     return {at::empty({0}, idx_opts),
             at::empty({x3.size(0), 0, x3.size(2)}, input.options().dtype(om))};

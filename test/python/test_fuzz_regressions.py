@@ -1804,10 +1804,10 @@ def test_no_rewrite_reaches_across_a_no_grad_block(model_fn, front_end):
 
 
 # Long-fuzz seed 700679 (session 17), shrunk: BatchNorm1d over channels that are exactly
-# constant in the batch; the FX front end's output-saving batch_norm rebuilds x_hat from
-# aten's rounded y and gives gamma a 1.6e-5 gradient where eager's is exactly 0. Not fixed
-# (known_failures.txt): the fallback channels should include those with |mean| * rstd large.
-@pytest.mark.xfail(strict=True, reason="seed 700679: output-saving batch_norm, constant channels")
+# constant in the batch; the FX front end's output-saving batch_norm rebuilt x_hat from
+# aten's rounded y (y = x * scale + shift carries u |mean| rstd, rstd = 1 / sqrt(eps)) and
+# gave gamma a 1.6e-5 gradient where eager's is exactly 0. Fixed in session 24: channels
+# with |mean| rstd over the bound keep their x_hat (norm_fallback).
 def test_bn_output_saving_of_constant_channels(session):
     check_corpus(session, "seed700679_bn_output_saving_constant_channel.py")
 
@@ -1815,9 +1815,8 @@ def test_bn_output_saving_of_constant_channels(session):
 # Fuzz seed 916549 (session 23), shrunk: a coupling-shaped block whose BatchNorm1d sees
 # channels that are exactly constant (hardsigmoid(0) * 30 on a zeros input); the FX front
 # end's output-saving batch_norm gives gamma a 8.9e-3 gradient where eager's is exactly 0.
-# The same class as seed 700679 above (known_failures.txt); found again by the session-23
-# run of 3000 seeds, unchanged with the fused region loop off (MEMSLIM_REGION_KERNEL=0).
-@pytest.mark.xfail(strict=True, reason="seed 916549: output-saving batch_norm, constant channels")
+# The same class as seed 700679 above; found again by the session-23 run of 3000 seeds,
+# unchanged with the fused region loop off (MEMSLIM_REGION_KERNEL=0). Fixed with it.
 def test_bn_output_saving_of_constant_channels_in_coupling(session):
     check_corpus(session, "seed916549_bn_constant_channels_in_coupling.py")
 

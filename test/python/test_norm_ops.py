@@ -138,6 +138,37 @@ def test_fallback_picks_the_channels_gamma_cannot_invert():
     assert idx16.tolist() == [1, 2, 3, 4, 5]
 
 
+def test_fallback_takes_channels_whose_mean_dwarfs_their_spread():
+    # aten's CPU batch / group norm compute y = x * scale + shift, whose rounding is
+    # u |mean| rstd in x_hat's units: a channel with |mean| rstd over the bound (64
+    # for fp32 outputs, 2 u16 / u32 for 16-bit ones) keeps its x_hat, as does an
+    # exactly constant one (rstd = 1 / sqrt(eps), seed 700679).
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 5, 3, 3, generator=g)
+    x[:, 1] = 3.0  # constant: rstd = 316, |mean| rstd = 949
+    x[:, 2] = 100.0 + torch.randn(4, 3, 3, generator=g)  # |mean| rstd ~ 100
+    x[:, 3] = 10.0 + torch.randn(4, 3, 3, generator=g)  # ~ 10: rebuilt
+    w, b = torch.ones(5), torch.zeros(5)
+    y, mean, rstd = torch.ops.aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+    idx, _ = M.norm_fallback(x, mean, rstd, w, b, "batch_norm", 1, 1, torch.float32)
+    assert idx.tolist() == [1, 2]
+    idx16, _ = M.norm_fallback(x, mean, rstd, w, b, "batch_norm", 1, 1, torch.bfloat16)
+    assert idx16.tolist() == []
+    # Group norm: per (sample, group) statistics; a group of one sample over the bound
+    # sends its channels.
+    xg = torch.randn(2, 4, 3, 3, generator=g)
+    xg[1, 2:] = 5.0
+    yg, mg, rg = torch.ops.aten.native_group_norm(xg, w[:4], b[:4], 2, 4, 9, 2, 1e-5)
+    idxg, _ = M.norm_fallback(xg, mg, rg, w[:4], b[:4], "group_norm", 1, 2, torch.float32)
+    assert idxg.tolist() == [2, 3]
+    # And the constant channel's gamma gradient is aten's, exactly 0.
+    gy = torch.randn(x.shape, generator=g)
+    a = _run(NORMS["batch_norm"][0], x, w, b, gy)
+    m = _run(NORMS["batch_norm"][1], x, w, b, gy)
+    assert a[2][1].item() == 0.0 and m[2][1].item() == 0.0
+    torch.testing.assert_close(m[2], a[2], rtol=1e-5, atol=1e-5)
+
+
 def test_zero_init_residual_is_exact():
     # gamma = 0 (torchvision's zero_init_residual): y = beta carries no x_hat;
     # the kept slice gives grad gamma exactly as aten's.
