@@ -1879,3 +1879,22 @@ def test_silu_layer_norm_mean_of_zero_fp64(session):
 @pytest.mark.xfail(strict=True, reason="seed 912100: coupling chain through a 2-element LayerNorm")
 def test_coupling_chain_through_a_two_element_layer_norm(session):
     check_corpus(session, "seed912100_coupling_layer_norm_of_two.py")
+
+
+# Fuzz seeds 919516, 919812 and 922186 (session 24, 3000 seeds 919500:922500): three
+# `wrong` verdicts present with every session-24 change turned off (and with the fused
+# region loop off). Not fixed yet (known_failures.txt); see each corpus file's header.
+@pytest.mark.xfail(strict=True, reason="seed 919516: fused activation-dropout in a coupling")
+def test_fused_dropout_silu_in_coupling(session):
+    check_corpus(session, "seed919516_fused_dropout_silu_in_coupling.py")
+
+
+@pytest.mark.xfail(strict=True, reason="seed 919812: coupling chains behind a scalar gain")
+def test_coupling_chain_scalar_gain(session):
+    check_corpus(session, "seed919812_coupling_chain_scalar_gain.py")
+
+
+@pytest.mark.xfail(strict=True, reason="seed 922186: hand LayerNorm, a zero gradient as 2e-7")
+def test_hand_layer_norm_shift_grad_zero(session):
+    check_corpus(session, "seed922186_hand_layer_norm_shift_grad_zero.py")
+
