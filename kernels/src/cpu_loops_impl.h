@@ -821,49 +821,6 @@ void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C
   join_forward<false>(t, y, a, cmax, C, S, b, e);
 }
 
-// gelu (erf form) and its derivative in one pass: ActMath<Gelu>::forward and
-// grad_from_input (aten's gelu and gelu_backward formulas) sharing one erf, in
-// chunks; on AVX-512 libmvec's 8-lane erff (see simd_math.h), else the loop
-// auto-vectorises where libmvec is declared.
-template <typename T>
-bool gelu_value_derivative_range(const T* __restrict x, T* __restrict y, T* __restrict d, int64_t b,
-                                 int64_t e) {
-  bool edge = false;
-  constexpr int64_t kChunk = 256;
-  alignas(64) T er[kChunk];
-  for (int64_t c = b; c < e; c += kChunk) {
-    const int64_t len = e - c < kChunk ? e - c : kChunk;
-    const T* xc = x + c;
-    int64_t i = 0;
-#if defined(__AVX512F__) && defined(MEMSLIM_HAVE_LIBMVEC)
-    if constexpr (std::is_same_v<T, float>)
-      for (; i + 8 <= len; i += 8)
-        _mm256_store_ps(er + i,
-                        _ZGVdN8v_erff(_mm256_mul_ps(_mm256_loadu_ps(xc + i),
-                                                    _mm256_set1_ps(0.70710678118654752440f))));
-#endif
-    for (; i < len; ++i) er[i] = m::erf(xc[i] * T(0.70710678118654752440));
-    bool chunk_edge = false;
-    for (i = 0; i < len; ++i) {
-      const T xv = xc[i];
-      const T cdf = T(0.5) * (T(1) + er[i]);
-      y[c + i] = xv * T(0.5) * (T(1) + er[i]);
-      d[c + i] = cdf + xv * (m::exp(T(-0.5) * xv * xv) * T(0.39894228040143267794));
-      chunk_edge |= !(m::fabs(xv) < T(0x1p120));
-    }
-    edge |= chunk_edge;
-  }
-  return edge;
-}
-
-bool gelu_value_derivative_cpu(DType t, const void* x, void* y, void* d, int64_t b, int64_t e) {
-  if (t == DType::Float)
-    return gelu_value_derivative_range(static_cast<const float*>(x), static_cast<float*>(y),
-                                       static_cast<float*>(d), b, e);
-  return gelu_value_derivative_range(static_cast<const double*>(x), static_cast<double*>(y),
-                                     static_cast<double*>(d), b, e);
-}
-
 template <typename T>
 void relu_join_rebuild_range(T* __restrict y, const T* __restrict out, const T* __restrict r,
                              int64_t b, int64_t e) {
