@@ -579,7 +579,15 @@ struct NormJoinFunction : public torch::autograd::Function<NormJoinFunction> {
     const bool fused = relu_join_fusable(out, residual, act) && out.scalar_type() == om;
     // The forward's values. Fused (relu): the residual stands in for relu(residual)
     // in its backward, threshold_backward(g, v, 0): v > 0 exactly where relu(v) > 0.
-    const at::Tensor a = fused ? residual : act_recompute(residual, act, params);
+    // Else act(residual), with its derivative in the same pass where the
+    // residual's gradient is wanted and there is one (gelu).
+    at::Tensor a, da;
+    if (fused)
+      a = residual;
+    else if (auto ad = ctx->needs_input_grad(3) ? act_with_derivative(residual, act) : std::nullopt)
+      std::tie(a, da) = *ad;
+    else
+      a = act_recompute(residual, act, params);
     at::Tensor y; // a tensor of our own: rebuilt in place
     if (fused) {
       y = at::empty_like(out);
@@ -601,7 +609,9 @@ struct NormJoinFunction : public torch::autograd::Function<NormJoinFunction> {
       r[0] = g[0], r[1] = g[1], r[2] = g[2];
     }
     if (ctx->needs_input_grad(3))
-      r[3] = act_recompute_backward(grads[0], residual, a, act, params).to(residual.scalar_type());
+      r[3] = (da.defined() ? da.mul_(grads[0])
+                           : act_recompute_backward(grads[0], residual, a, act, params))
+                 .to(residual.scalar_type());
     return r;
   }
 };

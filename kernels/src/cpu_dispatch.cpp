@@ -14,23 +14,24 @@
 namespace memslim {
 namespace kernels {
 
-#define MEMSLIM_DECLARE_CPU(NS)                                                                 \
-  namespace NS {                                                                                \
-  void forward_cpu(Act a, DType t, const ForwardArgs& args, int64_t b, int64_t e);              \
-  void backward_cpu(Act a, DType t, const BackwardArgs& args, int64_t b, int64_t e);            \
-  void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t b, int64_t e);                  \
-  void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S, \
-                             int64_t b, int64_t e);                                             \
-  void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C, int64_t S,  \
-                            int64_t b, int64_t e);                                              \
-  void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b,       \
-                             int64_t e);                                                        \
-  namespace region {                                                                            \
-  void region_forward_cpu(const kernels::region::Program& p,                                    \
-                          const kernels::region::ForwardCall& c, int64_t b, int64_t e);         \
-  void region_backward_cpu(const kernels::region::Program& p,                                   \
-                           const kernels::region::BackwardCall& c, int64_t b, int64_t e);       \
-  }                                                                                             \
+#define MEMSLIM_DECLARE_CPU(NS)                                                                   \
+  namespace NS {                                                                                  \
+  void forward_cpu(Act a, DType t, const ForwardArgs& args, int64_t b, int64_t e);                \
+  void backward_cpu(Act a, DType t, const BackwardArgs& args, int64_t b, int64_t e);              \
+  void fixup_cpu(Act a, DType t, const FixupArgs& args, int64_t b, int64_t e);                    \
+  void relu_join_forward_cpu(DType t, void* y, const void* r, void* cmax, int64_t C, int64_t S,   \
+                             int64_t b, int64_t e);                                               \
+  void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C, int64_t S,    \
+                            int64_t b, int64_t e);                                                \
+  void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b,         \
+                             int64_t e);                                                          \
+  bool gelu_value_derivative_cpu(DType t, const void* x, void* y, void* d, int64_t b, int64_t e); \
+  namespace region {                                                                              \
+  void region_forward_cpu(const kernels::region::Program& p,                                      \
+                          const kernels::region::ForwardCall& c, int64_t b, int64_t e);           \
+  void region_backward_cpu(const kernels::region::Program& p,                                     \
+                           const kernels::region::BackwardCall& c, int64_t b, int64_t e);         \
+  }                                                                                               \
   }
 MEMSLIM_DECLARE_CPU(baseline)
 #ifdef MEMSLIM_HAVE_AVX2_LOOPS
@@ -106,6 +107,10 @@ void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C
 void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b, int64_t e) {
   MEMSLIM_PICK(relu_join_rebuild_cpu, t, y, out, r, b, e);
 }
+bool gelu_value_derivative_cpu(DType t, const void* x, void* y, void* d, int64_t b, int64_t e) {
+  return MEMSLIM_PICK(gelu_value_derivative_cpu, t, x, y, d, b, e);
+}
+bool cpu_loops_vectorised() { return isa() != Isa::Baseline; }
 
 namespace region {
 void region_forward_cpu(const Program& p, const ForwardCall& c, int64_t b, int64_t e) {

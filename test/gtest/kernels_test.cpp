@@ -290,6 +290,54 @@ TEST(CpuLoops, HardswishForwardBitwise) {
   }
 }
 
+// gelu and its derivative in one pass (the act-consumers' and joins' backward
+// recompute) against ActMath<Gelu>'s forward and grad_from_input evaluated in
+// double: NaN where the reference is NaN (+-inf: 0 * inf, as aten), else within
+// 8 units of the formulas' error scale (float: aten's Abramowitz-Stegun erf,
+// 1.5e-7 absolute, as aten's own gelu; double: libm's erf / exp), on
+// the ranges the parallel split gives (odd starts, tails under a chunk); the
+// returned flag says whether the range held a NaN, an infinity or |x| >= 2^120.
+template <typename T>
+void check_gelu_value_derivative() {
+  const int64_t n = 3001;
+  std::mt19937 rng(5);
+  std::normal_distribution<double> dist(0.0, 3.0);
+  const double special[] = {NAN,  INFINITY, -INFINITY, 0.0, -0.0, 1e-30, -1e-30,
+                            -5.2, -10.0,    -20.0,     9.0, 1e20, -1e20, 0.5};
+  std::vector<T> x(n), y(n), d(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = T(i % 5 == 0 ? special[(i / 5) % 14] : dist(rng));
+  const DType t = dtype_of<T>();
+  for (auto [b, e] :
+       {std::pair<int64_t, int64_t>{0, n}, {7, 300}, {1000, 1003}, {2999, 3001}, {1, 5}}) {
+    std::fill(y.begin(), y.end(), T(-7));
+    const bool edge = gelu_value_derivative_cpu(t, x.data(), y.data(), d.data(), b, e);
+    bool want_edge = false;
+    for (int64_t i = b; i < e; ++i) want_edge |= !(std::fabs(double(x[i])) < 0x1p120);
+    ASSERT_EQ(edge, want_edge) << "[" << b << ", " << e << ")";
+    for (int64_t i = 0; i < n; ++i) {
+      if (i < b || i >= e) {
+        ASSERT_EQ(y[i], T(-7)) << "wrote outside [b, e) at " << i;
+        continue;
+      }
+      const double ry = ActMath<Act::Gelu>::forward(double(x[i]), ActParams{});
+      const double rd = ActMath<Act::Gelu>::grad_from_input(double(x[i]), ActParams{});
+      // The formulas' own rounding: 1 + erf cancels in the left tail, so the
+      // error scale is u |x| for y and u (1 + |d|) for d, not u |y|.
+      const double u = std::is_same_v<T, float> ? 0x1p-24 : 0x1p-53;
+      ASSERT_EQ(std::isnan(double(y[i])), std::isnan(ry)) << "y at x=" << x[i];
+      ASSERT_EQ(std::isnan(double(d[i])), std::isnan(rd)) << "d at x=" << x[i];
+      if (!std::isnan(ry))
+        ASSERT_TRUE(double(y[i]) == ry || std::fabs(double(y[i]) - ry) <= 8 * u * std::fabs(x[i]))
+            << "y at x=" << x[i] << ": " << y[i] << " vs " << ry;
+      if (!std::isnan(rd))
+        ASSERT_LE(std::fabs(double(d[i]) - rd), 8 * u * (1 + std::fabs(rd)))
+            << "d at x=" << x[i] << ": " << d[i] << " vs " << rd;
+    }
+  }
+}
+TEST(CpuLoops, GeluValueDerivativeFloat) { check_gelu_value_derivative<float>(); }
+TEST(CpuLoops, GeluValueDerivativeDouble) { check_gelu_value_derivative<double>(); }
+
 #define CPU_LOOP_TEST(NAME) \
   TEST(CpuLoops, NAME) { check_cpu_loops_all<Act::NAME>(); }
 CPU_LOOP_TEST(Gelu)

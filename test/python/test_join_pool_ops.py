@@ -228,7 +228,8 @@ def test_join_fused_add_is_aten_bit_for_bit(name, act):
     # of the kernels library adds it to norm(x) and takes the per-channel max |act(r)|
     # (which decides the channels that keep x_hat). The sum must be aten's bit for
     # bit, NaN, inf and -0.0 included, and the channels whose maximum is not finite
-    # keep their x_hat: the input's gradient stays finite wherever aten's is.
+    # keep their x_hat: the input's gradient stays finite wherever aten's is. The
+    # residual's gradient is aten's (gelu: to rounding, one fused pass).
     args, r, ins = _case(name, torch.float32, act, seed=11)
     with torch.no_grad():
         r.view(-1)[:6] = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"),
@@ -242,7 +243,11 @@ def test_join_fused_add_is_aten_bit_for_bit(name, act):
     (gr_ref,) = torch.autograd.grad(ref, [r], g, retain_graph=True)
     (gr,) = torch.autograd.grad(out, [r], g, retain_graph=True)
     assert torch.equal(gr.isnan(), gr_ref.isnan())
-    assert torch.equal(gr.nan_to_num(), gr_ref.nan_to_num())
+    if act == "gelu":  # act_with_derivative: aten's formulas, one fused pass
+        num = ~gr_ref.isnan()
+        torch.testing.assert_close(gr[num], gr_ref[num], rtol=1e-5, atol=1e-6)
+    else:
+        assert torch.equal(gr.nan_to_num(), gr_ref.nan_to_num())
     gx_ref = torch.autograd.grad(ref, [ins[0]], g)[0]
     gx = torch.autograd.grad(out, [ins[0]], g)[0]
     assert torch.equal(gx.isfinite(), gx_ref.isfinite())

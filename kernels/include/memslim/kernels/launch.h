@@ -72,6 +72,22 @@ void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int
 void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C, int64_t S,
                           int64_t row_begin, int64_t row_end);
 
+// gelu (erf form) of x[begin, end) into y and its derivative into d, float /
+// double, in one pass sharing one exp: aten's gelu and gelu_backward formulas
+// (float: with aten's vectorised erf form; d(+-inf) is NaN as aten's). For the recomputes of the
+// ops that keep gelu's input (act-consumers, joins): one pass instead of aten's gelu and
+// gelu_backward. Returns whether the range holds an x that is NaN, infinite or beyond 2^120, where
+// aten's vectorised gelu is not its own formula (gelu(+inf) NaN, gelu(3e38) inf): the caller takes
+// such values from aten instead.
+bool gelu_value_derivative_cpu(DType t, const void* x, void* y, void* d, int64_t begin,
+                               int64_t end);
+
+// Whether this processor runs a vector build of the CPU loops (AVX2 or AVX-512;
+// MEMSLIM_CPU_LOOPS=baseline says no). Callers choosing between a kernels pass
+// and aten's ops ask it where the scalar build is slower than aten's vectorised
+// ops (gelu_value_derivative_cpu: ~12 ns per element scalar against aten's ~1.3).
+bool cpu_loops_vectorised();
+
 // Present only in builds with CUDA (MEMSLIM_WITH_CUDA).
 void forward_cuda(Act a, DType t, const ForwardArgs& args, cudaStream_t stream);
 void backward_cuda(Act a, DType t, const BackwardArgs& args, cudaStream_t stream);
