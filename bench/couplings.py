@@ -1,8 +1,10 @@
 """Reversible models side by side (issue 12): saved-for-backward bytes and step time.
 
 Models (python/memslim/_models.py): RevNet, a RevNet-style CIFAR network of 18 additive
-couplings (BN-ReLU-conv in F and G, 3 stages), and RevTransformer, a reversible transformer
-stack (attention as F, MLP as G, dropout on). Variants, each a training step (forward,
+couplings (BN-ReLU-conv in F and G, 3 stages); revnet_affine / revnet_glow, the same network
+with affine couplings (RealNVP's x1 * exp(tanh(s)) + t, Glow's (x1 + t) * sigmoid(s + 2),
+F and G ending in a 1x1 conv to (s, t)); and RevTransformer, a reversible transformer stack
+(attention as F, MLP as G, dropout on). Variants, each a training step (forward,
 backward of a sum of squares) on the same weights and input:
 
   eager       the model as written
@@ -32,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 import memslim  # noqa: E402
-from memslim._models import AdditiveCoupling, RevNet, RevTransformer  # noqa: E402
+from memslim._models import AdditiveCoupling, AffineCoupling, RevNet, RevTransformer  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated.*")
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -51,7 +53,7 @@ def checkpointed(model: torch.nn.Module) -> torch.nn.Module:
     m = copy.deepcopy(model)
     for name, child in list(m.named_modules()):
         for cname, c in list(child.named_children()):
-            if isinstance(c, AdditiveCoupling):
+            if isinstance(c, (AdditiveCoupling, AffineCoupling)):
                 setattr(child, cname, Checkpointed(c))
     return m
 
@@ -60,6 +62,8 @@ def build(name: str, batch: int):
     torch.manual_seed(0)
     if name == "revnet":
         return RevNet(), torch.randn(batch, 3, 32, 32)
+    if name in ("revnet_affine", "revnet_glow"):
+        return RevNet(coupling=name.split("_")[1]), torch.randn(batch, 3, 32, 32)
     return RevTransformer(dim=128, heads=4, depth=6, p=0.1), torch.randn(batch, 64, 256)
 
 
@@ -95,8 +99,11 @@ def run(name: str, batch: int, rounds: int, threads: int):
     params = {"eager": variants["eager"], "script": variants["script"],
               "checkpoint": variants["checkpoint"], "memslim": base}
     decisions = [str(d) for d in memslim.report(variants["memslim"]) if "coupling" in str(d)]
-    xr = x.clone().requires_grad_()
-    saved = {k: memslim.saved_bytes(m, xr) for k, m in variants.items()}
+    # The drift check runs on a chain's first differentiated call in this process
+    # (chains are cached by their functions' text): record its warnings from here on.
+    recorder = warnings.catch_warnings(record=True)
+    caught = recorder.__enter__()
+    warnings.simplefilter("always")
     # Gradients of the first step, each on a fresh copy of the weights.
     fresh = {}
     for k in variants:
@@ -112,9 +119,16 @@ def run(name: str, batch: int, rounds: int, threads: int):
             continue
         fresh[k] = grads(m, x)
     drift = {k: rel(fresh[k], fresh["eager"]) for k in variants}
-    for m in variants.values():  # warm-up (profiling executor, first-call drift check)
+    for m in variants.values():  # warm-up (profiling executor)
         for _ in range(3):
             step(m, x)
+    recorder.__exit__(None, None, None)
+    decisions += ["drift check: " + str(w.message).split(" (Triggered")[0] for w in caught
+                  if "coupling chain" in str(w.message)]
+    # Saved bytes after the warm-up: what every later step keeps (the chain's first
+    # differentiated call keeps every block's input to measure drift).
+    xr = x.clone().requires_grad_()
+    saved = {k: memslim.saved_bytes(m, xr) for k, m in variants.items()}
     times = {k: [] for k in variants}
     order = list(variants)
     for r in range(rounds):

@@ -176,6 +176,7 @@ std::string cut_function_text(const FunctionCut& fn, std::string& text, bool str
   }
   if (!missing.empty()) return "internal: " + missing + " is neither an input nor a constant";
   sub->registerOutput(env.at(JitGraphView::value(fn.output)));
+  if (fn.output2) sub->registerOutput(env.at(JitGraphView::value(fn.output2)));
   std::string error;
   auto printed = op_graph_text(sub, &error);
   if (!printed) return "its graph text does not parse back (" + error + ")";

@@ -1,7 +1,7 @@
 //===- invertible_couplings.cpp - coupling chains -> memslim::coupling_chain ===//
 //
 // What: the TorchScript front end of invertible-couplings: each chain of
-// additive couplings the core finds (core/couplings.h) becomes one
+// additive / affine couplings the core finds (core/couplings.h) becomes one
 // memslim::coupling_chain op, with each F and G cut out of the graph as its
 // own IR text (nested blocks, such as BatchNorm's checks, included; constants
 // copied in; bool / int / float values read from outside passed as 0-dim
@@ -32,10 +32,14 @@ namespace {
 void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext& ctx) {
   // Cut every function out first: a function the op cannot carry keeps the chain.
   std::vector<std::string> texts;
-  std::vector<int64_t> arity;
+  std::vector<int64_t> arity, combine;
   std::vector<Value*> state;
   std::string why;
-  for (const Coupling& b : c.blocks)
+  bool affine = false;
+  for (const Coupling& b : c.blocks) {
+    combine.push_back(int64_t(b.combine1));
+    combine.push_back(int64_t(b.combine2));
+    affine = affine || b.combine1 != Combine::Add || b.combine2 != Combine::Add;
     for (const CouplingFn* f : {&b.F, &b.G}) {
       std::string text;
       if (why.empty()) why = cut_function_text(*f, text);
@@ -44,9 +48,10 @@ void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext
       arity.push_back(int64_t(f->external.size()));
       for (ValueRef e : f->external) state.push_back(JitGraphView::value(e));
     }
+  }
   if (!why.empty()) {
     c.decision.verdict = Decision::Verdict::Kept;
-    c.decision.text = std::to_string(c.blocks.size()) + " additive coupling(s): a function: " + why;
+    c.decision.text = std::to_string(c.blocks.size()) + " coupling(s): a function: " + why;
     ctx.remarks.add(std::move(c.decision));
     return;
   }
@@ -67,7 +72,9 @@ void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext
   const int64_t every = ctx.policy.coupling_anchor_every;
   const double bound = ctx.policy.coupling_drift_bound;
   std::unordered_set<const Node*> covered(prop.covers.begin(), prop.covers.end());
-  prop.apply = [&g, x1, x2, y1, y2, point, texts, arity, state, kinds, dims, every, bound,
+  // All-additive chains leave `combine` empty (the op's default).
+  if (!affine) combine.clear();
+  prop.apply = [&g, x1, x2, y1, y2, point, texts, arity, state, kinds, dims, every, bound, combine,
                 covered]() {
     torch::jit::WithInsertPoint guard(point);
     Value* list = insert_state_list(*g, state);
@@ -85,7 +92,8 @@ void submit_chain(const std::shared_ptr<Graph>& g, CouplingChain& c, PassContext
     Node* op = g->insertNode(
         g->create(c10::Symbol::fromQualString(kCouplingChainOp),
                   {x1, x2, list, fns, g->insertConstant(c10::IValue(arity)), links,
-                   g->insertConstant(c10::IValue(every)), g->insertConstant(c10::IValue(bound))},
+                   g->insertConstant(c10::IValue(every)), g->insertConstant(c10::IValue(bound)),
+                   g->insertConstant(c10::IValue(combine))},
                   2));
     redirect_outside_uses(y1, op->output(0), covered);
     redirect_outside_uses(y2, op->output(1), covered);

@@ -55,7 +55,8 @@ const std::vector<PassInfo>& registered_passes() {
        run_remove_identity_dropouts},
       {"invertible-couplings",
        "chains of additive couplings (y1 = x1 + F(x2), y2 = x2 + G(y1): RevNet, Reformer, "
-       "RevViT) become one memslim::coupling_chain op keeping the chain's outputs; backward "
+       "RevViT) and affine ones (y1 = x1 * m + t or (x1 + t) * m with (m, t) = F(x2): RealNVP, "
+       "Glow) become one memslim::coupling_chain op keeping the chain's outputs; backward "
        "rebuilds each block's inputs",
        run_invertible_couplings},
       {"recompute-blocks",

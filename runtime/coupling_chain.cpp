@@ -1,14 +1,15 @@
 //===- coupling_chain.cpp - additive couplings that keep only their outputs ===//
 //
-// What: memslim::coupling_chain runs K additive coupling blocks
-//   y1 = x1 + F_b(x2);  y2 = x2 + G_b(y1);  (x1, x2) = link_b(y1, y2)
-// (RevNet, Reformer, RevViT) with F_b / G_b given as TorchScript IR texts
-// (what invertible-couplings cut out of a model), and under autograd keeps only
-// the chain's final outputs. Backward walks the blocks in reverse: G_b(y1) is
-// re-run with grad, x2 = y2 - G_b(y1) rebuilt from it, then F_b(x2) with grad
-// and x1 = y1 - F_b(x2): each F / G runs twice per step, as under
-// torch.utils.checkpoint, and the chain keeps 2 tensors instead of every
-// intermediate of every block.
+// What: memslim::coupling_chain runs K coupling blocks
+//   y1 = x1 (+) F_b(x2);  y2 = x2 (+) G_b(y1);  (x1, x2) = link_b(y1, y2)
+// where each half (+) is additive, x + f (RevNet, Reformer, RevViT), or affine,
+// x * m + t or (x + t) * m with (m, t) = F(x2) (RealNVP, Glow), with F_b / G_b
+// given as TorchScript IR texts (what invertible-couplings cut out of a model),
+// and under autograd keeps only the chain's final outputs. Backward walks the
+// blocks in reverse: G_b(y1) is re-run with grad, x2 rebuilt from y2 and its
+// outputs (y2 - g, (y2 - t) / m, y2 / m - t), then F_b(x2) with grad and x1
+// likewise: each F / G runs twice per step, as under torch.utils.checkpoint,
+// and the chain keeps 2 tensors instead of every intermediate of every block.
 // Hazards the hand-written versions hit (memcnn #12, #39/#70/#73) and how they
 // are met here:
 // - replays must not touch module state: the inputs a function writes in place
@@ -20,7 +21,8 @@
 // - nothing is freed by hand: inputs are simply not saved, so another reader of
 //   a chain input keeps it alive on its own;
 // - drift: a block whose input cannot be rebuilt (a shape or dtype change
-//   through the add, a link that re-splits), every `anchor_every`-th block, and
+//   through a half, a link that re-splits; on each call, an affine half whose
+//   scale m holds a zero, a NaN or an inf), every `anchor_every`-th block, and
 //   each block whose rebuilt input, F / G output there, or F / G gradients
 //   there (input and parameters, one fixed cotangent) were off by more than
 //   `drift_bound` (relative, max norm; NaN counts as off) on the chain's first
@@ -66,7 +68,8 @@ using replay::state_vec;
 
 struct Chain {
   int64_t id = 0;
-  std::vector<Fn> fns; // F_1, G_1, ..., F_K, G_K
+  std::vector<Fn> fns;          // F_1, G_1, ..., F_K, G_K
+  std::vector<int64_t> combine; // per function: 0 x + f, 1 x * m + t, 2 (x + t) * m
   std::mutex mu;       // guards the two fields below
   bool checked = false;
   std::vector<bool> drift_anchor; // blocks whose rebuilt input drifted on the first call
@@ -78,10 +81,20 @@ std::vector<std::shared_ptr<Chain>>& chains() {
   return all;
 }
 
-std::shared_ptr<Chain> chain_for(const std::vector<std::string>& texts) {
+// A function's outputs under combine code `k`: f (additive) or (m, t).
+size_t outputs_of(int64_t k) { return k == 0 ? 1 : 2; }
+
+std::shared_ptr<Chain> chain_for(const std::vector<std::string>& texts,
+                                 c10::ArrayRef<int64_t> combine) {
   static std::unordered_map<std::string, std::shared_ptr<Chain>> cache;
+  TORCH_CHECK(combine.empty() || combine.size() == texts.size(), kOp, ": combine has ",
+              combine.size(), " entries for ", texts.size(), " functions");
+  for (int64_t k : combine)
+    TORCH_CHECK(k >= 0 && k <= 2, kOp, ": unknown combine code ", k,
+                " (0: x + f, 1: x * m + t, 2: (x + t) * m)");
   std::string key;
-  for (const auto& t : texts) key += t + std::string(1, '\0');
+  for (size_t i = 0; i < texts.size(); ++i)
+    key += texts[i] + std::string(1, '\0') + (combine.empty() ? "0" : std::to_string(combine[i]));
   std::lock_guard<std::mutex> lock(g_chains_mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -89,8 +102,11 @@ std::shared_ptr<Chain> chain_for(const std::vector<std::string>& texts) {
               ": expects an F and a G per block (an even, non-zero number of functions), got ",
               texts.size());
   auto c = std::make_shared<Chain>();
+  c->combine.assign(texts.size(), 0);
+  for (size_t i = 0; i < combine.size(); ++i) c->combine[i] = combine[i];
   for (size_t i = 0; i < texts.size(); ++i) {
-    Fn f = replay::parse_fn(texts[i], kOp, "function " + std::to_string(i));
+    Fn f =
+        replay::parse_fn(texts[i], kOp, "function " + std::to_string(i), outputs_of(c->combine[i]));
     TORCH_CHECK(!f.written[0], kOp, ": function ", i,
                 " writes its block input in place (the block would not be invertible)");
     c->fns.push_back(std::move(f));
@@ -107,16 +123,36 @@ std::shared_ptr<Chain> chain_by_id(int64_t id) {
   return chains().at(size_t(id));
 }
 
-at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext,
-                  bool replay) {
-  return replay::run_fn(f, data, ext, replay, kOp);
+using Outs = std::vector<at::Tensor>; // a function's outputs: f, or (m, t)
+
+Outs run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext, bool replay) {
+  return replay::run_fn_outputs(f, data, ext, replay, kOp);
 }
 
-// a - b, rounded once to a's dtype (16-bit blocks rebuild in float32).
-at::Tensor rebuild(const at::Tensor& a, const at::Tensor& b) {
-  if (a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16)
-    return at::sub(a.to(at::kFloat), b.to(at::kFloat)).to(a.scalar_type());
-  return at::sub(a, b);
+// A half's output y from its passing input x: the very ops the model ran.
+at::Tensor combine(int64_t k, const at::Tensor& x, const Outs& o) {
+  if (k == 0) return at::add(x, o[0]);
+  if (k == 1) return at::add(at::mul(x, o[0]), o[1]);
+  return at::mul(at::add(x, o[1]), o[0]);
+}
+
+// x rebuilt from y and the function's outputs: y - f, (y - t) / m, y / m - t,
+// rounded once to y's dtype (16-bit blocks rebuild in float32).
+at::Tensor rebuild(int64_t k, const at::Tensor& y, const Outs& o) {
+  const bool low = y.scalar_type() == at::kHalf || y.scalar_type() == at::kBFloat16;
+  auto up = [&](const at::Tensor& t) { return low ? t.to(at::kFloat) : t; };
+  at::Tensor x = k == 0   ? at::sub(up(y), up(o[0]))
+                 : k == 1 ? at::div(at::sub(up(y), up(o[1])), up(o[0]))
+                          : at::sub(at::div(up(y), up(o[0])), up(o[1]));
+  return low ? x.to(y.scalar_type()) : x;
+}
+
+// Whether an affine half's scale rules out the inverse on this call (a zero
+// loses x; a NaN or inf cannot be divided out).
+bool scale_singular(int64_t k, const Outs& o) {
+  if (k == 0 || o[0].numel() == 0) return false;
+  auto [lo, hi] = at::aminmax(o[0].abs());
+  return !(lo.item<double>() > 0) || !(hi.item<double>() < INFINITY);
 }
 
 bool same_meta(const at::Tensor& a, const at::Tensor& b) {
@@ -217,12 +253,16 @@ std::pair<at::Tensor, at::Tensor> run_chain(Chain& c, const Layout& l, at::Tenso
     const Fn& G = c.fns[2 * b + 1];
     if (rec) rec->rng[2 * b] = rng_state(F, x2.device());
     if (rec && F.random) rec->strides[2 * b] = x2.strides().vec();
-    at::Tensor y1 = at::add(x1, run_fn(F, x2, slice(state, l, 2 * b), false));
+    const int64_t kf = c.combine[2 * b], kg = c.combine[2 * b + 1];
+    const Outs f = run_fn(F, x2, slice(state, l, 2 * b), false);
+    at::Tensor y1 = combine(kf, x1, f);
     if (rec) rec->rng[2 * b + 1] = rng_state(G, y1.device());
     if (rec && G.random) rec->strides[2 * b + 1] = y1.strides().vec();
-    at::Tensor y2 = at::add(x2, run_fn(G, y1, slice(state, l, 2 * b + 1), false));
+    const Outs g = run_fn(G, y1, slice(state, l, 2 * b + 1), false);
+    at::Tensor y2 = combine(kg, x2, g);
     if (rec) {
-      rec->no_inverse[b] = !same_meta(y1, x1) || !same_meta(y2, x2);
+      rec->no_inverse[b] = !same_meta(y1, x1) || !same_meta(y2, x2) || scale_singular(kf, f) ||
+                           scale_singular(kg, g);
       if (keep[b] || rec->no_inverse[b]) {
         rec->in1[b] = x1;
         rec->in2[b] = x2;
@@ -246,11 +286,12 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
                                at::TensorList present, const std::vector<std::string>& fns,
                                const std::vector<int64_t>& arity, const std::vector<int64_t>& links,
                                int64_t anchor_every, double drift_bound,
+                               const std::vector<int64_t>& combine,
                                const std::vector<int64_t>& where, int64_t size) {
     const std::vector<at::Tensor> state_v = replay::join_present(present, where, size);
     const at::TensorList state(state_v);
     ctx->saved_data["where"] = where;
-    std::shared_ptr<Chain> c = chain_for(fns);
+    std::shared_ptr<Chain> c = chain_for(fns, combine);
     const Layout l = layout(fns.size(), arity, links, state.size());
     bool check;
     std::vector<bool> keep(l.blocks, false);
@@ -334,13 +375,17 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
       RngReplay replay(rec.rng[fn], in.device());
       return run_fn(c.fns[fn], with_strides(in, rec.strides[fn]), slice(state, l, fn), true);
     };
+    auto outs_error = [](const Outs& a, const Outs& b) {
+      double e = 0;
+      for (size_t k = 0; k < a.size(); ++k) e = std::max(e, rel_error(a[k], b[k]));
+      return e;
+    };
     // The gradients of function fn at `in` (its input's and its floating-point
     // state's: parameters) for one fixed cotangent: what backward computes
     // there. Values can agree to the bound while derivatives do not: a rebuilt
     // all-zero row under LayerNorm becomes noise times 1/sqrt(eps) and flips
     // the ReLU6 after it (fuzz seed 900440: an input gradient off by 112 where
     // eager's is 1).
-    at::Tensor cot;
     auto vjp = [&](size_t fn, const at::Tensor& in) {
       at::AutoGradMode grad_mode(true);
       std::vector<at::Tensor> ext = slice(state, l, fn), wrt;
@@ -351,14 +396,19 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
           wrt.push_back(ext[k]);
         }
       RngReplay replay(rec.rng[fn], in.device());
-      const at::Tensor out = run_fn(c.fns[fn], with_strides(wrt[0], rec.strides[fn]), ext, true);
-      if (!out.requires_grad()) return std::vector<at::Tensor>{};
-      if (!cot.defined() || !same_meta(cot, out)) {
-        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(900440);
-        cot = at::randn(out.sizes(), gen, at::TensorOptions().dtype(at::kFloat))
-                  .to(out.device(), out.scalar_type());
+      const Outs outs = run_fn(c.fns[fn], with_strides(wrt[0], rec.strides[fn]), ext, true);
+      // One fixed cotangent per output (the same draws at every point).
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(900440);
+      std::vector<at::Tensor> diff, cots;
+      for (const at::Tensor& out : outs) {
+        const at::Tensor cot = at::randn(out.sizes(), gen, at::TensorOptions().dtype(at::kFloat))
+                                   .to(out.device(), out.scalar_type());
+        if (!out.requires_grad()) continue;
+        diff.push_back(out);
+        cots.push_back(cot);
       }
-      return torch::autograd::grad({out}, wrt, {cot}, false, false, true);
+      if (diff.empty()) return std::vector<at::Tensor>{};
+      return torch::autograd::grad(diff, wrt, cots, false, false, true);
     };
     // How far the gradients at the rebuilt input are from those at the exact
     // one, counted only beyond 10x what relative noise of the rebuild's own
@@ -412,24 +462,24 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         exact = true;
         continue;
       }
-      at::Tensor g = run(2 * i + 1, r1);
+      Outs g = run(2 * i + 1, r1);
       if (!exact) {
         // r1 came from block i + 1's rebuilt input: judge it by G's output.
         const at::Tensor y1 = rec.out1[i].defined() ? rec.out1[i] : rec.in1[i + 1];
         const at::Tensor y2 = rec.out2[i].defined() ? rec.out2[i] : rec.in2[i + 1];
-        const at::Tensor g_exact = run(2 * i + 1, y1);
-        off(i + 1, std::max(rel_error(g, g_exact), vjp_error(2 * i + 1, r1, y1)));
+        const Outs g_exact = run(2 * i + 1, y1);
+        off(i + 1, std::max(outs_error(g, g_exact), vjp_error(2 * i + 1, r1, y1)));
         if (drift[i + 1]) { // block i + 1 keeps its input: block i starts exact
           r1 = y1;
           r2 = y2;
           g = g_exact;
         }
       }
-      const at::Tensor x2 = rebuild(r2, g);
-      const at::Tensor f = run(2 * i, x2);
-      const at::Tensor x1 = rebuild(r1, f);
+      const at::Tensor x2 = rebuild(c.combine[2 * i + 1], r2, g);
+      const Outs f = run(2 * i, x2);
+      const at::Tensor x1 = rebuild(c.combine[2 * i], r1, f);
       off(i, std::max(rel_error(x1, rec.in1[i]), rel_error(x2, rec.in2[i])));
-      off(i, rel_error(f, run(2 * i, rec.in2[i])));
+      off(i, outs_error(f, run(2 * i, rec.in2[i])));
       off(i, vjp_error(2 * i, x2, rec.in2[i]));
       const bool anchored = anchor_every > 0 && i > 0 && i % size_t(anchor_every) == 0;
       exact = drift[i] || anchored;
@@ -497,8 +547,8 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     const auto where = ctx->saved_data["where"].toIntVector();
     std::vector<size_t> slot(state.size(), 0); // state index -> autograd input index
     for (size_t i = 0; i < where.size(); ++i) slot[size_t(where[i])] = 2 + i;
-    // + fns, arity, links, anchor_every, bound, where, size
-    variable_list result(2 + where.size() + 7);
+    // + fns, arity, links, anchor_every, bound, combine, where, size
+    variable_list result(2 + where.size() + 8);
     // Gradients of the state (parameters), summed over the functions reading them.
     auto add_grad = [&](size_t index, const at::Tensor& g) {
       if (!g.defined() || !slot[index]) return;
@@ -531,49 +581,60 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         r1 = ex_out1[b];
         r2 = ex_out2[b];
       }
-      // G: y1 -> g, with grad; x2 = y2 - g.
-      {
-        std::vector<at::Tensor> wrt, out;
-        std::vector<size_t> wrt_index;
-        at::Tensor y1 = r1.detach().requires_grad_(true);
-        wrt.push_back(y1);
-        leaves(2 * b + 1, ext, wrt, wrt_index);
-        at::Tensor g;
-        {
-          at::AutoGradMode grad_mode(true);
-          RngReplay replay(rng[2 * b + 1], y1.device());
-          g = run_fn(c->fns[2 * b + 1], with_strides(y1, strides[2 * b + 1]), ext, true);
-        }
-        const at::Tensor x2 = ex_in2[b].defined() ? ex_in2[b] : rebuild(r2, g.detach());
-        if (g.requires_grad()) {
-          auto d = torch::autograd::grad({g}, wrt, {g2}, /*retain_graph=*/false,
-                                         /*create_graph=*/false, /*allow_unused=*/true);
-          if (d[0].defined()) g1 = at::add(g1, d[0]);
-          for (size_t k = 0; k < wrt_index.size(); ++k) add_grad(wrt_index[k], d[k + 1]);
-        }
-        r2 = x2;
-      }
-      // F: x2 -> f, with grad; x1 = y1 - f.
-      {
+      // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt
+      // from y (or the kept exact one), and the gradients: `g_in` (in's) and
+      // the state's gain fn's vector-Jacobian product, `gy` becomes x's.
+      auto half = [&](size_t fn, const at::Tensor& in_value, const at::Tensor& y,
+                      const at::Tensor& exact_x, at::Tensor& gy, at::Tensor& g_in) {
+        const int64_t k = c->combine[fn];
         std::vector<at::Tensor> wrt;
         std::vector<size_t> wrt_index;
-        at::Tensor x2 = r2.detach().requires_grad_(true);
-        wrt.push_back(x2);
-        leaves(2 * b, ext, wrt, wrt_index);
-        at::Tensor f;
+        at::Tensor in = in_value.detach().requires_grad_(true);
+        wrt.push_back(in);
+        leaves(fn, ext, wrt, wrt_index);
+        Outs o;
         {
           at::AutoGradMode grad_mode(true);
-          RngReplay replay(rng[2 * b], x2.device());
-          f = run_fn(c->fns[2 * b], with_strides(x2, strides[2 * b]), ext, true);
+          RngReplay replay(rng[fn], in.device());
+          o = run_fn(c->fns[fn], with_strides(in, strides[fn]), ext, true);
         }
-        const at::Tensor x1 = ex_in1[b].defined() ? ex_in1[b] : rebuild(r1, f.detach());
-        if (f.requires_grad()) {
-          auto d = torch::autograd::grad({f}, wrt, {g1}, false, false, true);
-          if (d[0].defined()) g2 = at::add(g2, d[0]);
-          for (size_t k = 0; k < wrt_index.size(); ++k) add_grad(wrt_index[k], d[k + 1]);
+        Outs od;
+        for (const at::Tensor& t : o) od.push_back(t.detach());
+        const at::Tensor x = exact_x.defined() ? exact_x : rebuild(k, y, od);
+        // dL/d outputs: f: gy; m, t of x * m + t: gy x, gy; of (x + t) * m:
+        // gy (x + t), gy m (each summed to its output's shape where it broadcast).
+        Outs cot;
+        at::Tensor gx = gy;
+        if (k == 0) {
+          cot = {gy};
+        } else if (k == 1) {
+          cot = {at::mul(gy, x), gy};
+          gx = at::mul(gy, od[0]);
+        } else {
+          gx = at::mul(gy, od[0]);
+          cot = {at::mul(gy, at::add(x, od[1])), gx};
         }
-        r1 = x1;
-      }
+        std::vector<at::Tensor> diff, diff_cot;
+        for (size_t j = 0; j < o.size(); ++j) {
+          if (!o[j].requires_grad()) continue;
+          diff.push_back(o[j]);
+          at::Tensor ct = cot[j];
+          if (ct.sizes() != o[j].sizes()) ct = at::sum_to(ct, o[j].sizes());
+          diff_cot.push_back(ct.to(o[j].scalar_type()));
+        }
+        if (!diff.empty()) {
+          auto d = torch::autograd::grad(diff, wrt, diff_cot, /*retain_graph=*/false,
+                                         /*create_graph=*/false, /*allow_unused=*/true);
+          if (d[0].defined()) g_in = at::add(g_in, d[0]);
+          for (size_t j = 0; j < wrt_index.size(); ++j) add_grad(wrt_index[j], d[j + 1]);
+        }
+        if (gx.sizes() != x.sizes()) gx = at::sum_to(gx, x.sizes());
+        gy = gx;
+        return x;
+      };
+      // G: y1 -> g; x2 rebuilt from y2. Then F: x2 -> f; x1 rebuilt from y1.
+      r2 = half(2 * b + 1, r1, r2, ex_in2[b], g2, g1);
+      r1 = half(2 * b, r2, r1, ex_in1[b], g1, g2);
       // Back across the link to the previous block's outputs: direct, or
       // cat then chunk into the same pieces, the identity for the gradient too;
       // a link that re-split kept that block's outputs (ex_out): the gradient
@@ -596,8 +657,8 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
 std::tuple<at::Tensor, at::Tensor> coupling_chain_plain(
     const at::Tensor& x1, const at::Tensor& x2, const c10::List<std::optional<at::Tensor>>& state,
     c10::ArrayRef<std::string> fns, c10::IntArrayRef arity, c10::IntArrayRef links,
-    int64_t anchor_every, double drift_bound) {
-  std::shared_ptr<Chain> c = chain_for(fns.vec());
+    int64_t anchor_every, double drift_bound, c10::IntArrayRef combine) {
+  std::shared_ptr<Chain> c = chain_for(fns.vec(), combine);
   const std::vector<at::Tensor> s = state_vec(state);
   const Layout l = layout(fns.size(), arity, links, s.size());
   auto [y1, y2] = run_chain(*c, l, x1, x2, s, std::vector<bool>(l.blocks, false), nullptr);
@@ -607,17 +668,17 @@ std::tuple<at::Tensor, at::Tensor> coupling_chain_plain(
 std::tuple<at::Tensor, at::Tensor> coupling_chain_autograd(
     const at::Tensor& x1, const at::Tensor& x2, const c10::List<std::optional<at::Tensor>>& state,
     c10::ArrayRef<std::string> fns, c10::IntArrayRef arity, c10::IntArrayRef links,
-    int64_t anchor_every, double drift_bound) {
+    int64_t anchor_every, double drift_bound, c10::IntArrayRef combine) {
   const std::vector<at::Tensor> s = state_vec(state);
   if (replay::needs_autograd({x1, x2}, s)) {
     const replay::PresentState p = replay::split_present(s);
-    auto out =
-        CouplingChainFunction::apply(x1, x2, at::TensorList(p.present), fns.vec(), arity.vec(),
-                                     links.vec(), anchor_every, drift_bound, p.where, p.size);
+    auto out = CouplingChainFunction::apply(x1, x2, at::TensorList(p.present), fns.vec(),
+                                            arity.vec(), links.vec(), anchor_every, drift_bound,
+                                            combine.vec(), p.where, p.size);
     return {out[0], out[1]};
   }
   at::AutoDispatchBelowADInplaceOrView guard;
-  return coupling_chain_plain(x1, x2, state, fns, arity, links, anchor_every, drift_bound);
+  return coupling_chain_plain(x1, x2, state, fns, arity, links, anchor_every, drift_bound, combine);
 }
 
 } // namespace

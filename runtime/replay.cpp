@@ -82,7 +82,7 @@ bool has_random_op(Graph& g) {
 
 } // namespace
 
-Fn parse_fn(const std::string& text, const char* op, const std::string& which) {
+Fn parse_fn(const std::string& text, const char* op, const std::string& which, size_t outputs) {
   Fn f;
   f.graph = std::make_shared<Graph>();
   try {
@@ -91,9 +91,11 @@ Fn parse_fn(const std::string& text, const char* op, const std::string& which) {
     std::string msg = e.what();
     TORCH_CHECK(false, op, ": cannot parse ", which, ": ", msg.substr(0, msg.find('\n')));
   }
-  TORCH_CHECK(!f.graph->inputs().empty() && f.graph->outputs().size() == 1 &&
-                  f.graph->outputs()[0]->type()->cast<c10::TensorType>(),
-              op, ": ", which, " must take its block input first and return one Tensor");
+  bool tensors = f.graph->outputs().size() == outputs;
+  for (const Value* o : f.graph->outputs()) tensors = tensors && o->type()->cast<c10::TensorType>();
+  TORCH_CHECK(!f.graph->inputs().empty() && tensors, op, ": ", which,
+              " must take its block input first and return ",
+              outputs == 1 ? std::string("one Tensor") : std::to_string(outputs) + " Tensors");
   f.written = written_inputs(*f.graph);
   f.random = has_random_op(*f.graph);
   f.code = std::make_unique<torch::jit::Code>(f.graph, "memslim_replay_fn");
@@ -102,6 +104,12 @@ Fn parse_fn(const std::string& text, const char* op, const std::string& which) {
 
 at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext,
                   bool replay, const char* op, const std::vector<std::string>& strs) {
+  return std::move(run_fn_outputs(f, data, ext, replay, op, strs).back());
+}
+
+std::vector<at::Tensor> run_fn_outputs(const Fn& f, const at::Tensor& data,
+                                       const std::vector<at::Tensor>& ext, bool replay,
+                                       const char* op, const std::vector<std::string>& strs) {
   TORCH_CHECK(ext.size() + strs.size() + 1 == f.graph->inputs().size(), op, ": a function takes ",
               f.graph->inputs().size() - 1, " external inputs, got ", ext.size() + strs.size());
   torch::jit::Stack stack;
@@ -117,7 +125,10 @@ at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Ten
   }
   for (const std::string& s : strs) stack.emplace_back(s);
   torch::jit::InterpreterState(*f.code).run(stack);
-  return std::move(stack.back()).toTensor();
+  std::vector<at::Tensor> out;
+  out.reserve(stack.size());
+  for (c10::IValue& v : stack) out.push_back(std::move(v).toTensor());
+  return out;
 }
 
 at::Tensor rng_state(const Fn& f, c10::Device device) {

@@ -67,10 +67,12 @@ TORCH_LIBRARY(memslim, m) {
   // differentiates it. The string is parsed once per process and cached.
   m.def("recompute_region(Tensor[] inputs, str graph) -> Tensor[]");
 
-  // K additive coupling blocks y1 = x1 + F_b(x2), y2 = x2 + G_b(y1) (what
+  // K coupling blocks y1 = x1 (+) F_b(x2), y2 = x2 (+) G_b(y1) (what
   // invertible-couplings cuts out): `fns` = [F_1, G_1, ..., F_K, G_K] as
   // TorchScript IR texts taking (block input, their `arity` entries of `state`
-  // in order) and returning one Tensor; `links` = (kind, d1, d2) per link
+  // in order) and returning one Tensor f, or two (m, t) where the function's
+  // `combine` code (empty: all 0) is 1 (y = x * m + t) or 2 (y = (x + t) * m)
+  // rather than 0 (y = x + f); `links` = (kind, d1, d2) per link
   // between blocks (0: the outputs are the next inputs; 1: chunk(cat([y1, y2],
   // d1), 2, d2)). Autograd keeps the final outputs (and the exact inputs of every
   // `anchor_every`-th block, of blocks that cannot be inverted, and of blocks
@@ -78,7 +80,8 @@ TORCH_LIBRARY(memslim, m) {
   // backward rebuilds each block's inputs in reverse (coupling_chain.cpp).
   m.def(
       "coupling_chain(Tensor x1, Tensor x2, Tensor?[] state, str[] fns, int[] arity, "
-      "int[] links, int anchor_every=0, float drift_bound=1e-05) -> (Tensor, Tensor)");
+      "int[] links, int anchor_every=0, float drift_bound=1e-05, int[] combine=[]) -> "
+      "(Tensor, Tensor)");
 
   // A block of the user's model (a residual block, a transformer sub-layer, a
   // run of them: what recompute-blocks and the memory-budget planner cut out)

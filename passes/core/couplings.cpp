@@ -32,30 +32,97 @@ bool unit_alpha(const GraphView& g, NodeRef add) {
 
 bool is_add(const GraphView& g, NodeRef n) { return g.kind(n) == "aten::add" && unit_alpha(g, n); }
 
-// F (or G): the top-level nodes in [from, to) reading `in` through their own
-// values; "" or why it is no function of `in` alone making `out`.
-std::string function_of(const Top& t, ValueRef in, ValueRef out, NodeRef add, size_t from,
-                        size_t to, const ValueSet& forbidden, CouplingFn& fn) {
+// One way a node can end a coupling half: y = x (+) the function's outputs.
+struct Half {
+  Combine combine = Combine::Add;
+  NodeRef last, inner;      // inner: the affine half's first node (null: additive)
+  ValueRef x, out, out2, y; // out: f, or m with out2 = t
+};
+
+bool is_mul(const GraphView& g, NodeRef n) {
+  return g.kind(n) == "aten::mul" && g.num_inputs(n) == 2 && g.num_outputs(n) == 1 &&
+         g.is_tensor(g.input(n, 0)) && g.is_tensor(g.input(n, 1));
+}
+
+// The halves node `n` can end: an add (additive, or the shift of x * m + t), or
+// a mul ((x + t) * m). The inner node's result must be read by `n` alone.
+std::vector<Half> halves_at(const Top& t, NodeRef n) {
+  const GraphView& g = t.g;
+  std::vector<Half> out;
+  const bool add = is_add(g, n), mul = is_mul(g, n);
+  if (!add && !mul) return out;
+  for (int k = 0; k < 2; ++k) {
+    const ValueRef inner_v = g.input(n, k), other = g.input(n, 1 - k);
+    const NodeRef in = g.producer(inner_v);
+    const bool inner_ok =
+        in && t.top_of(in) == in && t.users(inner_v).size() == 1 && g.uses(inner_v).size() == 1;
+    // x * m + t / (x + t) * m: the inner node's inputs, either order.
+    if (inner_ok && ((add && is_mul(g, in)) || (mul && is_add(g, in))))
+      for (int j = 0; j < 2; ++j) {
+        Half h;
+        h.combine = add ? Combine::MulAdd : Combine::AddMul;
+        h.last = n;
+        h.inner = in;
+        h.x = g.input(in, j);
+        h.out = add ? g.input(in, 1 - j) : other;
+        h.out2 = add ? other : g.input(in, 1 - j);
+        h.y = g.output(n, 0);
+        if (h.out != h.out2 && h.x != h.out && h.x != h.out2) out.push_back(h);
+      }
+  }
+  if (add) // y = x + f, either order
+    for (int k = 0; k < 2; ++k) {
+      Half h;
+      h.last = n;
+      h.x = g.input(n, k);
+      h.out = g.input(n, 1 - k);
+      h.y = g.output(n, 0);
+      out.push_back(h);
+    }
+  return out;
+}
+
+// F (or G) of half `h`: the top-level nodes in [from, to) reading `in`
+// through their own values, but for the half's inner node; "" or why it is no
+// function of `in` alone making h's outputs.
+std::string function_of(const Top& t, ValueRef in, const Half& h, size_t from, size_t to,
+                        const ValueSet& forbidden, CouplingFn& fn) {
   const GraphView& g = t.g;
   fn = CouplingFn{};
   fn.input = in;
-  fn.output = out;
-  const ValueSet made = t.forward({in}, from, to, &fn.nodes);
-  const NodeRef out_maker = t.maker(out);
-  if (!out_maker || !made.count(out.p) ||
-      std::find(fn.nodes.begin(), fn.nodes.end(), out_maker) == fn.nodes.end())
-    return "no function of " + g.name(in);
+  fn.output = h.out;
+  fn.output2 = h.out2;
+  std::vector<NodeRef> reached;
+  t.forward({in}, from, to, &reached);
+  for (NodeRef n : reached)
+    if (n != h.inner) fn.nodes.push_back(n);
   std::unordered_set<const void*> members;
   for (NodeRef n : fn.nodes) members.insert(n.p);
+  ValueSet made;
+  for (NodeRef n : fn.nodes)
+    for (size_t k = 0; k < g.num_outputs(n); ++k) made.insert(g.output(n, k).p);
+  for (ValueRef o : {h.out, h.out2}) {
+    if (!o) continue;
+    const NodeRef m = t.maker(o);
+    if (!m || !made.count(o.p) || !members.count(m.p)) return "no function of " + g.name(in);
+  }
+  // The one node each output may feed: the add (f; an affine half's t in
+  // x * m + t), the inner node (m there; t in (x + t) * m), the last (m there).
+  auto allowed = [&](ValueRef v, NodeRef u) {
+    if (v == h.out) return u == (h.combine == Combine::MulAdd ? h.inner : h.last);
+    if (v == h.out2) return u == (h.combine == Combine::MulAdd ? h.last : h.inner);
+    return false;
+  };
   for (NodeRef n : fn.nodes) {
     for (size_t k = 0; k < g.num_outputs(n); ++k) {
       const ValueRef v = g.output(n, k);
+      size_t outside = 0;
       for (NodeRef u : t.users(v)) {
         if (members.count(u.p)) continue;
-        if (v == out && u == add) continue;
-        return "its value " + g.name(v) + " is also read outside it";
+        if (!allowed(v, u)) return "its value " + g.name(v) + " is also read outside it";
+        ++outside;
       }
-      if (v == out && t.users(v).size() != 1) return "its result is also read elsewhere";
+      if ((v == h.out || v == h.out2) && outside != 1) return "its result is also read elsewhere";
     }
     for (ValueRef v : t.reads.at(n.p)) {
       if (v == in || made.count(v.p)) continue;
@@ -73,45 +140,60 @@ std::string function_of(const Top& t, ValueRef in, ValueRef out, NodeRef add, si
   return "";
 }
 
-// The coupling whose first add is `add1`, if any; `why` gets the reason a
-// found coupling cannot join the op (then the result is still returned).
-std::optional<Coupling> match(const Top& t, NodeRef add1, std::string& why) {
+// The coupling whose first half ends at `n1`, if any; `why` gets the reason a
+// found coupling cannot join the op (then the result is still returned). A
+// refused reading does not end the search: a Glow half's inner x2 + t reads as
+// an additive half whose G is refused, the mul after it completes the coupling.
+std::optional<Coupling> match(const Top& t, NodeRef n1, std::string& why) {
   const GraphView& g = t.g;
   why.clear();
-  const size_t i1 = t.index(add1);
-  const ValueRef y1 = g.output(add1, 0);
+  std::optional<Coupling> refused;
+  std::string refused_why;
+  auto refuse = [&](Coupling& c, std::string reason) {
+    if (!refused) {
+      refused = c;
+      refused_why = std::move(reason);
+    }
+  };
+  const size_t i1 = t.index(n1);
+  const ValueRef y1 = g.output(n1, 0);
   const ValueSet after_y1 = t.forward({y1}, i1 + 1, t.order.size());
-  for (int first = 0; first < 2; ++first) {
-    const ValueRef x1 = g.input(add1, first), f = g.input(add1, 1 - first);
-    const NodeRef fm = t.maker(f);
-    if (!fm) continue;
+  for (const Half& h1 : halves_at(t, n1)) {
+    const ValueRef x1 = h1.x;
+    if (!t.maker(h1.out)) continue;
     for (size_t i2 = i1 + 1; i2 < t.order.size(); ++i2) {
-      const NodeRef add2 = t.order[i2];
-      if (!is_add(g, add2)) continue;
-      for (int second = 0; second < 2; ++second) {
-        const ValueRef x2 = g.input(add2, second), gv = g.input(add2, 1 - second);
-        if (!after_y1.count(gv.p) || after_y1.count(x2.p) || x2 == x1) continue;
+      for (const Half& h2 : halves_at(t, t.order[i2])) {
+        const ValueRef x2 = h2.x;
+        if (!after_y1.count(h2.out.p) || (h2.out2 && !after_y1.count(h2.out2.p)) ||
+            after_y1.count(x2.p) || x2 == x1)
+          continue;
         const NodeRef x2m = t.maker(x2), x1m = t.maker(x1);
         const size_t from = std::max(x2m ? t.index(x2m) + 1 : 0, x1m ? t.index(x1m) + 1 : 0);
-        if (from > t.index(fm)) continue;
+        size_t f_end = t.index(t.maker(h1.out));
+        if (h1.out2 && t.maker(h1.out2)) f_end = std::max(f_end, t.index(t.maker(h1.out2)));
+        if (from > f_end) continue;
         Coupling c;
-        c.add1 = add1;
-        c.add2 = add2;
+        c.add1 = n1;
+        c.add2 = h2.last;
+        c.inner1 = h1.inner;
+        c.inner2 = h2.inner;
+        c.combine1 = h1.combine;
+        c.combine2 = h2.combine;
         c.x1 = x1;
         c.x2 = x2;
         c.y1 = y1;
-        c.y2 = g.output(add2, 0);
-        // F: x2's readers before add1. x1 must not depend on x2 (nor x2 on x1).
+        c.y2 = h2.y;
+        // F: x2's readers before the first half. x1 must not depend on x2 (nor x2 on x1).
         const ValueSet from_x1 = t.forward({x1}, from, t.order.size());
         const ValueSet from_x2 = t.forward({x2}, from, t.order.size());
         if (from_x2.count(x1.p) || from_x1.count(x2.p)) continue;
         ValueSet forbid_f = from_x1;
         forbid_f.insert(x1.p);
-        const std::string fwhy = function_of(t, x2, f, add1, from, i1, forbid_f, c.F);
+        const std::string fwhy = function_of(t, x2, h1, from, i1, forbid_f, c.F);
         if (fwhy.rfind("no function", 0) == 0) continue;
-        if (!fwhy.empty()) { // y1 = x1 + F(x2), y2 = x2 + g(y1): a coupling, refused
-          why = "F: " + fwhy;
-          return c;
+        if (!fwhy.empty()) { // y1 = x1 (+) F(x2), y2 = x2 (+) G(y1): a coupling, refused
+          refuse(c, "F: " + fwhy);
+          continue;
         }
         // Found F; from here on a refusal is a remark.
         ValueSet forbid_g = from_x2;
@@ -119,23 +201,27 @@ std::optional<Coupling> match(const Top& t, NodeRef add1, std::string& why) {
         forbid_g.insert(x1.p);
         for (const void* v : from_x1) forbid_g.insert(v);
         forbid_g.erase(y1.p);
-        const std::string gwhy = function_of(t, y1, gv, add2, i1 + 1, i2, forbid_g, c.G);
+        const std::string gwhy = function_of(t, y1, h2, i1 + 1, i2, forbid_g, c.G);
         if (!gwhy.empty()) {
           if (gwhy.rfind("no function", 0) == 0) continue;
-          why = "G: " + gwhy;
-          return c;
+          refuse(c, "G: " + gwhy);
+          continue;
         }
-        // F must not read what G or the adds make (it runs first).
+        // F must not read what G or the halves make (it runs first).
+        std::string xwhy;
         for (ValueRef v : c.F.external)
-          if (from_x2.count(v.p)) {
-            why = "F reads " + g.name(v) + ", which depends on x2";
-            return c;
-          }
+          if (xwhy.empty() && from_x2.count(v.p))
+            xwhy = "F reads " + g.name(v) + ", which depends on x2";
+        if (!xwhy.empty()) {
+          refuse(c, xwhy);
+          continue;
+        }
         return c;
       }
     }
   }
-  return std::nullopt;
+  why = refused_why;
+  return refused;
 }
 
 // The link from block a's outputs to block b's inputs: 0 direct, 1 through
@@ -178,14 +264,24 @@ bool read_only_by(const Top& t, ValueRef v, const std::unordered_set<const void*
 
 } // namespace
 
+const char* combine_name(Combine c) { return c == Combine::Add ? "additive" : "affine"; }
+
+std::vector<NodeRef> Coupling::combine_nodes() const {
+  std::vector<NodeRef> out{add1, add2};
+  for (NodeRef n : {inner1, inner2})
+    if (n) out.push_back(n);
+  return out;
+}
+
 std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPolicy& policy) {
   const Top t(g);
   std::vector<CouplingChain> out;
   // Couplings in program order; a node belongs to one coupling at most.
+  std::vector<CouplingChain> refused;
   std::vector<Coupling> found;
   std::unordered_set<const void*> taken;
   for (NodeRef n : t.order) {
-    if (!is_add(g, n) || taken.count(n.p)) continue;
+    if ((!is_add(g, n) && !is_mul(g, n)) || taken.count(n.p)) continue;
     std::string why;
     auto c = match(t, n, why);
     if (!c) continue;
@@ -197,18 +293,25 @@ std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPo
       kept.decision.site = site(*c);
       kept.decision.verdict = Decision::Verdict::Kept;
       kept.decision.text = why;
-      out.push_back(std::move(kept));
+      refused.push_back(std::move(kept));
       continue;
     }
     bool overlap = false;
     for (const CouplingFn* f : {&c->F, &c->G})
       for (NodeRef m : f->nodes) overlap = overlap || taken.count(m.p);
-    if (overlap || taken.count(c->add2.p)) continue;
+    for (NodeRef m : c->combine_nodes()) overlap = overlap || (m != n && taken.count(m.p));
+    if (overlap) continue;
     for (const CouplingFn* f : {&c->F, &c->G})
       for (NodeRef m : f->nodes) taken.insert(m.p);
-    taken.insert(c->add1.p);
-    taken.insert(c->add2.p);
+    for (NodeRef m : c->combine_nodes()) taken.insert(m.p);
     found.push_back(std::move(*c));
+  }
+  // Refused readings whose nodes no coupling took (a Glow half's inner add,
+  // refused as an additive half, is part of the coupling found at its mul).
+  for (CouplingChain& r : refused) {
+    bool part = false;
+    for (NodeRef m : r.blocks.front().combine_nodes()) part = part || taken.count(m.p);
+    if (!part) out.push_back(std::move(r));
   }
   // Chains: maximal runs of linked couplings whose inner values nobody else reads.
   for (size_t i = 0; i < found.size();) {
@@ -223,24 +326,23 @@ std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPo
       ValueRef d1, d2;
       const auto kind = link(t, a, b, ln, d1, d2);
       if (!kind) break;
-      // a's outputs: read by a's G / add2 and the link (or b's F / adds) only.
+      // a's outputs: read by a's G / second half and the link (or b's F /
+      // halves) only.
       std::unordered_set<const void*> ok;
       for (NodeRef m : a.G.nodes) ok.insert(m.p);
-      ok.insert(a.add2.p);
+      for (NodeRef m : a.combine_nodes()) ok.insert(m.p);
       if (*kind == 1) {
         ok.insert(ln.front().p);
       } else {
         for (NodeRef m : b.F.nodes) ok.insert(m.p);
-        ok.insert(b.add1.p);
-        ok.insert(b.add2.p);
+        for (NodeRef m : b.combine_nodes()) ok.insert(m.p);
       }
       if (!read_only_by(t, a.y1, ok) || !read_only_by(t, a.y2, ok)) break;
       if (*kind == 1) {
         // b's inputs come from the link alone; read by b only.
         std::unordered_set<const void*> bo;
         for (NodeRef m : b.F.nodes) bo.insert(m.p);
-        bo.insert(b.add1.p);
-        bo.insert(b.add2.p);
+        for (NodeRef m : b.combine_nodes()) bo.insert(m.p);
         if (!read_only_by(t, b.x1, bo) || !read_only_by(t, b.x2, bo)) break;
       }
       ch.link_kinds.push_back(*kind);
@@ -258,8 +360,8 @@ std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPo
     const Coupling& last = c.blocks.back();
     c.decision.site = "coupling at " + g.name(last.y2);
     std::vector<ValueRef> chain_in{c.blocks.front().x1, c.blocks.front().x2};
-    const size_t start =
-        std::min(t.index(c.blocks.front().F.nodes.front()), t.index(c.blocks.front().add1));
+    size_t start = t.index(c.blocks.front().F.nodes.front());
+    for (NodeRef m : c.blocks.front().combine_nodes()) start = std::min(start, t.index(m));
     const ValueSet inside = t.forward(chain_in, start, t.index(last.add2) + 1);
     std::string why;
     for (const Coupling& b : c.blocks)
@@ -275,8 +377,7 @@ std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPo
     for (const Coupling& b : c.blocks) {
       for (const CouplingFn* f : {&b.F, &b.G})
         c.covers.insert(c.covers.end(), f->nodes.begin(), f->nodes.end());
-      c.covers.push_back(b.add1);
-      c.covers.push_back(b.add2);
+      for (NodeRef m : b.combine_nodes()) c.covers.push_back(m);
     }
     c.covers.insert(c.covers.end(), link_nodes.begin(), link_nodes.end());
     std::sort(c.covers.begin(), c.covers.end(),
@@ -290,7 +391,13 @@ std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPo
     const auto o1 = g.bytes(last.y1), o2 = g.bytes(last.y2);
     std::ostringstream text;
     const size_t k = c.blocks.size();
-    text << k << " additive coupling" << (k == 1 ? "" : "s");
+    size_t affine = 0;
+    for (const Coupling& b : c.blocks)
+      affine += b.combine1 != Combine::Add || b.combine2 != Combine::Add;
+    if (affine == 0 || affine == k)
+      text << k << " " << (affine ? "affine" : "additive") << " coupling" << (k == 1 ? "" : "s");
+    else
+      text << k << " couplings (" << affine << " affine)";
     if (!why.empty()) {
       c.decision.verdict = Decision::Verdict::Kept;
       c.decision.text = text.str() + ": " + why;

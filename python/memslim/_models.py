@@ -121,19 +121,72 @@ class AdditiveCoupling(torch.nn.Module):
         return torch.cat([y1, y2], dim=self.dim)
 
 
+class AffineResidualFn(torch.nn.Module):
+    """F or G of an affine coupling: RevResidualFn's body ending in a conv to twice the
+    channels, read as (s, t)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.body = RevResidualFn(channels)
+        self.bn = torch.nn.BatchNorm2d(channels)
+        self.proj = torch.nn.Conv2d(channels, 2 * channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(torch.relu(self.bn(self.body(x))))
+
+
+class AffineCoupling(torch.nn.Module):
+    """RealNVP's affine coupling over the two halves of dim `dim`: y1 = x1 * exp(tanh(s)) + t
+    with (s, t) = F(x2) split on `dim` (a bounded log-scale, as RealNVP / nflows code writes
+    it); then y2 from y1 and G the same way."""
+
+    def __init__(self, f: torch.nn.Module, g: torch.nn.Module, dim: int = 1):
+        super().__init__()
+        self.f, self.g, self.dim = f, g, dim
+
+    def half(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        s, t = torch.chunk(h, 2, dim=self.dim)
+        return x * torch.exp(torch.tanh(s)) + t
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = torch.chunk(x, 2, dim=self.dim)
+        y1 = self.half(x1, self.f(x2))
+        y2 = self.half(x2, self.g(y1))
+        return torch.cat([y1, y2], dim=self.dim)
+
+
+class GlowCoupling(AffineCoupling):
+    """Glow's affine coupling: y1 = (x1 + t) * sigmoid(s + 2), (s, t) = F(x2)."""
+
+    def half(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        s, t = torch.chunk(h, 2, dim=self.dim)
+        return (x + t) * torch.sigmoid(s + 2.0)
+
+
 class RevNet(torch.nn.Module):
     """A RevNet-style CIFAR network: a stem, three stages of additive couplings (BN-ReLU-conv
-    in F and G) separated by BN-ReLU-conv stride-2 downsamplings (not invertible), and a head."""
+    in F and G) separated by BN-ReLU-conv stride-2 downsamplings (not invertible), and a head.
+    `coupling`: "additive", or "affine" / "glow" for AffineCoupling blocks (F and G ending in
+    a 1x1 conv to (s, t))."""
 
-    def __init__(self, widths=(32, 64, 128), blocks=(6, 6, 6), classes: int = 10):
+    def __init__(self, widths=(32, 64, 128), blocks=(6, 6, 6), classes: int = 10,
+                 coupling: str = "additive"):
         super().__init__()
         layers = [torch.nn.Conv2d(3, widths[0], 3, padding=1, bias=False)]
         for i, (w, n) in enumerate(zip(widths, blocks)):
             if i:
                 layers += [torch.nn.BatchNorm2d(widths[i - 1]), torch.nn.ReLU(),
                            torch.nn.Conv2d(widths[i - 1], w, 3, stride=2, padding=1, bias=False)]
-            layers += [AdditiveCoupling(RevResidualFn(w // 2), RevResidualFn(w // 2))
-                       for _ in range(n)]
+            if coupling == "additive":
+                layers += [AdditiveCoupling(RevResidualFn(w // 2), RevResidualFn(w // 2))
+                           for _ in range(n)]
+            elif coupling in ("affine", "glow"):
+                kind = GlowCoupling if coupling == "glow" else AffineCoupling
+                layers += [kind(AffineResidualFn(w // 2), AffineResidualFn(w // 2))
+                           for _ in range(n)]
+            else:
+                raise ValueError(f"RevNet: coupling must be additive, affine or glow, "
+                                 f"not {coupling!r}")
         layers += [torch.nn.BatchNorm2d(widths[-1]), torch.nn.ReLU(),
                    torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
                    torch.nn.Linear(widths[-1], classes)]

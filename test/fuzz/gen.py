@@ -827,8 +827,9 @@ class Gen:
         return out
 
     def s_coupling(self):
-        """Additive couplings y1 = x1 + F(x2), y2 = x2 + G(y1) over the halves of the
-        last dim, 1-3 blocks linked directly or through cat / chunk (issue 12)."""
+        """Couplings y1 = x1 + F(x2), y2 = x2 + G(y1) over the halves of the last dim,
+        some halves affine (x * exp(tanh(f)) + tanh(f), (x + f) * sigmoid(f + 2)), 1-3
+        blocks linked directly or through cat / chunk (issue 12)."""
         rng = self.rng
         if self.in_loop:
             return []
@@ -841,14 +842,31 @@ class Gen:
         lines.append("%s, %s = torch.chunk(%s, 2, dim=-1)" % (V(x1), V(x2), V(v)))
         blocks = rng.randint(1, 3)
         made = [x1.id, x2.id]
+        # Affine halves from a stream of their own: a seed that drew no affine half
+        # generates the program it generated before they existed.
+        forms = random.Random(self.p.seed * 104729 + 5)
+
+        def combine(y, x, f):
+            roll = forms.random()
+            if roll < 0.15:  # RealNVP: x * exp(tanh(f)) + tanh(f)
+                lines.append("%s = %s * torch.exp(torch.tanh(%s)) + torch.tanh(%s)"
+                             % (V(y), V(x), V(f), V(f)))
+                feats.append("coupling_affine")
+            elif roll < 0.3:  # Glow: (x + f) * sigmoid(f + 2)
+                lines.append("%s = (%s + %s) * torch.sigmoid(%s + 2.0)"
+                             % (V(y), V(x), V(f), V(f)))
+                feats.append("coupling_affine")
+            else:
+                lines.append("%s = %s + %s" % (V(y), V(x), V(f)))
+
         for b in range(blocks):
             escape = [True] if rng.random() < 0.1 else []
             f = self.coupling_fn(x2, lines, feats, escape)
             y1 = self.new(half)
-            lines.append("%s = %s + %s" % (V(y1), V(x1), V(f)))
+            combine(y1, x1, f)
             g = self.coupling_fn(y1, lines, feats, escape)
             y2 = self.new(half)
-            lines.append("%s = %s + %s" % (V(y2), V(x2), V(g)))
+            combine(y2, x2, g)
             made += [y1.id, y2.id]
             if b + 1 < blocks:
                 if rng.random() < 0.6:

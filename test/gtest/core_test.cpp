@@ -512,6 +512,66 @@ TEST(Core, CouplingChainOverAnFxView) {
   EXPECT_GT(ch.kept_before, ch.kept_after);
 }
 
+namespace {
+
+// K affine couplings over an FX view, RealNVP's half then Glow's:
+//   y1 = x1 * exp(tanh(hf)) + sigmoid(hf),      hf = linear(x2, wf)
+//   y2 = (x2 + tanh(hg)) * sigmoid(hg),         hg = linear(y1, wg)
+struct AffineCouplings : Builder {
+  explicit AffineCouplings(int blocks) {
+    size_t x1 = tensor("x1"), x2 = tensor("x2");
+    std::vector<size_t> in{x1, x2}, w;
+    for (int b = 0; b < 2 * blocks; ++b)
+      in.push_back(w.emplace_back(tensor("w" + std::to_string(b))));
+    inputs(in);
+    const size_t one = constant(int64_t(1));
+    size_t y1 = 0, y2 = 0;
+    for (int b = 0; b < blocks; ++b) {
+      const std::string s = std::to_string(b);
+      const size_t hf = op("aten::linear", "", {x2, w[2 * b], none()}, "hf" + s);
+      const size_t m1 = op("aten::exp", "", {op("aten::tanh", "", {hf}, "sf" + s)}, "mf" + s);
+      const size_t t1 = op("aten::sigmoid", "", {hf}, "tf" + s);
+      const size_t p1 = op("aten::mul", "Tensor", {x1, m1}, "pf" + s);
+      y1 = op("aten::add", "Tensor", {p1, t1, one}, "y1_" + s);
+      const size_t hg = op("aten::linear", "", {y1, w[2 * b + 1], none()}, "hg" + s);
+      const size_t t2 = op("aten::tanh", "", {hg}, "tg" + s);
+      const size_t q2 = op("aten::add", "Tensor", {x2, t2, one}, "qg" + s);
+      const size_t m2 = op("aten::sigmoid", "", {hg}, "mg" + s);
+      y2 = op("aten::mul", "Tensor", {q2, m2}, "y2_" + s);
+      x1 = y1;
+      x2 = y2;
+    }
+    ret({y1, y2});
+  }
+};
+
+} // namespace
+
+TEST(Core, AffineCouplingChainOverAnFxView) {
+  AffineCouplings c(3);
+  const auto chains = memslim::find_coupling_chains(c.g, {});
+  ASSERT_EQ(chains.size(), 1u);
+  const auto& ch = chains[0];
+  EXPECT_TRUE(ch.rewrite()) << ch.decision.render();
+  EXPECT_NE(ch.decision.text.find("3 affine couplings"), std::string::npos) << ch.decision.text;
+  ASSERT_EQ(ch.blocks.size(), 3u);
+  for (const auto& b : ch.blocks) {
+    EXPECT_EQ(b.combine1, memslim::Combine::MulAdd);
+    EXPECT_EQ(b.combine2, memslim::Combine::AddMul);
+    // F: linear, tanh, exp, sigmoid -> (m, t); G: linear, tanh, sigmoid -> (m, t).
+    EXPECT_EQ(b.F.nodes.size(), 4u);
+    EXPECT_EQ(b.G.nodes.size(), 3u);
+    EXPECT_EQ(c.g.name(b.F.output).rfind("%mf", 0), 0u) << c.g.name(b.F.output);
+    EXPECT_EQ(c.g.name(b.F.output2).rfind("%tf", 0), 0u) << c.g.name(b.F.output2);
+    EXPECT_EQ(c.g.name(b.G.output).rfind("%mg", 0), 0u) << c.g.name(b.G.output);
+    EXPECT_EQ(c.g.name(b.G.output2).rfind("%tg", 0), 0u) << c.g.name(b.G.output2);
+    EXPECT_EQ(b.combine_nodes().size(), 4u);
+  }
+  EXPECT_EQ(ch.covers.size(), 33u); // 3 x (4 + 3 function nodes + 4 combining nodes)
+  EXPECT_EQ(ch.kept_after, 2 * 64 * 4);
+  EXPECT_GT(ch.kept_before, ch.kept_after);
+}
+
 TEST(Core, CouplingWhoseFunctionValueIsReadElsewhereIsKept) {
   Couplings c(1, /*leak=*/true);
   const auto chains = memslim::find_coupling_chains(c.g, {});

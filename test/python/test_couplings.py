@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import memslim
-from memslim._models import AdditiveCoupling, RevNet, RevResidualFn, RevTransformer
+from memslim._models import AdditiveCoupling, AffineCoupling, RevNet, RevResidualFn, RevTransformer
 
 warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated.*")
 
@@ -97,6 +97,93 @@ def test_reversible_transformer_replays_dropout_and_keeps_rng_stream():
     saved_ref = memslim.saved_bytes(ref.float(), xr)
     saved_opt = memslim.saved_bytes(memslim.optimize(make().float(), (x.float(),)), xr)
     assert saved_opt <= 0.20 * saved_ref, (saved_ref, saved_opt)
+
+
+@pytest.mark.parametrize("form", ["affine", "glow"])
+def test_affine_revnet_gradients_and_running_stats_match_eager_fp64(form):
+    """RealNVP's x1 * exp(tanh(s)) + t and Glow's (x1 + t) * sigmoid(s + 2), with BatchNorm
+    in F and G: one op per stage, eager's gradients and running stats."""
+    x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
+    make = lambda: RevNet(widths=(8, 16, 32), blocks=(3, 3, 3), coupling=form).double()  # noqa
+    ref, opt, base = pair(make, x)
+    rs = remarks(opt)
+    assert sum("3 affine couplings -> memslim::coupling_chain" in r for r in rs) == 3, rs
+    # The combining muls and adds went into the op with F and G.
+    kinds = [n.kind() for k in ("aten::sigmoid", "aten::exp", "aten::mul")
+             for n in opt.graph.findAllNodes(k) if n.output().type().kind() == "TensorType"]
+    assert len(opt.graph.findAllNodes("memslim::coupling_chain")) == 3 and not kinds, kinds
+    for seed in range(3):
+        ga = step_grads(ref, x, list(ref.parameters()), seed)
+        gb = step_grads(opt, x, list(base.parameters()), seed)
+        assert max_rel(gb, ga) < 1e-9
+    for (n, a), b in zip(ref.named_buffers(), base.buffers()):
+        assert torch.allclose(a.double(), b.double(), rtol=1e-12, atol=1e-12), n
+    ref.eval()
+    opt.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), ref(x), rtol=0, atol=0)
+
+
+def test_affine_revnet_saves_under_a_fifth():
+    x = torch.randn(2, 3, 32, 32)
+    ref, opt, _ = pair(lambda: RevNet(widths=(16, 32, 64), coupling="affine"), x)
+    xr = x.clone().requires_grad_()
+    before, after = memslim.saved_bytes(ref, xr), memslim.saved_bytes(opt, xr)
+    assert after <= 0.20 * before, (before, after)
+
+
+class ExpScale(torch.nn.Module):
+    """An affine coupling over the last dim with linear F / G and m = exp(tanh(s))."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.f, self.g = torch.nn.Linear(d, 2 * d), torch.nn.Linear(d, 2 * d)
+
+    def scale(self, s):
+        return torch.exp(torch.tanh(s))
+
+    def half(self, x, h):
+        s, t = h.chunk(2, dim=-1)
+        return x * self.scale(s) + t
+
+    def forward(self, x):
+        x1, x2 = x.chunk(2, dim=-1)
+        y1 = self.half(x1, self.f(x2))
+        return torch.cat([y1, self.half(x2, self.g(y1))], dim=-1)
+
+
+class ReluScale(ExpScale):
+    """m = relu(s): exact zeros, where x1 is lost (the block must keep its input)."""
+
+    def scale(self, s):
+        return torch.relu(s)
+
+
+class PooledScale(ExpScale):
+    """One scale per row, broadcast over the features."""
+
+    def scale(self, s):
+        return torch.exp(torch.tanh(s.mean(dim=-1, keepdim=True)))
+
+
+SCALES = {"exp": ExpScale, "relu": ReluScale, "pooled": PooledScale}
+
+
+@pytest.mark.parametrize("scale", ["exp", "relu", "pooled"])
+def test_affine_scales_zeros_and_broadcasts_keep_eager_gradients(scale):
+    torch.manual_seed(0)
+    x = torch.randn(5, 16, dtype=torch.float64)
+    make = lambda: torch.nn.Sequential(*[SCALES[scale]() for _ in range(3)]).double()  # noqa
+    ref, opt, base = pair(make, x)
+    assert any("3 affine couplings -> memslim::coupling_chain" in r for r in remarks(opt))
+    for seed in range(3):
+        xs = x * (seed + 1)
+        ga = step_grads(ref, xs, list(ref.parameters()), seed)
+        gb = step_grads(opt, xs, list(base.parameters()), seed)
+        assert max_rel(gb, ga) < 1e-9, scale
+    if scale == "relu":  # a zero scale: that call keeps the block's input
+        xr = x.clone().requires_grad_()
+        assert memslim.saved_bytes(opt, xr) > 2 * x.numel() * 8
 
 
 class Stack(torch.nn.Module):

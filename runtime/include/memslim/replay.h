@@ -34,16 +34,19 @@ struct Fn {
   bool random = false;       // holds a random op: replays need the forward's RNG state
 };
 
-// Parses `text` (one Tensor output, at least one input) and compiles it; `op`
-// and `which` name it in errors ("memslim::coupling_chain: cannot parse
-// function 3: ...").
-Fn parse_fn(const std::string& text, const char* op, const std::string& which);
+// Parses `text` (`outputs` Tensor outputs, at least one input) and compiles
+// it; `op` and `which` name it in errors ("memslim::coupling_chain: cannot
+// parse function 3: ...").
+Fn parse_fn(const std::string& text, const char* op, const std::string& which, size_t outputs = 1);
 
 // Runs `f` on `data`, its external inputs (undefined: None) and then `strs`
 // (its str inputs). `replay`: the re-runs (backward, checks) get copies of
-// what f writes in place.
+// what f writes in place. run_fn: its one output; run_fn_outputs: all.
 at::Tensor run_fn(const Fn& f, const at::Tensor& data, const std::vector<at::Tensor>& ext,
                   bool replay, const char* op, const std::vector<std::string>& strs = {});
+std::vector<at::Tensor> run_fn_outputs(const Fn& f, const at::Tensor& data,
+                                       const std::vector<at::Tensor>& ext, bool replay,
+                                       const char* op, const std::vector<std::string>& strs = {});
 
 // The default generator state of `device` now, if `f` draws random numbers
 // (undefined otherwise): what a replay of f must start from.

@@ -1,18 +1,22 @@
-//===- couplings.h - additive coupling blocks and their chains -------------===//
+//===- couplings.h - additive and affine coupling blocks and their chains --===//
 //
-// What: finds additive couplings after inlining,
-//   y1 = x1 + F(x2);   y2 = x2 + G(y1)
-// where F is every top-level node that reads x2 (directly or through F's own
-// values) before the first add, G every one reading y1 before the second,
-// neither's values are read outside it, and what else they read (parameters,
-// buffers, a mask, module flags) depends on neither block input; and links
-// them into chains: block b's outputs are block b+1's inputs, directly or
-// through chunk(cat([y1, y2], d), 2, d) (RevNet's and RevViT's layout). A
-// chain is priced as the bytes its nodes make autograd keep against its two
-// outputs, and becomes memslim::coupling_chain (runtime/coupling_chain.cpp),
-// which rebuilds each block's inputs in backward.
-// Never a rewrite that changes the function: the op computes the same adds
-// and the same F / G graphs; only what is kept changes.
+// What: finds couplings after inlining, each half one of
+//   y1 = x1 + F(x2)                      (additive: RevNet, Reformer, RevViT)
+//   y1 = x1 * m + t,    (m, t) = F(x2)   (affine: RealNVP's x1 * exp(s) + t)
+//   y1 = (x1 + t) * m,  (m, t) = F(x2)   (affine: Glow's sigmoid-scaled form)
+// and y2 = x2 (+) G(y1) the same ways, where F is every top-level node that
+// reads x2 (directly or through F's own values) before the half's combining
+// nodes, G every one reading y1 before the second's, neither's values are
+// read outside it, and what else they read (parameters, buffers, a mask,
+// module flags) depends on neither block input; and links them into chains:
+// block b's outputs are block b+1's inputs, directly or through
+// chunk(cat([y1, y2], d), 2, d) (RevNet's and RevViT's layout). A chain is
+// priced as the bytes its nodes make autograd keep against its two outputs,
+// and becomes memslim::coupling_chain (runtime/coupling_chain.cpp), which
+// rebuilds each block's inputs in backward (x1 = y1 - f, (y1 - t) / m,
+// y1 / m - t).
+// Never a rewrite that changes the function: the op computes the same adds,
+// muls and F / G graphs; only what is kept changes.
 // Why here: matching and pricing are front-end neutral; the TorchScript pass
 // (passes/invertible_couplings.cpp) cuts F and G out as graph text.
 //
@@ -37,10 +41,24 @@ inline constexpr const char* kCouplingChainOp = "memslim::coupling_chain";
 // reads (not constants), in order of first read.
 using CouplingFn = FunctionCut;
 
+// How a half combines its passing input x with its function's outputs; the
+// numbers are memslim::coupling_chain's `combine` codes.
+enum class Combine : int64_t {
+  Add = 0,    // y = x + f                 (the function returns f)
+  MulAdd = 1, // y = x * m + t             (returns (m, t))
+  AddMul = 2, // y = (x + t) * m           (returns (m, t))
+};
+const char* combine_name(Combine c); // "additive" or "affine"
+
 struct Coupling {
-  NodeRef add1, add2; // y1 = x1 + f, y2 = x2 + g
+  // The node making y1 (y2), and the node before it in an affine half (x1 * m,
+  // x1 + t; null for an additive one).
+  NodeRef add1, add2, inner1, inner2;
+  Combine combine1 = Combine::Add, combine2 = Combine::Add;
   ValueRef x1, x2, y1, y2;
-  CouplingFn F, G;
+  CouplingFn F, G; // an affine half's function: output m, output2 t
+  // The half-combining nodes (2 to 4).
+  std::vector<NodeRef> combine_nodes() const;
 };
 
 struct CouplingChain {

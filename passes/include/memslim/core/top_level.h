@@ -24,11 +24,12 @@
 namespace memslim {
 
 // A function cut out of the graph: its top-level nodes in program order, the
-// data value it reads (a block input), the value it makes, and what else it
-// reads (not constants), in order of first read.
+// data value it reads (a block input), the value it makes (and a second one,
+// an affine coupling's shift; else null), and what else it reads (not
+// constants), in order of first read.
 struct FunctionCut {
   std::vector<NodeRef> nodes;
-  ValueRef input, output;
+  ValueRef input, output, output2;
   std::vector<ValueRef> external;
 };
 

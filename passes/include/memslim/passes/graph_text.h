@@ -28,7 +28,8 @@ std::optional<std::string> op_graph_text(const std::shared_ptr<torch::jit::Graph
                                          std::string* error);
 
 // A function cut out of the top-level block (FunctionCut of a JitGraphView) as
-// the text of a graph (data, external...) -> result: nested blocks kept,
+// the text of a graph (data, external...) -> result (result, result2 where
+// the cut has a second output): nested blocks kept,
 // constants copied in, bool / int / float reads passed as 0-dim tensors and
 // unboxed inside, Tensor? passed as is; with `strs`, str reads become the
 // function's last inputs, in order (recompute_block's str[] argument). Returns
