@@ -1898,3 +1898,10 @@ def test_coupling_chain_scalar_gain(session):
 def test_hand_layer_norm_shift_grad_zero(session):
     check_corpus(session, "seed922186_hand_layer_norm_shift_grad_zero.py")
 
+
+# Fuzz seed 924560 (session 25, 3000 seeds 922500:925500, the first with affine couplings):
+# a Glow half's rebuilt input is off by 2e-7 relative, and a cancelling weight gradient
+# amplifies it past the bar (the class of 919812). Not fixed (known_failures.txt).
+@pytest.mark.xfail(strict=True, reason="seed 924560: Glow half, a cancelling weight gradient")
+def test_glow_coupling_cancelling_weight_grad(session):
+    check_corpus(session, "seed924560_glow_coupling_cancelling_weight_grad.py")
