@@ -149,9 +149,18 @@ at::Tensor rebuild(int64_t k, const at::Tensor& y, const Outs& o) {
 
 // Whether an affine half's scale rules out the inverse on this call (a zero
 // loses x; a NaN or inf cannot be divided out).
+// Tensors without real data (fake / functional tensors of torch.compile's
+// tracing and opcheck, symbolic sizes, meta) are not checked: nothing is
+// inverted there.
 bool scale_singular(int64_t k, const Outs& o) {
-  if (k == 0 || o[0].numel() == 0) return false;
-  auto [lo, hi] = at::aminmax(o[0].abs());
+  if (k == 0) return false;
+  const at::Tensor& m = o[0];
+  const auto ks = m.key_set();
+  if (!m.has_storage() || ks.has(c10::DispatchKey::Python) ||
+      ks.has(c10::DispatchKey::Functionalize) ||
+      m.unsafeGetTensorImpl()->has_symbolic_sizes_strides() || m.is_meta() || m.numel() == 0)
+    return false;
+  auto [lo, hi] = at::aminmax(m.abs());
   return !(lo.item<double>() > 0) || !(hi.item<double>() < INFINITY);
 }
 

@@ -315,3 +315,9 @@ def test_opcheck():
     ws = [torch.randn(4, 4, dtype=torch.float64, requires_grad=True) for _ in range(4)]
     torch.library.opcheck(torch.ops.memslim.coupling_chain.default,
                           (x1, x2, ws, [fn] * 4, [1] * 4, [0, 0, 0], 0, 1e-5))
+    # Affine halves: functions return (m, t) = (exp(tanh(h)), h); combine codes 1 and 2.
+    aff = ("graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
+           "  %h : Tensor = aten::linear(%x, %w, %n)\n  %s : Tensor = aten::tanh(%h)\n"
+           "  %m : Tensor = aten::exp(%s)\n  return (%m, %h)\n")
+    torch.library.opcheck(torch.ops.memslim.coupling_chain.default,
+                          (x1, x2, ws, [aff] * 4, [1] * 4, [0, 0, 0], 0, 1e-5, [1, 2, 2, 1]))
