@@ -149,17 +149,20 @@ at::Tensor rebuild(int64_t k, const at::Tensor& y, const Outs& o) {
 
 // Whether an affine half's scale rules out the inverse on this call (a zero
 // loses x; a NaN or inf cannot be divided out).
-// Tensors without real data (fake / functional tensors of torch.compile's
-// tracing and opcheck, symbolic sizes, meta) are not checked: nothing is
-// inverted there.
+// Whether `t` holds real data: not a fake / functional tensor of torch.compile's
+// tracing or opcheck, no symbolic sizes, not meta. Checks that read values
+// (.item()) run on such tensors only; nothing is inverted on the others.
+bool real_data(const at::Tensor& t) {
+  const auto ks = t.key_set();
+  return t.has_storage() && !ks.has(c10::DispatchKey::Python) &&
+         !ks.has(c10::DispatchKey::Functionalize) &&
+         !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() && !t.is_meta();
+}
+
 bool scale_singular(int64_t k, const Outs& o) {
   if (k == 0) return false;
   const at::Tensor& m = o[0];
-  const auto ks = m.key_set();
-  if (!m.has_storage() || ks.has(c10::DispatchKey::Python) ||
-      ks.has(c10::DispatchKey::Functionalize) ||
-      m.unsafeGetTensorImpl()->has_symbolic_sizes_strides() || m.is_meta() || m.numel() == 0)
-    return false;
+  if (!real_data(m) || m.numel() == 0) return false;
   auto [lo, hi] = at::aminmax(m.abs());
   return !(lo.item<double>() > 0) || !(hi.item<double>() < INFINITY);
 }
@@ -306,7 +309,8 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     std::vector<bool> keep(l.blocks, false);
     {
       std::lock_guard<std::mutex> lock(c->mu);
-      check = !c->checked;
+      // The first call with real data (a traced call's fake tensors cannot be read).
+      check = !c->checked && real_data(x1) && real_data(x2);
       for (size_t b = 0; b < l.blocks; ++b)
         keep[b] =
             check || c->drift_anchor[b] || (anchor_every > 0 && b > 0 && b % anchor_every == 0);
