@@ -48,6 +48,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "memslim/plain_cpu.h"
 #include "memslim/replay.h"
 
 namespace memslim {
@@ -149,16 +150,8 @@ at::Tensor rebuild(int64_t k, const at::Tensor& y, const Outs& o) {
 
 // Whether an affine half's scale rules out the inverse on this call (a zero
 // loses x; a NaN or inf cannot be divided out).
-// Whether `t` holds real data: not a fake / functional tensor of torch.compile's
-// tracing or opcheck, no symbolic sizes, not meta. Checks that read values
-// (.item()) run on such tensors only; nothing is inverted on the others.
-bool real_data(const at::Tensor& t) {
-  const auto ks = t.key_set();
-  return t.has_storage() && !ks.has(c10::DispatchKey::Python) &&
-         !ks.has(c10::DispatchKey::Functionalize) &&
-         !t.unsafeGetTensorImpl()->has_symbolic_sizes_strides() && !t.is_meta();
-}
-
+// Tensors without real data (plain_cpu.h: fake / functional / symbolic / meta)
+// are not checked: nothing is inverted there.
 bool scale_singular(int64_t k, const Outs& o) {
   if (k == 0) return false;
   const at::Tensor& m = o[0];

@@ -54,8 +54,7 @@ std::vector<Half> halves_at(const Top& t, NodeRef n) {
   for (int k = 0; k < 2; ++k) {
     const ValueRef inner_v = g.input(n, k), other = g.input(n, 1 - k);
     const NodeRef in = g.producer(inner_v);
-    const bool inner_ok =
-        in && t.top_of(in) == in && t.users(inner_v).size() == 1 && g.uses(inner_v).size() == 1;
+    const bool inner_ok = in && t.top_of(in) == in && g.uses(inner_v).size() == 1;
     // x * m + t / (x + t) * m: the inner node's inputs, either order.
     if (inner_ok && ((add && is_mul(g, in)) || (mul && is_add(g, in))))
       for (int j = 0; j < 2; ++j) {
