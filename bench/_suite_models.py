@@ -320,4 +320,16 @@ def make_variant(variant: str, model: torch.nn.Module, x: torch.Tensor):
             compiled = memslim.compile(model)
             return compiled, _LazyNote(lambda: _rewrites(memslim, compiled))
         return torch.compile(model), ""
+    if variant == "memslim_compile_plan":
+        # memslim's own planner under torch.compile: memory_budget=BUDGET of what
+        # Inductor's partitioner keeps for each graph (torch's activation_memory_budget
+        # left at its default), blocks recomputed through recompute tags.
+        import memslim
+        compiled = memslim.compile(model, memory_budget=BUDGET)
+
+        def note():
+            plans = [d.text for d in memslim.report(compiled) if d.pass_ == "memory-budget"]
+            return (f"memory_budget {BUDGET} of Inductor's partition; " + _rewrites(memslim, compiled)
+                    + "; " + " | ".join(t for t in plans if t.startswith("budget"))[:600])
+        return compiled, _LazyNote(note)
     raise ValueError(f"unknown variant {variant}")

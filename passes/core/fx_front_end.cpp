@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <memory>
 #include <stdexcept>
+#include <unordered_map>
 #include <unordered_set>
 
+#include "memslim/core/block_recompute.h"
 #include "memslim/core/canonicalize.h"
 #include "memslim/core/canonicalize_norms.h"
 #include "memslim/core/functionalize.h"
@@ -379,6 +381,49 @@ void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
   }
 }
 
+// The memory budget's block ladder over the graph as the passes left it.
+// Safety: the front end applies a step as recompute tags, which Inductor's
+// partitioner honours on the functionalized joint graph (AOTAutograd turns
+// every in-place write, BatchNorm's running stats included, into a new value,
+// and a re-run recomputes only what backward reads), so in-place writes after
+// or inside a block change nothing there. What the tags cannot carry is a
+// grad-mode switch (no_grad, autocast) inside a block: the gate refuses those
+// blocks, and they stay out of the ladder, so that the steps planned are the
+// steps applied.
+FxLadder budget_ladder(const FxGraphView& g, const CostPolicy& policy) {
+  FxLadder out;
+  std::vector<Segment> segments = find_segments(g);
+  const std::vector<NodeRef> order = g.nodes();
+  std::unordered_map<const void*, size_t> pos;
+  for (size_t i = 0; i < order.size(); ++i) pos[order[i].p] = i;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (!segments[i].why.empty() || segments[i].fn.nodes.empty()) continue;
+    const auto& nodes = segments[i].fn.nodes;
+    std::string why;
+    for (size_t k = pos.at(nodes.front().p); k <= pos.at(nodes.back().p) && why.empty(); ++k)
+      if (switches_grad_mode(g.kind(order[k])))
+        why = "it switches the grad mode (" + g.kind(order[k]) + ")";
+    if (!why.empty()) {
+      segments[i].why = why;
+      out.refused.push_back("block at " + g.name(segments[i].fn.output) + ": " + why);
+    }
+  }
+  out.segments = segments.size();
+  const BlockLadder ladder = block_ladder(g, std::move(segments), -1, policy);
+  out.why = ladder.why;
+  for (size_t k = 0; k < ladder.steps.size(); ++k) {
+    const LadderStep& s = ladder.steps[k];
+    FxLadderStep step{s.kept, s.peak, s.flops, s.move, {}};
+    for (const RecomputeBlock& b : ladder_blocks(g, ladder, k)) {
+      std::vector<size_t> ids;
+      for (NodeRef n : b.covers) ids.push_back(g.id(n));
+      step.runs.push_back(std::move(ids));
+    }
+    out.steps.push_back(std::move(step));
+  }
+  return out;
+}
+
 } // namespace
 
 const std::vector<std::string>& fx_default_passes() {
@@ -423,6 +468,7 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
       throw std::invalid_argument("unknown pass '" + p + "'");
     }
   }
+  if (policy.memory_budget > 0) out.ladder = budget_ladder(g, policy);
   return out;
 }
 

@@ -219,7 +219,16 @@ PYBIND11_MODULE(_C, m) {
                                     rw.region->new_outputs, rw.region->before, rw.region->ir);
           rewrites.append(py::make_tuple(rw.node, rw.kind, rw.overload, args, rw.erased, region));
         }
-        return py::make_tuple(decision_dicts(r.decisions), rewrites);
+        // The memory budget's block ladder: None, or (why, blocks found,
+        // [refusal], [(kept, peak, flops, move, [[node ids] per run])]).
+        py::object ladder = py::none();
+        if (r.ladder) {
+          py::list steps;
+          for (const memslim::FxLadderStep& s : r.ladder->steps)
+            steps.append(py::make_tuple(s.kept, s.peak, s.flops, s.move, s.runs));
+          ladder = py::make_tuple(r.ladder->why, r.ladder->segments, r.ladder->refused, steps);
+        }
+        return py::make_tuple(decision_dicts(r.decisions), rewrites, ladder);
       },
       py::arg("values"), py::arg("nodes"), py::arg("passes"), py::arg("policy"));
   // A policy flag's text as memslim-opt reads it (PolicyValue::parse: an

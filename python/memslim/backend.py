@@ -89,11 +89,13 @@ def _nbytes(val) -> int:
     return (n or 0) * val.element_size()
 
 
-def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes) -> int:
+def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset()) -> int:
     """What Inductor's partitioner keeps for backward on `graph`: AOTAutograd traces the
     joint graph and Inductor's partition_fn (its joint passes, then the min-cut
     rematerialization) splits it; no code is generated. The bytes of the backward
-    graph's inputs other than the incoming gradients (parameters count on both sides)."""
+    graph's inputs other than the incoming gradients and the graph inputs whose
+    positions are in `skip` (AOTAutograd's `primals_<position + 1>`: parameters, which
+    the module keeps anyway)."""
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._inductor.compile_fx import partition_fn
     from torch._inductor.decomposition import select_decomp_table
@@ -102,8 +104,9 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes) -> int:
 
     def partition(joint, joint_inputs, **kwargs):
         fw, bw = partition_fn(joint, joint_inputs, **kwargs)
+        skipped = {f"primals_{i + 1}" for i in skip}
         box["bytes"] = sum(_nbytes(n.meta.get("val")) for n in bw.graph.find_nodes(op="placeholder")
-                           if not n.name.startswith("tangents"))
+                           if not n.name.startswith("tangents") and n.name not in skipped)
         return fw, bw
 
     from torch._guards import detect_fake_mode
@@ -188,10 +191,95 @@ def _parameters(aten: torch.fx.GraphModule, example_inputs) -> set:
             if isinstance(t, torch.nn.Parameter)}
 
 
-def _note(text: str, before, after) -> Decision:
-    return Decision({"pass": "inductor-partition", "verdict": "note", "site": "", "text": text,
-                     "line": "remark: inductor-partition: " + text, "bytes_before": before,
+def _note(text: str, before, after, pass_: str = "inductor-partition") -> Decision:
+    return Decision({"pass": pass_, "verdict": "note", "site": "", "text": text,
+                     "line": f"remark: {pass_}: " + text, "bytes_before": before,
                      "bytes_after": after, "added_work": None})
+
+
+class BudgetError(ValueError):
+    """A memory budget the backend cannot meet on a graph. Raised, not warned about:
+    a graph compiled over the budget the user asked for would run out of memory later."""
+
+
+def _meet_budget(aten, fakes, apply, ladder, budget, skip, decisions) -> bool:
+    """memory_budget under torch.compile, measured on Inductor's own partition (the
+    dry run above; parameters excluded): the target is `budget` of what the partitioner
+    keeps for the unmodified graph (a fraction in (0, 1]; as torch's
+    activation_memory_budget, a fraction of what plain torch.compile keeps) or `budget`
+    bytes. Nothing is rewritten when the unmodified graph meets it; else the pipeline's
+    rewrites; if those keep too much, the block ladder (core/block_recompute.h, built on
+    the graph the pipeline left; independent of the budget) applied as recompute tags:
+    the first step whose measured bytes meet the target, found by bisection over the
+    steps (measured bytes fall along the ladder; each probe is one dry-run partition).
+    A smaller budget takes a later step, so it never keeps more. Returns whether the
+    graph was rewritten; raises BudgetError naming the smallest reachable figure."""
+    def note(text, before=None, after=None):
+        decisions.append(_note(text, before, after, "memory-budget"))
+
+    before = _partitioned_saved_bytes(aten, fakes, skip)
+    target = int(budget * before) if budget <= 1 else int(budget)
+    head = (f"budget {target:,} B of the {before:,} B Inductor's partitioner keeps for the "
+            "unmodified graph (parameters excluded)")
+    if before <= target:
+        note(head + ": met as it is, nothing rewritten", before, before)
+        return False
+    piped = before
+    if any(d.verdict == "rewrote" for d in decisions):
+        apply()
+        piped = _partitioned_saved_bytes(aten, fakes, skip)
+    if piped <= target:
+        note(head + f": met by the pipeline's rewrites (keeps {piped:,} B)", before, piped)
+        return True
+    if ladder is None or ladder.why or len(ladder.steps) < 2:
+        why = ladder.why if ladder is not None and ladder.why else "no block to recompute"
+        raise BudgetError(
+            f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
+            f"cannot be met: the pipeline's rewrites keep {piped:,} B and {why} "
+            f"({ladder.segments if ladder is not None else 0} blocks found" +
+            (f"; refused: {'; '.join(ladder.refused[:3])}" if ladder and ladder.refused else "") +
+            ")")
+    measured = {0: piped}
+
+    def m(k):
+        if k not in measured:
+            ladder.tag(k)
+            measured[k] = _partitioned_saved_bytes(aten, fakes, skip)
+        return measured[k]
+
+    last = len(ladder.steps) - 1
+    if m(last) > target:
+        ladder.tag(0)
+        raise BudgetError(
+            f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
+            f"cannot be met: the smallest reachable is {measured[last]:,} B "
+            f"({measured[last] / before:.3f} of the unmodified; the whole ladder of "
+            f"{ladder.segments} blocks, without raising the predicted backward peak)")
+    lo, hi = 0, last  # m(lo) > target >= m(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if m(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    # Measured bytes need not fall at every step (a recomputed dropout keeps the
+    # generator's state): the earliest step meeting the target next to the one found.
+    while hi > 1 and m(hi - 1) <= target:
+        hi -= 1
+    ladder.tag(hi)
+    kept, peak, flops, _, runs = ladder.steps[hi]
+    note(head + f": the pipeline's rewrites keep {piped:,} B; ladder step {hi} of {last}: "
+         f"{len(runs) - ladder.skipped} recomputed run(s) of {ladder.segments} blocks, measured "
+         f"{measured[hi]:,} B; predicted backward peak {peak:,} B (from "
+         f"{ladder.steps[0][1]:,} B), added forward work {flops / 1e9:.3g} GFLOP; "
+         f"steps measured: " + ", ".join(f"{k}: {b:,} B" for k, b in sorted(measured.items())),
+         before, measured[hi])
+    for k in range(1, hi + 1):
+        note(f"step {k}: {ladder.steps[k][3]} -> predicted {ladder.steps[k][0]:,} B, peak "
+             f"{ladder.steps[k][1]:,} B")
+    if ladder.skipped:
+        note(f"{ladder.skipped} run(s) left out: they overlap the model's own checkpointing")
+    return True
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
@@ -206,15 +294,21 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     from torch._inductor.compile_fx import compile_fx
 
     policy = _policy(**policy)
+    budget = policy.get("memory_budget")
     try:
         aten, mode, fakes = _aten_graph(gm, example_inputs)
-        decisions, apply = fx._plan(aten, _compile_passes(), policy,
-                                    leaf_grad=_leaf_grad(aten, example_inputs),
-                                    state=_parameters(aten, example_inputs), regions="tags")
+        decisions, apply, ladder = fx._plan(aten, _compile_passes(), policy,
+                                            leaf_grad=_leaf_grad(aten, example_inputs),
+                                            state=_parameters(aten, example_inputs),
+                                            regions="tags")
         rewrote = any(d.verdict == "rewrote" for d in decisions)
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
-        if rewrote and needs_grad:
+        if budget is not None and needs_grad:
+            skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
+            with _dynamic_output_shapes(mode):
+                rewrote = _meet_budget(aten, fakes, apply, ladder, budget, skip, decisions)
+        elif rewrote and needs_grad:
             # One trace: partitioned as it is, then with the rewrites applied.
             with _dynamic_output_shapes(mode):
                 before = _partitioned_saved_bytes(aten, fakes)
@@ -231,6 +325,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
             rewrote = False
             decisions.append(_note("no gradients in this graph (nothing is kept for backward): "
                                    "graph left to Inductor", None, None))
+    except BudgetError:
+        raise
     except Exception as e:  # noqa: BLE001  (the user's training must go on)
         if strict or os.environ.get("MEMSLIM_STRICT") == "1":
             raise
@@ -247,13 +343,19 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
 
 def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=None,
             mode=None, options=None, min_bytes: int = 1, max_added_work=None,
-            assume_numel: int = 0, dropout_mask_bytes=None):
+            assume_numel: int = 0, dropout_mask_bytes=None, memory_budget=None):
     """torch.compile(model, backend="memslim") with memslim's policy options
     (min_bytes, max_added_work, assume_numel, dropout_mask_bytes: as memslim.optimize's; ValueError when
     out of range). fullgraph / dynamic: as torch.compile's. memslim.report(result)
-    gives the decision records of the graphs compiled so far."""
+    gives the decision records of the graphs compiled so far.
+    memory_budget: each compiled graph keeps at most this fraction (in (0, 1]) of what
+    Inductor's partitioner keeps for it unmodified (parameters excluded: the fraction
+    torch's activation_memory_budget is of), or this many bytes (> 1); see
+    _meet_budget. An unreachable budget raises (BudgetError, inside Dynamo's
+    BackendCompilerFailed) naming the smallest reachable figure."""
     policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work,
-                     assume_numel=assume_numel, dropout_mask_bytes=dropout_mask_bytes)
+                     assume_numel=assume_numel, dropout_mask_bytes=dropout_mask_bytes,
+                     memory_budget=memory_budget)
     if mode is not None or options is not None:
         raise ValueError("memslim.compile: mode/options are Inductor's; set them with "
                          "torch._inductor.config.patch(...) around the call")

@@ -172,7 +172,7 @@ def _graph_of(program) -> Tuple[torch.fx.GraphModule, bool]:
 def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
              passes: Optional[Iterable[str]] = None, min_bytes: int = 1,
              max_added_work: Optional[float] = None, assume_numel: int = 0,
-             dropout_mask_bytes: Optional[int] = None):
+             dropout_mask_bytes: Optional[int] = None, memory_budget=None):
     """Rewrites `program` (an ExportedProgram or an aten-level GraphModule) in place
     and returns it; `memslim.report(program)` gives the decision records.
 
@@ -181,14 +181,16 @@ def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
     front end's: functionalize, canonicalize, fuse-activation-dropout,
     recompute-pointwise-regions, output-saving).
     Policy as memslim.optimize's; dropout_mask_bytes defaults to 0 here (eager autograd
-    keeps dropout's float noise).
+    keeps dropout's float noise). memory_budget: refused here (ValueError): a budget
+    needs memslim.compile, whose planner applies blocks as Inductor's recompute tags.
     The rewritten ExportedProgram's `.module()` trains like the original; each
     rewritten node calls torch.ops.memslim.<op> with the aten op's arguments, and each
     recompute region is one torch.ops.memslim.recompute_region node (its inputs, the
     region's graph text) whose getitems replace the region's outputs.
     """
     policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work,
-                     assume_numel=assume_numel, dropout_mask_bytes=dropout_mask_bytes)
+                     assume_numel=assume_numel, dropout_mask_bytes=dropout_mask_bytes,
+                     memory_budget=memory_budget)
     gm, exported = _graph_of(program)
     if example_inputs is not None and not exported:
         if any(n.op != "output" and "val" not in n.meta for n in gm.graph.nodes):
@@ -197,8 +199,8 @@ def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
             # Constants the graph holds (make_fx's _param_constant*) are real.
             FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(
                 *example_inputs)
-    decisions, apply = _plan(gm, passes, policy, leaf_grad=_leaf_grad(program),
-                             state=_module_state(program))
+    decisions, apply, _ = _plan(gm, passes, policy, leaf_grad=_leaf_grad(program),
+                                state=_module_state(program))
     renamed = apply()
     if exported and renamed:
         # A region output that was a program output (or a buffer's new value) is now a
@@ -244,16 +246,20 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
     which would inline the op's backward and save the region's values again)."""
     if regions not in ("op", "tags"):
         raise ValueError(f"memslim.fx: regions must be 'op' or 'tags', got {regions!r}")
-    if policy.get("memory_budget") is not None:
-        raise ValueError("memory_budget: the FX front end (torch.compile, torch.export, .pt2) has "
-                         "no budget planner yet; use memslim.optimize or memslim-opt on a "
-                         "TorchScript graph")
+    if policy.get("memory_budget") is not None and regions != "tags":
+        raise ValueError("memory_budget: torch.export / .pt2 programs have no budget planner "
+                         "(it recomputes whole blocks through Inductor's partitioner); use "
+                         "memslim.compile(model, memory_budget=B), or memslim.optimize / "
+                         "memslim-opt on a TorchScript graph")
     s = _Serializer(gm.graph, leaf_grad, state)
     pass_list = list(passes) if passes is not None else []
     try:
-        records, rewrites = _C.fx_run(s.values, s.nodes, pass_list, policy)
+        records, rewrites, ladder = _C.fx_run(s.values, s.nodes, pass_list, policy)
     except ValueError as e:
         raise ValueError(f"memslim.fx.optimize: {e}") from None
+    # Region ops of this plan (tags mode: they have no node) -> the fx nodes they cover.
+    region_members = {}
+    blocks = None if ladder is None else BlockLadder(gm, s, ladder, region_members)
 
     def apply() -> dict:
         """Applies the rewrites; returns {old node name: new node name} for the values a
@@ -318,6 +324,7 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
         tag_ids = _checkpoint_ids(gm, s, [r[4] for r in plan if r[4] is not None])
         for node, target, new_args, erased, region in plan:
             if region is not None:
+                region_members[node] = [s.fx_nodes[i] for i in region[0]]
                 ops[node] = _apply_region(gm, s, region, target, carrier, value, ops, regions,
                                           tag_ids.get(id(region)), renamed)
                 continue
@@ -332,7 +339,61 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
             gm.recompile()
         return renamed
 
-    return [Decision(r) for r in records], apply
+    return [Decision(r) for r in records], apply, blocks
+
+
+class BlockLadder:
+    """The memory budget's block ladder (core/block_recompute.h) over a graph the backend
+    applies as recompute tags: `steps[k]` = (predicted kept bytes, predicted backward
+    peak, added forward FLOPs, the move, runs as lists of view node ids); step 0
+    recomputes nothing, and the steps do not depend on the budget. `tag(k)` marks step
+    k's runs on the graph (after the plan's apply()): each run's nodes MUST_RECOMPUTE
+    under one checkpoint id of its own, so that Inductor's partitioner keeps the run's
+    input and the state it reads (and the boundary between two runs) and re-runs the
+    run in backward, as torch.utils.checkpoint would; a recompute region inside a run
+    takes the run's id. A run overlapping the user's own checkpointing is left out (the
+    user decides there). `tag(0)` takes memslim's block tags off again."""
+
+    def __init__(self, gm, s, ladder, region_members):
+        self.why, self.segments, self.refused, self.steps = ladder
+        self._gm, self._s, self._regions = gm, s, region_members
+        # What carried a recompute tag before memslim: the user's checkpointing.
+        self._user = {n for n in gm.graph.nodes if "recompute" in n.meta}
+        self._saved = {}  # node -> its recompute meta before tag()
+        self.skipped = 0  # runs of the last tag() left to the user's checkpointing
+
+    def _nodes(self, ids):
+        out = []
+        for i in ids:
+            if i in self._regions:
+                out.extend(self._regions[i])
+            elif i < len(self._s.fx_nodes) and self._s.fx_nodes[i] is not None:
+                out.append(self._s.fx_nodes[i])
+            # else: a node only the C++ view has (a region op's input list)
+        return out
+
+    def tag(self, k: int) -> None:
+        from torch.utils.checkpoint import CheckpointPolicy
+        for n, meta in self._saved.items():
+            for key in ("recompute", "ac_graph_id"):
+                n.meta.pop(key, None)
+                if key in meta:
+                    n.meta[key] = meta[key]
+        self._saved = {}
+        self.skipped = 0
+        runs = [self._nodes(ids) for ids in self.steps[k][4]]
+        start = max([n.meta.get("ac_graph_id", 0) for n in self._gm.graph.nodes
+                     if isinstance(n.meta.get("ac_graph_id", 0), int)] + [0]) + 1
+        for nodes in runs:
+            if any(n in self._user for n in nodes):
+                self.skipped += 1
+                continue
+            for n in nodes:
+                self._saved[n] = {key: n.meta[key] for key in ("recompute", "ac_graph_id")
+                                  if key in n.meta}
+                n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+                n.meta["ac_graph_id"] = start
+            start += 1
 
 
 def _repair_users(graph: torch.fx.Graph) -> None:

@@ -46,15 +46,34 @@ struct FxRewrite {
   // Set for a recompute region (`node` is then the op's new node id).
   std::optional<FxRegion> region;
 };
+// The memory-budget planner's block ladder over the graph the passes left
+// (core/block_recompute.h), for a front end that applies a step as
+// recompute tags and measures it (memslim's torch.compile backend): steps[0]
+// recomputes nothing; each later step recomputes `runs` (each run's nodes, view
+// node ids, program order). Independent of the budget.
+struct FxLadderStep {
+  int64_t kept = 0, peak = 0; // predicted by the cost model
+  double flops = 0;           // added forward work
+  std::string move;
+  std::vector<std::vector<size_t>> runs;
+};
+struct FxLadder {
+  std::string why;                  // "" or why there is no ladder
+  size_t segments = 0;              // blocks found
+  std::vector<std::string> refused; // "block at %v: why", for blocks the gate refused
+  std::vector<FxLadderStep> steps;
+};
 struct FxResult {
   std::vector<Decision> decisions;
   std::vector<FxRewrite> rewrites;
+  std::optional<FxLadder> ladder; // when the policy has a memory budget
 };
 
 // The passes the FX front end runs when none are named.
 const std::vector<std::string>& fx_default_passes();
-// Runs `passes` (flags, in order) over `g`. Throws std::invalid_argument for
-// a flag no pass has.
+// Runs `passes` (flags, in order) over `g`, then, when the policy has a
+// memory budget, builds the block ladder over what they left. Throws
+// std::invalid_argument for a flag no pass has.
 FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const CostPolicy& policy);
 
 } // namespace memslim
