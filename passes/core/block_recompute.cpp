@@ -48,9 +48,14 @@ bool is_floating(const GraphView& g, ValueRef v) {
 }
 
 // Forward work of one node (nested nodes counted by the caller): 2 per
-// multiply-add of convolutions and matrix products, else one per element made.
+// multiply-add of convolutions and matrix products (a weight's sizes: FX views
+// have them since session 26; before, FX convolutions counted one per output
+// element), else one per element made.
 double node_flops(const GraphView& g, NodeRef n) {
-  const std::string k = g.kind(n);
+  std::string k = g.kind(n);
+  // fuse-activation-consumer's memslim::act_<op>(input, weight, ...) is <op>
+  // of act(input): the same product (the ladder runs after the pipeline).
+  if (k.rfind("memslim::act_", 0) == 0) k = "aten::" + k.substr(13);
   double out = 0;
   for (size_t i = 0; i < g.num_outputs(n); ++i)
     if (g.is_tensor(g.output(n, i))) out += double(g.numel(g.output(n, i)).value_or(0));

@@ -166,7 +166,8 @@ PYBIND11_MODULE(_C, m) {
   // known (a buffer, a value made under no_grad) or None; an optional 9th,
   // whether it is a parameter or buffer of the module (export's placeholders);
   // an optional 10th, its number of dimensions or None; an optional 11th,
-  // whether it is contiguous, or None.
+  // whether it is contiguous, or None; an optional 12th, its sizes (hints), or
+  // None where one is unknown.
   m.def(
       "fx_run",
       [](const py::list& values, const py::list& nodes, const std::vector<std::string>& passes,
@@ -185,6 +186,7 @@ PYBIND11_MODULE(_C, m) {
           if (t.size() > 8) v.module_state = py::cast<bool>(t[8]);
           if (t.size() > 9 && !t[9].is_none()) v.rank = py::cast<int64_t>(t[9]);
           if (t.size() > 10 && !t[10].is_none()) v.contiguous = py::cast<bool>(t[10]);
+          if (t.size() > 11 && !t[11].is_none()) v.sizes = py::cast<std::vector<int64_t>>(t[11]);
           if (py::cast<bool>(t[4])) {
             v.constant = constant_ivalue(t[5]); // nullopt: unknown to the rules
           }

@@ -101,8 +101,10 @@ class _Serializer:
         if self._no_grad:  # made under no_grad: autograd records nothing for it
             requires_grad = False
         if isinstance(val, torch.Tensor):
+            sizes = [_hint(d) for d in val.shape]
             rec = (name, True, _hint(val.numel()), val.dtype, False, None, val.device.type,
-                   requires_grad, state, val.dim(), _contiguous(val))
+                   requires_grad, state, val.dim(), _contiguous(val),
+                   None if None in sizes else sizes)
         else:
             rec = (name, False, None, None, False, None, None, None)
         self.values.append(rec)

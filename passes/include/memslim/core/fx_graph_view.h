@@ -35,6 +35,7 @@ class FxGraphView final : public GraphView {
     bool module_state = false;         // a parameter or buffer placeholder
     std::optional<int64_t> rank;       // number of dimensions
     std::optional<bool> contiguous;    // row-major
+    std::optional<std::vector<int64_t>> sizes; // every size known (hints)
     std::optional<c10::IValue> constant;
     std::string name;
     std::vector<Use> uses;
@@ -100,6 +101,7 @@ class FxGraphView final : public GraphView {
   bool module_state(ValueRef v) const override { return V(v).module_state; }
   std::optional<int64_t> rank(ValueRef v) const override { return V(v).rank; }
   std::optional<bool> contiguous(ValueRef v) const override { return V(v).contiguous; }
+  std::optional<std::vector<int64_t>> sizes(ValueRef v) const override { return V(v).sizes; }
 
  private:
   static const Node& N(NodeRef n) { return *static_cast<const Node*>(n.p); }
