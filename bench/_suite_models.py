@@ -24,7 +24,7 @@ warnings.filterwarnings("ignore", message=r".*torch\.jit\..*deprecated", categor
 
 # Order of the columns/rows everywhere; "eager" first: the other workers compare with it.
 VARIANTS = ("eager", "script", "memslim", "ckpt", "compile", "compile_budget", "memslim_export",
-            "memslim_compile", "memslim_compile_budget", "memslim_budget")
+            "memslim_compile", "memslim_compile_budget", "memslim_budget", "memslim_compile_plan")
 # The budget of the *_budget variants (bench/memory_budget.py sets it per run).
 BUDGET = float(os.environ.get("MEMSLIM_SUITE_BUDGET", "0.5"))
 VARIANT_TITLES = {
@@ -38,6 +38,7 @@ VARIANT_TITLES = {
     "memslim_compile": "torch.compile(backend=memslim)",
     "memslim_compile_budget": f"torch.compile(backend=memslim), budget {BUDGET:g}",
     "memslim_budget": f"memslim.optimize, memory_budget {BUDGET:g}",
+    "memslim_compile_plan": f"memslim.compile, memory_budget {BUDGET:g}",
 }
 
 # Block classes wrapped by the "ckpt" variant: one checkpoint per residual block /

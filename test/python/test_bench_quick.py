@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VARIANT_TITLES = ("eager", "scripted/traced", "memslim.optimize", "checkpoint per block",
                   "torch.compile", "torch.compile, budget 0.5", "memslim.fx.optimize (torch.export)",
                   "torch.compile(backend=memslim)", "torch.compile(backend=memslim), budget 0.5",
-                  "memslim.optimize, memory_budget 0.5")
+                  "memslim.optimize, memory_budget 0.5", "memslim.compile, memory_budget 0.5")
 _NUM = r"[+-]?[\d,]+(\.\d+)?(e[+-]\d+)?%?"
 # "58,076,160", "-6.3%", "8.5e-04 / 2.1e-06 (layer1.0.bn2.bias)", or eager's own "reference".
 NUMBER = re.compile(rf"^{_NUM}( / {_NUM})?( \(.*\))?$|^reference$")
