@@ -587,7 +587,8 @@ namespace {
 // `mask` (no grad, like an attention mask) is read by every block.
 struct Residuals : Builder {
   size_t out = 0, mask = 0;
-  explicit Residuals(int blocks) {
+  // switch_at: a grad-mode switch (torch._C._set_grad_enabled) inside that block.
+  explicit Residuals(int blocks, int switch_at = -1) {
     size_t x = tensor("x");
     mask = tensor("mask");
     std::vector<size_t> in{x, mask}, w;
@@ -601,6 +602,8 @@ struct Residuals : Builder {
     for (int b = 0; b < blocks; ++b) {
       const std::string s = std::to_string(b);
       const size_t h = op("aten::linear", "", {x, w[2 * b], none()}, "h" + s);
+      if (b == switch_at)
+        g.add_node("python::_set_grad_enabled", std::nullopt, {constant(c10::IValue(true))}, {});
       const size_t hm = op("aten::mul", "Tensor", {h, mask}, "hm" + s);
       const size_t a = op("aten::tanh", "", {hm}, "a" + s);
       const size_t o = op("aten::linear", "", {a, w[2 * b + 1], none()}, "o" + s);
@@ -662,4 +665,71 @@ TEST(Core, BlockRefusedByTheFrontEndStaysOutOfTheLadder) {
   for (auto& s : segs) s.why = "refused";
   const auto ladder = memslim::block_ladder(r.g, segs, -1, {});
   EXPECT_EQ(ladder.steps.size(), 1u);
+}
+
+TEST(Core, RunFxHandsBackTheBudgetLadderAsNodeIds) {
+  Residuals r(4);
+  memslim::CostPolicy policy;
+  EXPECT_FALSE(memslim::run_fx(r.g, {"output-saving-activations"}, policy).ladder);
+  policy.memory_budget = 0.5;
+  const auto out = memslim::run_fx(r.g, {"output-saving-activations"}, policy);
+  ASSERT_TRUE(out.ladder);
+  const auto& L = *out.ladder;
+  EXPECT_TRUE(L.why.empty()) << L.why;
+  EXPECT_EQ(L.segments, 4u);
+  EXPECT_TRUE(L.refused.empty());
+  ASSERT_GT(L.steps.size(), 2u);
+  EXPECT_TRUE(L.steps[0].runs.empty());
+  for (size_t i = 1; i < L.steps.size(); ++i) {
+    EXPECT_LT(L.steps[i].kept, L.steps[i - 1].kept);
+    size_t nodes = 0;
+    for (const auto& run : L.steps[i].runs) {
+      nodes += run.size();
+      for (size_t id : run) { // every id is a node of some block: no mask, no return
+        const std::string k = r.g.kind(r.g.node_ref(id));
+        EXPECT_TRUE(k == "aten::linear" || k == "aten::mul" || k == "aten::tanh" ||
+                    k == "aten::add")
+            << k;
+      }
+    }
+    EXPECT_EQ(nodes % 5, 0u); // whole blocks only
+  }
+}
+
+TEST(Core, GradModeSwitchKeepsABlockOutOfTheFxLadder) {
+  Residuals r(3, /*switch_at=*/1);
+  memslim::CostPolicy policy;
+  policy.memory_budget = 0.5;
+  const auto out = memslim::run_fx(r.g, {"output-saving-activations"}, policy);
+  ASSERT_TRUE(out.ladder);
+  ASSERT_EQ(out.ladder->refused.size(), 1u);
+  EXPECT_NE(out.ladder->refused[0].find("switches the grad mode"), std::string::npos)
+      << out.ladder->refused[0];
+  for (const auto& step : out.ladder->steps)
+    for (const auto& run : step.runs)
+      for (size_t id : run) EXPECT_NE(r.g.name(r.g.output(r.g.node_ref(id), 0)), "%x1");
+}
+
+TEST(Core, BlockFlopsReadAWeightsSizesAndActConsumers) {
+  // x [4, 16] -> linear(x, w [16, 16]) -> memslim::act_linear(h, w2, None, "relu", []) + x:
+  // 2 x 64 x 16 per product with sizes.
+  Builder b;
+  auto sized = [&](const std::string& name, std::vector<int64_t> sizes) {
+    const size_t v = b.tensor(name, sizes[0] * sizes[1]);
+    const_cast<FxGraphView::Value*>(static_cast<const FxGraphView::Value*>(b.g.value_ref(v).p))
+        ->sizes = sizes;
+    return v;
+  };
+  const size_t x = sized("x", {4, 16}), w = sized("w", {16, 16}), w2 = sized("w2", {16, 16});
+  b.inputs({x, w, w2});
+  const size_t h = b.op("aten::linear", "", {x, w, b.none()}, "h");
+  const size_t o = b.op("memslim::act_linear", "",
+                        {h, w2, b.none(), b.constant(c10::IValue(std::string("relu"))),
+                         b.constant(c10::IValue(std::vector<double>{}))},
+                        "o");
+  const size_t y = b.op("aten::add", "Tensor", {x, o, b.constant(int64_t(1))}, "y");
+  b.ret({y});
+  const auto segs = memslim::find_segments(b.g);
+  ASSERT_EQ(segs.size(), 1u);
+  EXPECT_GE(segs[0].flops, 2 * (2.0 * 64 * 16)) << segs[0].flops;
 }
