@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <memory>
 #include <stdexcept>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "memslim/core/block_recompute.h"
@@ -387,25 +386,19 @@ void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
 // every in-place write, BatchNorm's running stats included, into a new value,
 // and a re-run recomputes only what backward reads), so in-place writes after
 // or inside a block change nothing there. What the tags cannot carry is a
-// grad-mode switch (no_grad, autocast) inside a block: the gate refuses those
-// blocks, and they stay out of the ladder, so that the steps planned are the
-// steps applied.
+// grad-mode switch (no_grad, autocast) inside a block: the view gate refuses
+// those blocks (check_between without writes), and they stay out of the
+// ladder, so that the steps planned are the steps applied.
 FxLadder budget_ladder(const FxGraphView& g, const CostPolicy& policy) {
   FxLadder out;
   std::vector<Segment> segments = find_segments(g);
-  const std::vector<NodeRef> order = g.nodes();
-  std::unordered_map<const void*, size_t> pos;
-  for (size_t i = 0; i < order.size(); ++i) pos[order[i].p] = i;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    if (!segments[i].why.empty() || segments[i].fn.nodes.empty()) continue;
-    const auto& nodes = segments[i].fn.nodes;
-    std::string why;
-    for (size_t k = pos.at(nodes.front().p); k <= pos.at(nodes.back().p) && why.empty(); ++k)
-      if (switches_grad_mode(g.kind(order[k])))
-        why = "it switches the grad mode (" + g.kind(order[k]) + ")";
+  const ViewGate gate(g);
+  for (Segment& seg : segments) {
+    if (!seg.why.empty() || seg.fn.nodes.empty()) continue;
+    const std::string why = gate.check_between(seg.fn.nodes, /*writes=*/false);
     if (!why.empty()) {
-      segments[i].why = why;
-      out.refused.push_back("block at " + g.name(segments[i].fn.output) + ": " + why);
+      seg.why = why;
+      out.refused.push_back("block at " + g.name(seg.fn.output) + ": " + why);
     }
   }
   out.segments = segments.size();

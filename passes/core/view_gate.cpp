@@ -84,7 +84,7 @@ std::string ViewGate::check(NodeRef site, const std::vector<ValueRef>& guarded) 
   return "";
 }
 
-std::string ViewGate::check_between(const std::vector<NodeRef>& covers) const {
+std::string ViewGate::check_between(const std::vector<NodeRef>& covers, bool writes) const {
   auto covered = [&](NodeRef n) {
     return std::find(covers.begin(), covers.end(), n) != covers.end();
   };
@@ -103,6 +103,7 @@ std::string ViewGate::check_between(const std::vector<NodeRef>& covers) const {
     if (!inside) continue;
     if (switches_grad_mode(g_.kind(n)))
       return g_.kind(n) + " switches the grad mode between its nodes";
+    if (!writes) continue;
     for (ValueRef w : may_write(n)) {
       const ValueRef r = storage_root(w);
       if (std::find(read.begin(), read.end(), r) != read.end())

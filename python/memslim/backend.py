@@ -211,9 +211,11 @@ def _meet_budget(aten, fakes, apply, ladder, budget, skip, decisions) -> bool:
     rewrites; if those keep too much, the block ladder (core/block_recompute.h, built on
     the graph the pipeline left; independent of the budget) applied as recompute tags:
     the first step whose measured bytes meet the target, found by bisection over the
-    steps (measured bytes fall along the ladder; each probe is one dry-run partition).
-    A smaller budget takes a later step, so it never keeps more. Returns whether the
-    graph was rewritten; raises BudgetError naming the smallest reachable figure."""
+    steps (each probe is one dry-run partition), then back while the step before also
+    meets it. Where measured bytes fall along the ladder, a smaller budget takes a later
+    step, so it never keeps more (a recomputed dropout keeps the generator's state, 5 KB
+    on the CPU, so on tiny graphs they can rise by that much along it). Returns whether
+    the graph was rewritten; raises BudgetError naming the smallest reachable figure."""
     def note(text, before=None, after=None):
         decisions.append(_note(text, before, after, "memory-budget"))
 

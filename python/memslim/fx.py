@@ -384,8 +384,7 @@ class BlockLadder:
         self._saved = {}
         self.skipped = 0
         runs = [self._nodes(ids) for ids in self.steps[k][4]]
-        start = max([n.meta.get("ac_graph_id", 0) for n in self._gm.graph.nodes
-                     if isinstance(n.meta.get("ac_graph_id", 0), int)] + [0]) + 1
+        start = _next_checkpoint_id(self._gm)
         for nodes in runs:
             if any(n in self._user for n in nodes):
                 self.skipped += 1
@@ -409,13 +408,18 @@ def _repair_users(graph: torch.fx.Graph) -> None:
                 inp.users[node] = None
 
 
+def _next_checkpoint_id(gm) -> int:
+    """One above every checkpoint id already in the graph (the user's, memslim's regions)."""
+    return max([n.meta.get("ac_graph_id", 0) for n in gm.graph.nodes
+                if isinstance(n.meta.get("ac_graph_id", 0), int)] + [0]) + 1
+
+
 def _checkpoint_ids(gm, s, regions) -> dict:
     """Checkpoint ids for tagged regions (id(region) -> id): above every id already in
     the graph (a user's torch.utils.checkpoint regions), in an order where a region
     reading another's output has the larger id, so the partitioner saves the value at
     their boundary (its cleanup_recompute_tags), as the region op would keep it."""
-    start = max([n.meta.get("ac_graph_id", 0) for n in gm.graph.nodes
-                 if isinstance(n.meta.get("ac_graph_id", 0), int)] + [0]) + 1
+    start = _next_checkpoint_id(gm)
     owner = {}
     for k, r in enumerate(regions):
         for i in r[0]:

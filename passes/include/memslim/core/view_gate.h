@@ -46,8 +46,10 @@ class ViewGate {
   std::string check(NodeRef site, const std::vector<ValueRef>& guarded) const;
   // "" when no node between the first and the last of `covers` (a formula a
   // rewrite replaces by one op at the last) writes in place a tensor one of
-  // them reads or switches the grad mode; else why not.
-  std::string check_between(const std::vector<NodeRef>& covers) const;
+  // them reads or switches the grad mode; else why not. writes = false: grad-mode
+  // switches only (memslim.compile's recompute tags: Inductor recomputes on the
+  // functionalized joint graph, where an in-place write is a new value).
+  std::string check_between(const std::vector<NodeRef>& covers, bool writes = true) const;
   // "" when removing `site`'s in-place write to `written` is unobservable
   // (write_observable).
   std::string check_removed_write(NodeRef site, ValueRef written) const;
