@@ -81,7 +81,26 @@ double node_flops(const GraphView& g, NodeRef n) {
     const auto a = input_sizes(k == "aten::addmm" || k == "aten::baddbmm" ? 1 : 0);
     if (a && !a->empty()) return 2 * out * double(a->back());
   }
+  if (k == "aten::scaled_dot_product_attention") {
+    // q [..., L, E] . k [..., S, E]^T, then the weights . v: out [..., L, Ev].
+    const auto q = input_sizes(0), kk = input_sizes(1);
+    if (q && kk && q->size() >= 2 && kk->size() >= 2) {
+      double qn = 1;
+      for (int64_t d : *q) qn *= double(d);
+      const double s = double((*kk)[kk->size() - 2]);
+      return 2 * qn * s + 2 * out * s;
+    }
+  }
   return out;
+}
+
+// A convolution or matrix product: more than 4 FLOPs per element it makes
+// (the units a tag ladder splits blocks at).
+bool heavy(const GraphView& g, NodeRef n) {
+  double out = 0;
+  for (size_t i = 0; i < g.num_outputs(n); ++i)
+    if (g.is_tensor(g.output(n, i))) out += double(g.numel(g.output(n, i)).value_or(0));
+  return out > 0 && node_flops(g, n) > 4 * out;
 }
 
 // Whether an external read of a segment carries the data flow around it
@@ -366,7 +385,8 @@ struct Figures {
 
 class Pricer {
  public:
-  Pricer(const Top& t, const std::vector<Segment>& segs) : t_(t), segs_(segs), keeps_(keeps_of(t)) {
+  Pricer(const Top& t, const std::vector<Segment>& segs, ApplyAs as = ApplyAs::Op)
+      : t_(t), segs_(segs), keeps_(keeps_of(t)), tags_(as == ApplyAs::Tags) {
     for (size_t i = 0; i < segs.size(); ++i) {
       std::vector<const void*> in;
       for (ValueRef v : segs[i].fn.external)
@@ -391,6 +411,16 @@ class Pricer {
     for (size_t r = 0; r < runs.size(); ++r)
       for (size_t s = runs[r].begin; s < runs[r].end; ++s)
         for (NodeRef n : segs_[s].fn.nodes) run_of[t_.index(n)] = r;
+    // The storages each run makes (a view or in-place write of what it reads
+    // is the read value's storage).
+    std::unordered_map<const void*, size_t> made;
+    for (size_t i = 0; i < t_.order.size(); ++i) {
+      if (run_of[i] == kNone) continue;
+      for (size_t o = 0; o < t_.g.num_outputs(t_.order[i]); ++o) {
+        const ValueRef v = t_.g.output(t_.order[i], o);
+        if (storage_root(t_.g, v) == v) made[v.p] = run_of[i];
+      }
+    }
     // Kept values and the lowest index keeping each (backward frees a value
     // once it has passed its lowest keeper).
     std::unordered_map<const void*, size_t> lowest;
@@ -401,18 +431,23 @@ class Pricer {
       else
         it->second = std::min(it->second, at);
     };
+    // A tagged run's values are recomputed for every reader (not kept); an
+    // op's output is kept where a later node keeps it.
     for (size_t i = 0; i < t_.order.size(); ++i)
       if (run_of[i] == kNone)
-        for (const void* v : keeps_.by_node[i]) keep(v, i);
-    for (const BlockRun& r : runs) {
-      const size_t at = segs_[r.end - 1].last; // the op stands where the run ended
-      // The run's input, and what its segments read from outside the run.
-      std::unordered_set<const void*> inner;
-      for (size_t s = r.begin; s + 1 < r.end; ++s)
-        inner.insert(storage_root(t_.g, segs_[s].fn.output).p);
-      for (size_t s = r.begin; s < r.end; ++s)
-        for (const void* v : inputs_[s])
-          if (!inner.count(v)) keep(v, at);
+        for (const void* v : keeps_.by_node[i])
+          if (!tags_ || !made.count(v)) keep(v, i);
+    for (size_t r = 0; r < runs.size(); ++r) {
+      // The op stands where the run ended; a tagged run's first node reads
+      // its inputs in backward last.
+      const size_t at = tags_ ? segs_[runs[r].begin].first : segs_[runs[r].end - 1].last;
+      // What the run's units read from outside it (a boundary between two
+      // runs included: each has a checkpoint of its own).
+      for (size_t s = runs[r].begin; s < runs[r].end; ++s)
+        for (const void* v : inputs_[s]) {
+          const auto it = made.find(v);
+          if (it == made.end() || it->second != r) keep(v, at);
+        }
     }
     Figures f;
     // (lowest keeper, bytes), sorted: what is alive when backward reaches an index.
@@ -446,11 +481,12 @@ class Pricer {
   const Top& t_;
   const std::vector<Segment>& segs_;
   Keeps keeps_;
+  bool tags_;
   std::vector<std::vector<const void*>> inputs_; // per segment: countable input + externals
 };
 
 bool adjacent(const std::vector<Segment>& segs, size_t a) {
-  return a + 1 < segs.size() && segs[a].fn.output == segs[a + 1].fn.input;
+  return a + 1 < segs.size() && segs[a].joins_next;
 }
 
 // The cut of a run: its nodes, input, output and external reads.
@@ -470,13 +506,14 @@ FunctionCut run_cut(const GraphView& g, const std::vector<Segment>& segs, BlockR
   return c;
 }
 
-std::string describe_run(const GraphView& g, const std::vector<Segment>& segs, BlockRun r) {
+std::string describe_run(const GraphView& g, const std::vector<Segment>& segs, BlockRun r,
+                         const std::string& unit = "segment") {
   std::ostringstream o;
   size_t nodes = 0;
   for (size_t s = r.begin; s < r.end; ++s) nodes += segs[s].fn.nodes.size();
   o << "block " << g.name(segs[r.begin].fn.input) << " -> " << g.name(segs[r.end - 1].fn.output)
-    << " (" << (r.end - r.begin) << " segment" << (r.end - r.begin == 1 ? "" : "s") << ", " << nodes
-    << " ops)";
+    << " (" << (r.end - r.begin) << " " << unit << (r.end - r.begin == 1 ? "" : "s") << ", "
+    << nodes << " ops)";
   return o.str();
 }
 
@@ -537,11 +574,75 @@ std::vector<Segment> segments_of(const Top& t) {
   }
   std::sort(out.begin(), out.end(),
             [](const Segment& a, const Segment& b) { return a.first < b.first; });
-  for (Segment& s : out) describe(t, s);
+  for (size_t i = 0; i < out.size(); ++i) {
+    describe(t, out[i]);
+    out[i].joins_next = i + 1 < out.size() && out[i].fn.output == out[i + 1].fn.input;
+  }
+  return out;
+}
+
+// `whole`: where given, each segment's pieces as a run.
+std::vector<Segment> pieces_of(const Top& t, const std::vector<Segment>& segments,
+                               std::vector<BlockRun>* whole = nullptr) {
+  const GraphView& g = t.g;
+  std::vector<Segment> out;
+  auto close = [&](Segment& p) {
+    std::unordered_set<const void*> members, made;
+    for (NodeRef n : p.fn.nodes) {
+      members.insert(n.p);
+      for (size_t o = 0; o < g.num_outputs(n); ++o) {
+        made.insert(g.output(n, o).p);
+        p.fn.output = g.output(n, o);
+      }
+    }
+    for (NodeRef n : p.fn.nodes)
+      for (ValueRef r : t.reads.at(n.p))
+        if (!made.count(r.p) && !(g.constant(r) && !g.is_tensor(r)) &&
+            std::find(p.fn.external.begin(), p.fn.external.end(), r) == p.fn.external.end())
+          p.fn.external.push_back(r);
+    for (ValueRef e : p.fn.external)
+      if (g.is_tensor(e)) {
+        p.fn.input = e;
+        break;
+      }
+    if (!p.fn.input && !p.fn.external.empty()) p.fn.input = p.fn.external.front();
+    if (!p.fn.output) p.fn.output = p.fn.input;
+    if (!p.fn.input) p.fn.input = p.fn.output;
+    for (NodeRef n : g.nodes())
+      if (members.count(t.top_of(n).p)) p.flops += node_flops(g, n);
+    p.first = t.index(p.fn.nodes.front());
+    p.last = t.index(p.fn.nodes.back());
+    p.joins_next = true;
+    out.push_back(std::move(p));
+  };
+  for (const Segment& s : segments) {
+    const size_t begin = out.size();
+    Segment cur;
+    bool cur_heavy = false;
+    for (NodeRef n : s.fn.nodes) {
+      const bool h = heavy(g, n);
+      if (!cur.fn.nodes.empty() && (h || cur_heavy)) {
+        close(cur);
+        cur = Segment();
+      }
+      cur.why = s.why;
+      cur.fn.nodes.push_back(n);
+      cur_heavy = h;
+    }
+    if (!cur.fn.nodes.empty()) close(cur);
+    if (out.size() > begin) {
+      out.back().joins_next = s.joins_next;
+      if (whole) whole->push_back({begin, out.size()});
+    }
+  }
   return out;
 }
 
 } // namespace
+
+std::vector<Segment> split_pieces(const GraphView& g, const std::vector<Segment>& segments) {
+  return pieces_of(Top(g), segments);
+}
 
 std::vector<Segment> find_segments(const GraphView& g) { return segments_of(Top(g)); }
 
@@ -594,12 +695,16 @@ std::vector<RecomputeBlock> find_recompute_blocks(const GraphView& g, const Cost
 }
 
 BlockLadder block_ladder(const GraphView& g, std::vector<Segment> segments, int64_t stop_at,
-                         const CostPolicy& policy) {
+                         const CostPolicy& policy, ApplyAs as) {
   const Top t(g);
   BlockLadder L;
-  L.segments = std::move(segments);
+  // Tags: the units are pieces, and a whole segment is a move of its own (the
+  // greedy need not find a path to it piece by piece).
+  std::vector<BlockRun> whole;
+  L.segments = as == ApplyAs::Tags ? pieces_of(t, segments, &whole) : std::move(segments);
   const std::vector<Segment>& segs = L.segments;
-  const Pricer pricer(t, segs);
+  const Pricer pricer(t, segs, as);
+  const std::string unit = as == ApplyAs::Tags ? "piece" : "segment";
   if (!pricer.why().empty()) {
     L.why = "the size of " + pricer.why() + " is unknown";
     return L;
@@ -635,14 +740,36 @@ BlockLadder block_ladder(const GraphView& g, std::vector<Segment> segments, int6
         auto rs = runs;
         rs.push_back({s, s + 1});
         moves.push_back(
-            {with(rs), segs[s].flops, "recompute " + describe_run(g, segs, {s, s + 1})});
+            {with(rs), segs[s].flops, "recompute " + describe_run(g, segs, {s, s + 1}, unit)});
       }
       if (adjacent(segs, s) && run_of[s + 1] == kNone && valid(s + 1)) {
         auto rs = runs;
         rs.push_back({s, s + 2});
         moves.push_back({with(rs), segs[s].flops + segs[s + 1].flops,
-                         "recompute " + describe_run(g, segs, {s, s + 2})});
+                         "recompute " + describe_run(g, segs, {s, s + 2}, unit)});
       }
+    }
+    // A whole segment, taking in the runs that overlap it (one run).
+    for (const BlockRun& w : whole) {
+      bool ok = w.end - w.begin > 1, inside = true;
+      double flops = 0;
+      for (size_t s = w.begin; s < w.end; ++s) {
+        ok = ok && valid(s);
+        inside = inside && run_of[s] != kNone && run_of[s] == run_of[w.begin];
+        if (run_of[s] == kNone) flops += segs[s].flops;
+      }
+      if (!ok || inside) continue;
+      BlockRun cover = w;
+      std::vector<BlockRun> rs;
+      for (const BlockRun& r : runs)
+        if (r.end <= w.begin || r.begin >= w.end) {
+          rs.push_back(r);
+        } else {
+          cover.begin = std::min(cover.begin, r.begin);
+          cover.end = std::max(cover.end, r.end);
+        }
+      rs.push_back(cover);
+      moves.push_back({with(rs), flops, "recompute " + describe_run(g, segs, cover, unit)});
     }
     for (size_t r = 0; r < runs.size(); ++r) {
       const BlockRun cur = runs[r];
@@ -651,15 +778,15 @@ BlockLadder block_ladder(const GraphView& g, std::vector<Segment> segments, int6
           valid(cur.begin - 1)) {
         auto rs = runs;
         rs[r] = {cur.begin - 1, cur.end};
-        moves.push_back(
-            {with(rs), segs[cur.begin - 1].flops, "extend to " + describe_run(g, segs, rs[r])});
+        moves.push_back({with(rs), segs[cur.begin - 1].flops,
+                         "extend to " + describe_run(g, segs, rs[r], unit)});
       }
       if (adjacent(segs, cur.end - 1) && cur.end < segs.size()) {
         if (run_of[cur.end] == kNone && valid(cur.end)) {
           auto rs = runs;
           rs[r] = {cur.begin, cur.end + 1};
           moves.push_back(
-              {with(rs), segs[cur.end].flops, "extend to " + describe_run(g, segs, rs[r])});
+              {with(rs), segs[cur.end].flops, "extend to " + describe_run(g, segs, rs[r], unit)});
         } else if (run_of[cur.end] != kNone) {
           // Merge with the next run: no added work, one boundary less kept.
           auto rs = runs;
@@ -667,10 +794,26 @@ BlockLadder block_ladder(const GraphView& g, std::vector<Segment> segments, int6
           rs[r] = {cur.begin, runs[other].end};
           rs.erase(rs.begin() + long(other));
           moves.push_back(
-              {with(rs), 0, "merge into " + describe_run(g, segs, {cur.begin, runs[other].end})});
+              {with(rs), 0,
+               "merge into " + describe_run(g, segs, {cur.begin, runs[other].end}, unit)});
         }
       }
     }
+    // Tags: a move that makes a run touch the next one may also join them (no
+    // work added, their boundary freed), in the same step: a piece joined to a
+    // run often frees nothing until the boundary it leaves goes too.
+    if (as == ApplyAs::Tags)
+      for (size_t i = 0, n = moves.size(); i < n; ++i) {
+        std::vector<BlockRun> joined;
+        for (const BlockRun& r : moves[i].runs)
+          if (!joined.empty() && joined.back().end == r.begin && adjacent(segs, r.begin - 1))
+            joined.back().end = r.end;
+          else
+            joined.push_back(r);
+        if (joined.size() == moves[i].runs.size()) continue;
+        Move m{joined, moves[i].flops, moves[i].what + ", joined to its neighbour"};
+        moves.push_back(std::move(m));
+      }
     // The move freeing the most bytes per added work without raising the peak.
     const Move* best = nullptr;
     Figures best_f;

@@ -389,7 +389,12 @@ void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
 // grad-mode switch (no_grad, autocast) inside a block: the view gate refuses
 // those blocks (check_between without writes), and they stay out of the
 // ladder, so that the steps planned are the steps applied.
-FxLadder budget_ladder(const FxGraphView& g, const CostPolicy& policy) {
+// `as`: ApplyAs::Op prices whole blocks as the op would keep them (the
+// ladder of session 26: it reaches furthest, as each block's re-run replays
+// one block); ApplyAs::Tags splits them into pieces priced as Inductor keeps
+// tagged values (finer and cheaper, but its greedy stops earlier: once kept
+// bytes are the whole predicted peak, no re-run fits under it).
+FxLadder budget_ladder(const FxGraphView& g, const CostPolicy& policy, ApplyAs as) {
   FxLadder out;
   std::vector<Segment> segments = find_segments(g);
   const ViewGate gate(g);
@@ -402,7 +407,7 @@ FxLadder budget_ladder(const FxGraphView& g, const CostPolicy& policy) {
     }
   }
   out.segments = segments.size();
-  const BlockLadder ladder = block_ladder(g, std::move(segments), -1, policy);
+  const BlockLadder ladder = block_ladder(g, std::move(segments), -1, policy, as);
   out.why = ladder.why;
   for (size_t k = 0; k < ladder.steps.size(); ++k) {
     const LadderStep& s = ladder.steps[k];
@@ -461,7 +466,10 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
       throw std::invalid_argument("unknown pass '" + p + "'");
     }
   }
-  if (policy.memory_budget > 0) out.ladder = budget_ladder(g, policy);
+  if (policy.memory_budget > 0) {
+    out.ladder = budget_ladder(g, policy, ApplyAs::Op);
+    out.pieces = budget_ladder(g, policy, ApplyAs::Tags);
+  }
   return out;
 }
 

@@ -170,8 +170,8 @@ PYBIND11_MODULE(_C, m) {
   // None where one is unknown.
   m.def(
       "fx_run",
-      [](const py::list& values, const py::list& nodes, const std::vector<std::string>& passes,
-         const py::dict& policy) {
+      [](const py::list& values, const py::list& nodes,
+         const std::optional<std::vector<std::string>>& passes, const py::dict& policy) {
         memslim::FxGraphView g;
         for (const auto& item : values) {
           const auto t = py::cast<py::tuple>(item);
@@ -197,7 +197,8 @@ PYBIND11_MODULE(_C, m) {
           g.add_node(py::cast<std::string>(t[0]), py::cast<std::optional<std::string>>(t[1]),
                      py::cast<std::vector<size_t>>(t[2]), py::cast<std::vector<size_t>>(t[3]));
         }
-        const auto r = memslim::run_fx(g, passes.empty() ? memslim::fx_default_passes() : passes,
+        // None: the default pipeline; []: no pass (the budget's ladder alone).
+        const auto r = memslim::run_fx(g, passes ? *passes : memslim::fx_default_passes(),
                                        policy_from_dict(policy));
         py::list rewrites;
         // (node index, op name, overload, args or None, erased node indices,
@@ -221,16 +222,17 @@ PYBIND11_MODULE(_C, m) {
                                     rw.region->new_outputs, rw.region->before, rw.region->ir);
           rewrites.append(py::make_tuple(rw.node, rw.kind, rw.overload, args, rw.erased, region));
         }
-        // The memory budget's block ladder: None, or (why, blocks found,
-        // [refusal], [(kept, peak, flops, move, [[node ids] per run])]).
-        py::object ladder = py::none();
-        if (r.ladder) {
+        // The memory budget's ladders (whole blocks; pieces): None, or (why,
+        // blocks found, [refusal], [(kept, peak, flops, move, [[node ids] per run])]).
+        auto ladder_tuple = [](const std::optional<memslim::FxLadder>& L) -> py::object {
+          if (!L) return py::none();
           py::list steps;
-          for (const memslim::FxLadderStep& s : r.ladder->steps)
+          for (const memslim::FxLadderStep& s : L->steps)
             steps.append(py::make_tuple(s.kept, s.peak, s.flops, s.move, s.runs));
-          ladder = py::make_tuple(r.ladder->why, r.ladder->segments, r.ladder->refused, steps);
-        }
-        return py::make_tuple(decision_dicts(r.decisions), rewrites, ladder);
+          return py::make_tuple(L->why, L->segments, L->refused, steps);
+        };
+        py::object ladder = ladder_tuple(r.ladder), pieces = ladder_tuple(r.pieces);
+        return py::make_tuple(decision_dicts(r.decisions), rewrites, ladder, pieces);
       },
       py::arg("values"), py::arg("nodes"), py::arg("passes"), py::arg("policy"));
   // A policy flag's text as memslim-opt reads it (PolicyValue::parse: an

@@ -202,20 +202,32 @@ class BudgetError(ValueError):
     a graph compiled over the budget the user asked for would run out of memory later."""
 
 
-def _meet_budget(aten, fakes, apply, ladder, budget, skip, decisions) -> bool:
+def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions) -> bool:
     """memory_budget under torch.compile, measured on Inductor's own partition (the
     dry run above; parameters excluded): the target is `budget` of what the partitioner
     keeps for the unmodified graph (a fraction in (0, 1]; as torch's
     activation_memory_budget, a fraction of what plain torch.compile keeps) or `budget`
-    bytes. Nothing is rewritten when the unmodified graph meets it; else the pipeline's
-    rewrites; if those keep too much, the block ladder (core/block_recompute.h, built on
-    the graph the pipeline left; independent of the budget) applied as recompute tags:
-    the first step whose measured bytes meet the target, found by bisection over the
-    steps (each probe is one dry-run partition), then back while the step before also
-    meets it. Where measured bytes fall along the ladder, a smaller budget takes a later
-    step, so it never keeps more (a recomputed dropout keeps the generator's state, 5 KB
-    on the CPU, so on tiny graphs they can rise by that much along it). Returns whether
-    the graph was rewritten; raises BudgetError naming the smallest reachable figure."""
+    bytes. Nothing is rewritten when the unmodified graph meets it. Else, in order:
+    1. `plain`: the pieces ladder (core/block_recompute.h, ApplyAs::Tags: each
+       convolution or matrix product, each stretch of norms and activations between
+       them, priced as recompute tags) over the unmodified graph, whose aten ops the
+       cost model prices about as the partitioner keeps them (memslim's own ops
+       decompose into aten in the joint graph and keep about what Inductor keeps
+       without them: the pipeline's rewrites are left out here). It re-runs the
+       cheapest pieces first (a norm and its activation before any convolution),
+       which is what torch's knapsack does.
+    2. The pipeline's rewrites alone.
+    3. `ladder`, the whole-block ladder (ApplyAs::Op's prices) over the graph the
+       pipeline left: slower per byte, but it reaches further (the pieces' greedy stops
+       once the kept bytes are the whole predicted backward peak).
+    A later way is taken only where the earlier cannot reach the target, so its bytes
+    are below everything the earlier reaches: a smaller budget never keeps more. On a
+    ladder: the first step whose measured bytes meet the target, found by bisection
+    over the steps (each probe is one dry-run partition), then back while the step
+    before also meets it. Where measured bytes fall along a ladder, a smaller budget
+    takes a later step (a recomputed dropout keeps the generator's state, 5 KB on the
+    CPU, so on tiny graphs they can rise by that much along it). Returns whether the
+    graph was rewritten; raises BudgetError naming the smallest reachable figure."""
     def note(text, before=None, after=None):
         decisions.append(_note(text, before, after, "memory-budget"))
 
@@ -226,62 +238,81 @@ def _meet_budget(aten, fakes, apply, ladder, budget, skip, decisions) -> bool:
     if before <= target:
         note(head + ": met as it is, nothing rewritten", before, before)
         return False
+
+    def usable(lad):
+        return lad is not None and not lad.why and len(lad.steps) >= 2
+
+    def walk(lad, start, what):
+        """The step of `lad` to tag (None: it cannot reach the target; then the smallest
+        it reaches is in `reached`), `start` measured for step 0."""
+        measured = {0: start}
+
+        def m(k):
+            if k not in measured:
+                lad.tag(k)
+                measured[k] = _partitioned_saved_bytes(aten, fakes, skip)
+            return measured[k]
+
+        last = len(lad.steps) - 1
+        if m(last) > target:
+            lad.tag(0)
+            reached.append((measured[last], what))
+            return None
+        lo, hi = 0, last  # m(lo) > target >= m(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if m(mid) <= target:
+                hi = mid
+            else:
+                lo = mid
+        # Measured bytes need not fall at every step (a recomputed dropout keeps the
+        # generator's state): the earliest step meeting the target next to the one found.
+        while hi > 1 and m(hi - 1) <= target:
+            hi -= 1
+        lad.tag(hi)
+        kept, peak, flops, _, runs = lad.steps[hi]
+        note(head + f": {what}; ladder step {hi} of {last}: {len(runs) - lad.skipped} "
+             f"recomputed run(s) ({lad.segments} blocks), measured {measured[hi]:,} B; "
+             f"predicted backward peak {peak:,} B (from {lad.steps[0][1]:,} B), added forward "
+             f"work {flops / 1e9:.3g} GFLOP; steps measured: " +
+             ", ".join(f"{k}: {b:,} B" for k, b in sorted(measured.items())),
+             before, measured[hi])
+        for k in range(1, hi + 1):
+            note(f"step {k}: {lad.steps[k][3]} -> predicted {lad.steps[k][0]:,} B, peak "
+                 f"{lad.steps[k][1]:,} B")
+        if lad.skipped:
+            note(f"{lad.skipped} run(s) left out: they overlap the model's own checkpointing")
+        return hi
+
+    reached = []
+    if usable(plain) and walk(plain, before, "on the unmodified graph (the pipeline's rewrites "
+                                              "left out)") is not None:
+        return True
     piped = before
     if any(d.verdict == "rewrote" for d in decisions):
         apply()
         piped = _partitioned_saved_bytes(aten, fakes, skip)
+        reached.append((piped, "with the pipeline's rewrites"))
     if piped <= target:
         note(head + f": met by the pipeline's rewrites (keeps {piped:,} B)", before, piped)
         return True
-    if ladder is None or ladder.why or len(ladder.steps) < 2:
-        why = ladder.why if ladder is not None and ladder.why else "no block to recompute"
+    if usable(ladder) and walk(ladder, piped, f"the pipeline's rewrites keep {piped:,} B"
+                               ) is not None:
+        return True
+    lad = ladder if ladder is not None else plain
+    if not reached:
+        why = lad.why if lad is not None and lad.why else "no block to recompute"
         raise BudgetError(
             f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
-            f"cannot be met: the pipeline's rewrites keep {piped:,} B and {why} "
-            f"({ladder.segments if ladder is not None else 0} blocks found" +
-            (f"; refused: {'; '.join(ladder.refused[:3])}" if ladder and ladder.refused else "") +
-            ")")
-    measured = {0: piped}
-
-    def m(k):
-        if k not in measured:
-            ladder.tag(k)
-            measured[k] = _partitioned_saved_bytes(aten, fakes, skip)
-        return measured[k]
-
-    last = len(ladder.steps) - 1
-    if m(last) > target:
-        ladder.tag(0)
-        raise BudgetError(
-            f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
-            f"cannot be met: the smallest reachable is {measured[last]:,} B "
-            f"({measured[last] / before:.3f} of the unmodified; the whole ladder of "
-            f"{ladder.segments} blocks, without raising the predicted backward peak)")
-    lo, hi = 0, last  # m(lo) > target >= m(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if m(mid) <= target:
-            hi = mid
-        else:
-            lo = mid
-    # Measured bytes need not fall at every step (a recomputed dropout keeps the
-    # generator's state): the earliest step meeting the target next to the one found.
-    while hi > 1 and m(hi - 1) <= target:
-        hi -= 1
-    ladder.tag(hi)
-    kept, peak, flops, _, runs = ladder.steps[hi]
-    note(head + f": the pipeline's rewrites keep {piped:,} B; ladder step {hi} of {last}: "
-         f"{len(runs) - ladder.skipped} recomputed run(s) of {ladder.segments} blocks, measured "
-         f"{measured[hi]:,} B; predicted backward peak {peak:,} B (from "
-         f"{ladder.steps[0][1]:,} B), added forward work {flops / 1e9:.3g} GFLOP; "
-         f"steps measured: " + ", ".join(f"{k}: {b:,} B" for k, b in sorted(measured.items())),
-         before, measured[hi])
-    for k in range(1, hi + 1):
-        note(f"step {k}: {ladder.steps[k][3]} -> predicted {ladder.steps[k][0]:,} B, peak "
-             f"{ladder.steps[k][1]:,} B")
-    if ladder.skipped:
-        note(f"{ladder.skipped} run(s) left out: they overlap the model's own checkpointing")
-    return True
+            f"cannot be met: {why} ({lad.segments if lad is not None else 0} blocks found" +
+            (f"; refused: {'; '.join(lad.refused[:3])}" if lad and lad.refused else "") + ")")
+    best, how = min(reached)
+    raise BudgetError(
+        f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
+        f"cannot be met: the smallest reachable is {best:,} B ({best / before:.3f} of the "
+        f"unmodified; {how}, the whole ladder of "
+        f"{lad.segments if lad is not None else 0} blocks without raising the "
+        "predicted backward peak)")
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
@@ -299,7 +330,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     budget = policy.get("memory_budget")
     try:
         aten, mode, fakes = _aten_graph(gm, example_inputs)
-        decisions, apply, ladder = fx._plan(aten, _compile_passes(), policy,
+        decisions, apply, ladder, _ = fx._plan(aten, _compile_passes(), policy,
                                             leaf_grad=_leaf_grad(aten, example_inputs),
                                             state=_parameters(aten, example_inputs),
                                             regions="tags")
@@ -308,8 +339,13 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
             isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
         if budget is not None and needs_grad:
             skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
+            # The pieces ladder over the unmodified graph (no pass run): tried first.
+            _, _, _, plain = fx._plan(aten, [], policy,
+                                      leaf_grad=_leaf_grad(aten, example_inputs),
+                                      state=_parameters(aten, example_inputs), regions="tags")
             with _dynamic_output_shapes(mode):
-                rewrote = _meet_budget(aten, fakes, apply, ladder, budget, skip, decisions)
+                rewrote = _meet_budget(aten, fakes, apply, ladder, plain, budget, skip,
+                                       decisions)
         elif rewrote and needs_grad:
             # One trace: partitioned as it is, then with the rewrites applied.
             with _dynamic_output_shapes(mode):

@@ -201,7 +201,7 @@ def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
             # Constants the graph holds (make_fx's _param_constant*) are real.
             FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(
                 *example_inputs)
-    decisions, apply, _ = _plan(gm, passes, policy, leaf_grad=_leaf_grad(program),
+    decisions, apply, _, _ = _plan(gm, passes, policy, leaf_grad=_leaf_grad(program),
                                 state=_module_state(program))
     renamed = apply()
     if exported and renamed:
@@ -254,14 +254,15 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
                          "memslim.compile(model, memory_budget=B), or memslim.optimize / "
                          "memslim-opt on a TorchScript graph")
     s = _Serializer(gm.graph, leaf_grad, state)
-    pass_list = list(passes) if passes is not None else []
+    pass_list = list(passes) if passes is not None else None  # None: the default pipeline
     try:
-        records, rewrites, ladder = _C.fx_run(s.values, s.nodes, pass_list, policy)
+        records, rewrites, ladder, pieces = _C.fx_run(s.values, s.nodes, pass_list, policy)
     except ValueError as e:
         raise ValueError(f"memslim.fx.optimize: {e}") from None
     # Region ops of this plan (tags mode: they have no node) -> the fx nodes they cover.
     region_members = {}
     blocks = None if ladder is None else BlockLadder(gm, s, ladder, region_members)
+    parts = None if pieces is None else BlockLadder(gm, s, pieces, region_members)
 
     def apply() -> dict:
         """Applies the rewrites; returns {old node name: new node name} for the values a
@@ -341,7 +342,7 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
             gm.recompile()
         return renamed
 
-    return [Decision(r) for r in records], apply, blocks
+    return [Decision(r) for r in records], apply, blocks, parts
 
 
 class BlockLadder:

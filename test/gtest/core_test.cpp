@@ -733,3 +733,107 @@ TEST(Core, BlockFlopsReadAWeightsSizesAndActConsumers) {
   ASSERT_EQ(segs.size(), 1u);
   EXPECT_GE(segs[0].flops, 2 * (2.0 * 64 * 16)) << segs[0].flops;
 }
+
+namespace {
+
+// x [8, 16] -> per block: linear(x, w) -> gelu -> linear(., w') -> + x, with
+// sizes (so the products are heavy) and the weights as module state.
+struct GeluMlp : Builder {
+  size_t out = 0;
+  explicit GeluMlp(int blocks) {
+    auto sized = [&](const std::string& name, std::vector<int64_t> sizes, bool state) {
+      const size_t v = tensor(name, sizes[0] * sizes[1]);
+      auto* p =
+          const_cast<FxGraphView::Value*>(static_cast<const FxGraphView::Value*>(g.value_ref(v).p));
+      p->sizes = sizes;
+      p->module_state = state;
+      return v;
+    };
+    size_t x = sized("x", {8, 16}, false);
+    std::vector<size_t> in{x}, w;
+    for (int b = 0; b < 2 * blocks; ++b)
+      in.push_back(w.emplace_back(sized("w" + std::to_string(b), {16, 16}, true)));
+    inputs(in);
+    const size_t one = constant(int64_t(1));
+    for (int b = 0; b < blocks; ++b) {
+      const std::string s = std::to_string(b);
+      const size_t h = op("aten::linear", "", {x, w[2 * b], none()}, "h" + s, 128);
+      const size_t a = op("aten::gelu", "", {h}, "a" + s, 128);
+      const size_t o = op("aten::linear", "", {a, w[2 * b + 1], none()}, "o" + s, 128);
+      x = op("aten::add", "Tensor", {x, o, one}, "x" + s, 128);
+    }
+    out = x;
+    ret({out});
+  }
+};
+
+} // namespace
+
+TEST(Core, SplitPiecesCutsABlockAtItsProducts) {
+  GeluMlp m(2);
+  auto segs = memslim::find_segments(m.g);
+  ASSERT_EQ(segs.size(), 2u);
+  segs[1].why = "refused by the front end";
+  const auto pieces = memslim::split_pieces(m.g, segs);
+  // Per block: [linear], [gelu], [linear], [add].
+  ASSERT_EQ(pieces.size(), 8u);
+  const char* kinds[] = {"aten::linear", "aten::gelu", "aten::linear", "aten::add"};
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    ASSERT_EQ(pieces[i].fn.nodes.size(), 1u) << i;
+    EXPECT_EQ(m.g.kind(pieces[i].fn.nodes[0]), kinds[i % 4]) << i;
+    EXPECT_EQ(pieces[i].why.empty(), i < 4) << i; // a piece takes its block's why
+    EXPECT_EQ(pieces[i].joins_next, i + 1 < pieces.size()) << i;
+    EXPECT_LE(pieces[i].first, pieces[i].last);
+  }
+  // The add reads the block's input and the second product: both from outside it.
+  EXPECT_EQ(pieces[3].fn.external.size(), 2u);
+  EXPECT_EQ(m.g.name(pieces[3].fn.output), "%x0");
+  EXPECT_GT(pieces[0].flops, 4 * 128.0); // 2 x 128 x 16
+  EXPECT_LE(pieces[1].flops, 128.0);     // one per element
+}
+
+TEST(Core, TagLadderReRunsTheCheapPieceFirst) {
+  // gelu keeps its input h; the second linear keeps gelu's output a. As tags,
+  // re-running gelu alone frees a (recomputed from h, which stays kept) at one
+  // FLOP per element; as an op, gelu's output would stay kept by its reader.
+  GeluMlp m(2);
+  memslim::CostPolicy policy;
+  const auto tags =
+      memslim::block_ladder(m.g, memslim::find_segments(m.g), -1, policy, memslim::ApplyAs::Tags);
+  ASSERT_TRUE(tags.why.empty()) << tags.why;
+  ASSERT_GE(tags.steps.size(), 3u);
+  for (size_t k = 1; k < 3; ++k) {
+    const auto& runs = tags.steps[k].runs;
+    ASSERT_EQ(runs.size(), k);
+    for (const auto& r : runs) {
+      ASSERT_EQ(r.end - r.begin, 1u);
+      EXPECT_EQ(m.g.kind(tags.segments[r.begin].fn.nodes[0]), "aten::gelu");
+    }
+    EXPECT_EQ(tags.steps[k - 1].kept - tags.steps[k].kept, 128 * 4); // a: 128 floats
+    EXPECT_LE(tags.steps[k].peak, tags.steps[k - 1].peak);
+  }
+  for (size_t k = 1; k < tags.steps.size(); ++k) {
+    EXPECT_LT(tags.steps[k].kept, tags.steps[k - 1].kept);
+    EXPECT_LE(tags.steps[k].peak, tags.steps[k - 1].peak);
+  }
+  // The op ladder over the same blocks re-runs whole blocks (two products each).
+  const auto ops = memslim::block_ladder(m.g, memslim::find_segments(m.g), -1, policy);
+  ASSERT_GE(ops.steps.size(), 2u);
+  EXPECT_EQ(ops.segments.size(), 2u);
+  EXPECT_GT(ops.steps[1].flops, tags.steps[1].flops * 4);
+}
+
+TEST(Core, RunFxHandsBackBothLaddersUnderABudget) {
+  GeluMlp m(3);
+  memslim::CostPolicy policy;
+  policy.memory_budget = 0.5;
+  const auto out = memslim::run_fx(m.g, {}, policy);
+  ASSERT_TRUE(out.ladder && out.pieces);
+  EXPECT_EQ(out.ladder->segments, 3u);
+  EXPECT_EQ(out.pieces->segments, 3u);
+  ASSERT_GE(out.pieces->steps.size(), 2u);
+  // The pieces ladder's first run is one gelu node.
+  ASSERT_EQ(out.pieces->steps[1].runs.size(), 1u);
+  ASSERT_EQ(out.pieces->steps[1].runs[0].size(), 1u);
+  EXPECT_EQ(m.g.kind(m.g.node_ref(out.pieces->steps[1].runs[0][0])), "aten::gelu");
+}

@@ -25,9 +25,19 @@
 // start of backward everything kept is alive; when a run's backward re-runs
 // it, what is kept and read at or before it (liveness: later keepers are done)
 // plus what its re-run keeps for its own backward.
-// Why here: matching, pricing and planning are front-end neutral; the
-// TorchScript front end (passes/recompute_blocks.cpp, passes/memory_budget.cpp)
-// cuts the runs out as graph text for memslim::recompute_block.
+// Two ways to apply a run, priced differently (ApplyAs): as one op (the
+// TorchScript front end, passes/recompute_blocks.cpp and memory_budget.cpp,
+// cuts it out as graph text for memslim::recompute_block: it keeps its input,
+// and what it returns is kept where a later node keeps it), or as recompute
+// tags (the FX front end under torch.compile: Inductor's partitioner
+// recomputes every value made inside the run, for readers after it too, and
+// keeps what the run reads from outside). Tags need no single input and
+// output, so that ladder's units are pieces of the blocks: each convolution or
+// matrix product alone, and each stretch of cheap ops between two of them, so
+// it can recompute a norm and an activation without the convolution before
+// them, or one convolution of a block (what torch.compile's knapsack picks
+// from) instead of the whole block.
+// Why here: matching, pricing and planning are front-end neutral.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -52,7 +62,11 @@ struct Segment {
   size_t first = 0, last = 0; // top-level indices of its first and last node
   std::string why;            // "" or why it cannot become an op
   double flops = 0;           // its forward work (a multiply-add counts 2)
+  bool joins_next = false;    // the next one reads what this one makes (a run may span both)
 };
+
+// How a front end applies a ladder's runs (see the top of this file).
+enum class ApplyAs { Op, Tags };
 
 // Segments [begin, end) of the found list, adjacent (each one's output is the
 // next one's input), recomputed as one op.
@@ -91,17 +105,25 @@ struct LadderStep {
 };
 
 struct BlockLadder {
-  std::vector<Segment> segments;
+  std::vector<Segment> segments; // the units runs index: segments, or pieces for tags
   std::vector<LadderStep> steps; // steps[0]: nothing recomputed
   std::string why;               // "" or why no ladder (sizes unknown)
 };
 
+// The pieces of `segments` (program order): each heavy node (a convolution
+// or matrix product: more than 4 FLOPs per element it makes) alone, and each
+// stretch of other nodes between two heavy ones; a piece takes its segment's
+// why. fn.input is the first value it reads from outside, fn.output the last
+// it makes, fn.external everything it reads from outside.
+std::vector<Segment> split_pieces(const GraphView& g, const std::vector<Segment>& segments);
+
 // The ladder over g's `segments` (find_segments, with `why` set by the front
 // end where it cannot apply one: its safety gate, a type its op cannot carry),
 // walked until a step keeps at most `stop_at` bytes or no move remains
-// (stop_at < 0: to the end).
+// (stop_at < 0: to the end). With ApplyAs::Tags its units are the segments'
+// pieces (split_pieces) and runs are priced as tags.
 BlockLadder block_ladder(const GraphView& g, std::vector<Segment> segments, int64_t stop_at,
-                         const CostPolicy& policy);
+                         const CostPolicy& policy, ApplyAs as = ApplyAs::Op);
 
 // The rewrite recomputing `run` of `segments` (Kept where a segment has a why).
 RecomputeBlock run_block(const GraphView& g, const std::vector<Segment>& segments, BlockRun run,

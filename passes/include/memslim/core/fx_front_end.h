@@ -66,13 +66,15 @@ struct FxLadder {
 struct FxResult {
   std::vector<Decision> decisions;
   std::vector<FxRewrite> rewrites;
-  std::optional<FxLadder> ladder; // when the policy has a memory budget
+  // When the policy has a memory budget: the ladder over whole blocks
+  // (ApplyAs::Op's prices) and the one over their pieces (ApplyAs::Tags).
+  std::optional<FxLadder> ladder, pieces;
 };
 
 // The passes the FX front end runs when none are named.
 const std::vector<std::string>& fx_default_passes();
 // Runs `passes` (flags, in order) over `g`, then, when the policy has a
-// memory budget, builds the block ladder over what they left. Throws
+// memory budget, builds the block ladders over what they left. Throws
 // std::invalid_argument for a flag no pass has.
 FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const CostPolicy& policy);
 
