@@ -114,7 +114,9 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
 
     # Inductor's joint passes read V.fake_mode (its seed pass for dropout builds
     # FakeTensors with it), which compile_fx installs and a dry run must too.
-    with V.set_fake_mode(detect_fake_mode(fakes)):
+    # The compile's joint passes, the tags' too (_keyed_by_tags), so the dry run
+    # partitions what the compile will.
+    with V.set_fake_mode(detect_fake_mode(fakes)), _keyed_by_tags(graph):
         aot_module_simplified(graph, fakes, fw_compiler=lambda g, _: g,
                               bw_compiler=lambda g, _: g, partition_fn=partition,
                               decompositions=select_decomp_table())
@@ -156,6 +158,29 @@ def _region_tags_key(digest: str):
     return RegionTagsKey()
 
 
+def _untag_placeholders():
+    """A CustomGraphPass for Inductor's joint_custom_post_pass slot that takes recompute
+    tags off the joint graph's placeholders. Inductor's joint passes percolate a replaced
+    node's tags to its replacement and up through its inputs (pattern_matcher's
+    percolate_tags; remove_noop_ops): a tagged `x * 1.0` at the top of a run, replaced
+    by x, tagged the graph input x MUST_RECOMPUTE, and the partitioner then kept
+    neither x nor what backward computes from it ("Node add_21 was invalid, but is
+    output"; fuzz seed 926027). An input cannot be recomputed: untagged, it is kept
+    where backward reads it."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class UntagPlaceholders(CustomGraphPass):
+        def __call__(self, graph) -> None:
+            for n in graph.find_nodes(op="placeholder"):
+                n.meta.pop("recompute", None)
+                n.meta.pop("ac_graph_id", None)
+
+        def uuid(self):
+            return ("memslim-untag-placeholders", 1)
+
+    return UntagPlaceholders()
+
+
 def _region_digest(graph: torch.fx.GraphModule) -> str:
     """Which nodes of `graph` carry recompute tags, as a hash (the cache key's part)."""
     import hashlib
@@ -171,9 +196,15 @@ def _keyed_by_tags(graph: torch.fx.GraphModule):
         yield
         return
     from torch._inductor import config
-    user = config.joint_custom_pre_pass
-    user = list(user) if isinstance(user, (list, tuple)) else ([user] if user else [])
-    with config.patch(joint_custom_pre_pass=[*user, _region_tags_key(digest)]):
+
+    def users(slot):
+        user = getattr(config, slot)
+        return list(user) if isinstance(user, (list, tuple)) else ([user] if user else [])
+
+    with config.patch(joint_custom_pre_pass=[*users("joint_custom_pre_pass"),
+                                             _region_tags_key(digest)],
+                      joint_custom_post_pass=[*users("joint_custom_post_pass"),
+                                              _untag_placeholders()]):
         yield
 
 

@@ -399,6 +399,14 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
         if v[0] not in ("ok", "limitation"):
             verdicts.append(v)
 
+    if os.environ.get("MEMSLIM_FUZZ_COMPILE_BUDGET"):
+        stage("compile-budget")
+        v = run_compile_budget(prog, inputs, R, float(os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"]),
+                               res)
+        res["stages"]["compile-budget"] = "ok" if v[0] == "ok" else "%s@%s: %s" % v
+        if v[0] not in ("ok", "limitation"):
+            verdicts.append(v)
+
     if cli:
         stage("cli")
         v = run_cli(prog, inputs, R, workdir, memslim_opt)
@@ -410,6 +418,58 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
             if v[0] == cls:
                 return done(*v)
     return done("ok", "", "")
+
+
+def run_compile_budget(prog, inputs, R: "Reference", budget: float,
+                       res: Optional[dict] = None):
+    """memslim.compile(memory_budget=budget)'s leg (MEMSLIM_FUZZ_COMPILE_BUDGET=B; off by
+    default: two Inductor compiles per program, ~10-30 s on the CPU). Reference: eager,
+    with the bar widened by a plain torch.compile of the same program's own drift from
+    eager (Inductor rounds differently by itself), or plain torch.compile's call within
+    the base bar. Both compiles use fallback_random (Inductor draws with aten's generator,
+    in eager's order), so a dropout that a ladder step re-runs in backward must replay
+    the forward's mask. An unreachable budget (BudgetError) is the backend's answer, not
+    a failure: "ok", with res["budget"] saying so; what the plain compile cannot take is a
+    limitation of this leg."""
+    import torch
+    import memslim
+    from torch._inductor import config as inductor_config
+
+    with inductor_config.patch(fallback_random=True):
+        try:
+            torch._dynamo.reset()
+            m2, _ = prog.make()
+            base = call(torch.compile(m2), inputs, trainable(m2))
+        except Exception as e:  # noqa: BLE001
+            return ("limitation", "compile", first_line(e))
+        torch._dynamo.reset()
+        m3, _ = prog.make()
+        records = []
+        try:
+            c = memslim.compile(m3, memory_budget=budget, strict=True)
+            got = call(c, inputs, trainable(m3))
+            records = memslim.report(c)
+        except Exception as e:  # noqa: BLE001
+            text = first_line(e)
+            if "BudgetError" in str(e):  # inside Dynamo's BackendCompilerFailed
+                if res is not None:
+                    res["budget"] = "unreachable"
+                return ("ok", "", "")
+            return ("exception", "compile-budget", text)
+        finally:
+            torch._dynamo.reset()
+    if res is not None:
+        notes = [d.text for d in records if d.pass_ == "memory-budget"]
+        res["budget"] = ("ladder" if any("ladder step" in t for t in notes) else
+                         "pipeline" if any("pipeline" in t for t in notes) else
+                         "met" if notes else "no graph")
+    drift = {k: rel_err(R.eager[k], base[k])[0] for k in R.eager if k in base}
+    Rc = Reference(R.dtype, R.eager, drift, [base], R.rand, R.truth, R.sens)
+    w = compare(Rc, got, 0)
+    if w is None:
+        return ("ok", "", "")
+    return ("wrong", "compile-budget", "%s rel %.3g > bar %.3g %s" % (
+        w["tensor"], w["rel"], w.get("bar", 0), w["why"]))
 
 
 def run_fx(prog, inputs, R: "Reference", res: Optional[dict] = None):

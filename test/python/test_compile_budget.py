@@ -165,3 +165,63 @@ def test_export_refuses_a_budget_with_a_clear_error():
     ep = torch.export.export(model, (torch.randn(2, 3, 8, 8),))
     with pytest.raises((ValueError, TypeError), match="memory_budget"):
         memslim.fx.optimize(ep, memory_budget=0.5)
+
+
+class Seed926027(nn.Module):
+    """Fuzz seed 926027 (test/fuzz, compile-budget leg): the whole graph is one block,
+    starting at `x * 1.0`, which Inductor's joint passes replace by x itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.g0 = nn.Parameter(1.0 + torch.randn(16) * 0.1)
+        self.rm0 = nn.Buffer(torch.randn(16) * 0.1)
+        self.rv0 = nn.Buffer(torch.rand(16) + 0.5)
+        self.g1 = nn.Parameter(torch.where(torch.rand(16) < 0.3, torch.zeros(16),
+                                           torch.randn(16) * 0.05))
+        self.b0 = nn.Parameter(torch.randn(16) * 0.1)
+        self.norm0 = nn.LayerNorm(16)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        v1 = x * 1.0
+        for _ in range(2):
+            v1 = v1 / (v1.abs() + 1.0) + v1 * 0.5
+        v5 = v1.narrow(1, 0, 1)
+        c = x - x.mean(-1, keepdim=True)
+        v6 = c * torch.rsqrt((c * c).mean(-1, keepdim=True) + 1e-6) * self.g0
+        v6.add_(x, alpha=0.5)
+        v7 = F.selu(v1)
+        v10 = v5 * torch.tanh(F.softplus(v5))
+        v12 = F.batch_norm(v7, self.rm0, self.rv0, self.g1, self.b0, training=self.training)
+        v14 = self.norm0(v12 * F.leaky_relu(x, 0.2))
+        return v14 + v10.sum() * 0.0 + F.celu(v7, alpha=1.5).mean()
+
+
+def test_a_run_starting_at_an_input_keeps_the_input():
+    # The run's first node, x * 1.0, is replaced by x in Inductor's joint passes, which
+    # percolate its MUST_RECOMPUTE tag onto the input x: the partitioner then kept neither
+    # x nor what backward computes from it ("Node add_21 was invalid, but is output").
+    # 0.95 of the partition is reachable by tagging the one block (0.909 is the
+    # smallest reachable figure); 0.5 is not.
+    torch.manual_seed(926027)
+    model = Seed926027().eval()
+    x = torch.randn(8, 16)
+    torch._dynamo.reset()
+    ours = memslim.compile(model, memory_budget=0.95, strict=True)
+
+    def step(m):  # g0 is unused (its v6 is dead): a None gradient counts as zeros
+        for p in model.parameters():
+            p.grad = None
+        xx = x.clone().requires_grad_(True)
+        m(xx).square().sum().backward()
+        return torch.cat([t.flatten() for t in [xx.grad] + [
+            torch.zeros_like(p) if p.grad is None else p.grad for p in model.parameters()]])
+
+    got = step(ours)
+    notes = [d.text for d in _budget_notes(ours)]
+    assert any("ladder step 1 " in t for t in notes), notes
+    want = step(model)
+    assert _rel(got, want) <= 1e-5
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="smallest reachable"):
+        step(memslim.compile(model, memory_budget=0.5, strict=True))
