@@ -134,8 +134,15 @@ std::optional<std::string> write_observable(const GraphView& g, ValueRef w) {
   return std::nullopt;
 }
 
-std::string ViewGate::check_removed_write(NodeRef, ValueRef written) const {
-  return write_observable(g_, written).value_or("");
+std::string ViewGate::check_removed_write(NodeRef site, ValueRef written) const {
+  if (auto why = write_observable(g_, written)) return *why;
+  // An in-place op under no_grad leaves its input's autograd history in place
+  // (gradients flow through it as if it were not there); the functional op
+  // there makes a tensor with none, cutting the gradient (fuzz seed 927093:
+  // `with no_grad: v.tanh_()` read afterwards). The TorchScript gate refuses
+  // a prim::Enter / prim::Exit between the nodes in the same way.
+  const NodeRef p = g_.producer(written);
+  return p ? check_between({p, site}, /*writes=*/false) : "";
 }
 
 } // namespace memslim

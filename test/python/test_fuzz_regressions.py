@@ -1905,3 +1905,44 @@ def test_hand_layer_norm_shift_grad_zero(session):
 @pytest.mark.xfail(strict=True, reason="seed 924560: Glow half, a cancelling weight gradient")
 def test_glow_coupling_cancelling_weight_grad(session):
     check_corpus(session, "seed924560_glow_coupling_cancelling_weight_grad.py")
+
+
+# Fuzz seed 927093 (session 27, the compile-budget leg): an in-place activation under
+# no_grad (`v20 = v19.tanh_()`, read afterwards) on a tensor that requires grad. The FX
+# front end's functionalize-inplace-activations made it tanh(v19), a tensor with no
+# autograd history, and memslim.compile's gradients lost the path through v19 (w1 0.98
+# off in fp32 and bf16; plain memslim.compile kept the rewrite because a recompute region
+# made the graph keep fewer bytes). The TorchScript gate already refused it (prim::Exit
+# between the nodes). Run here through memslim.compile, which the quick fuzz does not.
+def test_inplace_activation_under_no_grad_through_compile(session):
+    import importlib.util
+
+    import torch
+    from torch._inductor import config as inductor_config
+
+    import memslim
+
+    name = "seed927093_inplace_activation_under_no_grad.py"
+    check_corpus(session, name)
+    spec = importlib.util.spec_from_file_location(
+        "seed927093", os.path.join(REPO, "test", "fuzz", "corpus", name))
+    prog = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prog)
+
+    def grads(wrap):
+        model, (x,) = prog.make()
+        model = model.float()
+        x = x.float().requires_grad_(True)
+        outs = wrap(model)(x)
+        w = torch.Generator().manual_seed(5)
+        sum((o * torch.randn(o.shape, generator=w)).sum() for o in outs).backward()
+        return [x.grad] + [p.grad for p in model.parameters() if p.grad is not None]
+
+    with inductor_config.patch(fallback_random=True):
+        want = grads(lambda m: m)
+        torch._dynamo.reset()
+        got = grads(lambda m: memslim.compile(m, strict=True))
+        torch._dynamo.reset()
+    assert len(got) == len(want)
+    for g, e in zip(got, want):
+        assert float((g - e).norm() / e.norm()) < 1e-5

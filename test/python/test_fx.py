@@ -713,3 +713,31 @@ def test_exported_region_outputs_keep_the_signature_valid(tmp_path):
     ref.load_state_dict(model.state_dict())
     torch.testing.assert_close(loaded(x), ref(x))
     torch.testing.assert_close(loaded.ema, ref.ema)
+
+
+class _InplaceUnderNoGrad(nn.Module):
+    """Fuzz seed 927093 (compile-budget leg), reduced: an in-place activation under
+    no_grad on a tensor that requires grad. The write is invisible to autograd, so the
+    gradient of `z + ...` flows into y's history; tanh(y) under no_grad would make a
+    tensor with none (memslim.compile's gradients were 0.98 off)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.lin(x)
+        y = h * 2
+        with torch.no_grad():
+            z = y.tanh_()
+        return z + h.sum()
+
+
+def test_inplace_activation_under_no_grad_is_not_functionalized():
+    from memslim.optimize import _policy
+    x = torch.randn(4, 8)
+    gm = _pre_dispatch(_InplaceUnderNoGrad(), x)
+    decisions, _, _, _ = memslim.fx._plan(gm, ["functionalize-inplace-activations"], _policy())
+    tanh = [d for d in decisions if "tanh_" in d.site]
+    assert len(tanh) == 1 and tanh[0].verdict == "kept", [str(d) for d in decisions]
+    assert "grad mode" in tanh[0].text, tanh[0].text

@@ -51,7 +51,9 @@ class ViewGate {
   // functionalized joint graph, where an in-place write is a new value).
   std::string check_between(const std::vector<NodeRef>& covers, bool writes = true) const;
   // "" when removing `site`'s in-place write to `written` is unobservable
-  // (write_observable).
+  // (write_observable) and the grad mode does not change between `written`'s
+  // producer and `site` (an in-place op under no_grad keeps its input's
+  // autograd history; the functional op would make a tensor with none).
   std::string check_removed_write(NodeRef site, ValueRef written) const;
   // The tensor whose storage `v` is.
   ValueRef storage_root(ValueRef v) const;
