@@ -87,8 +87,10 @@ def main():
     for model, batch, budget, e, s, m, p, c in rows:
         es = e.get("saved_bytes")
         def cell(r):
-            if "error" in r:
-                return f"error: {r['error'][:90]}", "-", "-"
+            if "error" in r or r.get("saved_bytes") is None:
+                why = r.get("error") or "; ".join(f"{k}: {v}" for k, v in
+                                                  r.get("errors", {}).items()) or "no figure"
+                return f"error: {why[:90]}", "-", "-"
             x = r["saved_bytes"] / es if es else float("nan")
             peak = r.get("rss_step_peak_mib", 0)
             rise = peak - r.get("rss_base_mib", peak)

@@ -401,8 +401,8 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
 
     if os.environ.get("MEMSLIM_FUZZ_COMPILE_BUDGET"):
         stage("compile-budget")
-        v = run_compile_budget(prog, inputs, R, float(os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"]),
-                               res)
+        b = os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"]
+        v = run_compile_budget(prog, inputs, R, None if b == "none" else float(b), res)
         res["stages"]["compile-budget"] = "ok" if v[0] == "ok" else "%s@%s: %s" % v
         if v[0] not in ("ok", "limitation"):
             verdicts.append(v)
@@ -420,9 +420,11 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
     return done("ok", "", "")
 
 
-def run_compile_budget(prog, inputs, R: "Reference", budget: float,
+def run_compile_budget(prog, inputs, R: "Reference", budget: Optional[float],
                        res: Optional[dict] = None):
-    """memslim.compile(memory_budget=budget)'s leg (MEMSLIM_FUZZ_COMPILE_BUDGET=B; off by
+    """memslim.compile(memory_budget=budget)'s leg (MEMSLIM_FUZZ_COMPILE_BUDGET=B, or =none
+    for memslim.compile without a budget: the pipeline alone, kept where Inductor's
+    partition keeps fewer bytes; off by
     default: two Inductor compiles per program, ~10-30 s on the CPU). Reference: eager,
     with the bar widened by a plain torch.compile of the same program's own drift from
     eager (Inductor rounds differently by itself), or plain torch.compile's call within
@@ -446,7 +448,8 @@ def run_compile_budget(prog, inputs, R: "Reference", budget: float,
         m3, _ = prog.make()
         records = []
         try:
-            c = memslim.compile(m3, memory_budget=budget, strict=True)
+            c = memslim.compile(m3, memory_budget=budget, strict=True) if budget is not None \
+                else memslim.compile(m3, strict=True)
             got = call(c, inputs, trainable(m3))
             records = memslim.report(c)
         except Exception as e:  # noqa: BLE001
@@ -460,7 +463,10 @@ def run_compile_budget(prog, inputs, R: "Reference", budget: float,
             torch._dynamo.reset()
     if res is not None:
         notes = [d.text for d in records if d.pass_ == "memory-budget"]
-        res["budget"] = ("ladder" if any("ladder step" in t for t in notes) else
+        kept = any(d.pass_ == "inductor-partition" and "rewrites kept" in d.text
+                   for d in records)
+        res["budget"] = ("rewrites kept" if kept else
+                         "ladder" if any("ladder step" in t for t in notes) else
                          "pipeline" if any("pipeline" in t for t in notes) else
                          "met" if notes else "no graph")
     drift = {k: rel_err(R.eager[k], base[k])[0] for k in R.eager if k in base}
