@@ -226,6 +226,9 @@ def _region_digest(graph: torch.fx.GraphModule) -> str:
 
 @contextlib.contextmanager
 def _keyed_by_tags(graph: torch.fx.GraphModule):
+    """Where `graph` carries recompute tags: Inductor's config with the keying pass
+    (_region_tags_key) and the placeholder untagging (_untag_placeholders) added after
+    the user's joint passes, for the compile and every dry-run partition alike."""
     digest = _region_digest(graph)
     if not digest:
         yield
