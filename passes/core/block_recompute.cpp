@@ -247,6 +247,7 @@ void describe(const Top& t, Segment& s) {
           !(g.producer(r) && g.kind(g.producer(r)) == "prim::Uninitialized") &&
           std::find(s.fn.external.begin(), s.fn.external.end(), r) == s.fn.external.end())
         s.fn.external.push_back(r);
+  for (NodeRef n : s.fn.nodes) s.heavy = s.heavy || heavy(g, n);
   for (NodeRef n : g.nodes()) {
     if (!members.count(t.top_of(n).p)) continue;
     s.flops += node_flops(g, n);
@@ -613,6 +614,7 @@ std::vector<Segment> pieces_of(const Top& t, const std::vector<Segment>& segment
     p.first = t.index(p.fn.nodes.front());
     p.last = t.index(p.fn.nodes.back());
     p.joins_next = true;
+    for (NodeRef n : p.fn.nodes) p.heavy = p.heavy || heavy(g, n);
     out.push_back(std::move(p));
   };
   for (const Segment& s : segments) {
@@ -831,6 +833,9 @@ BlockLadder block_ladder(const GraphView& g, std::vector<Segment> segments, int6
     }
     if (!best) break;
     step.runs = best->runs;
+    step.light = true;
+    for (const BlockRun& r : step.runs)
+      for (size_t s = r.begin; s < r.end; ++s) step.light = step.light && !segs[s].heavy;
     step.kept = best_f.kept;
     step.peak = best_f.peak;
     step.flops += best->flops;

@@ -411,7 +411,7 @@ FxLadder budget_ladder(const FxGraphView& g, const CostPolicy& policy, ApplyAs a
   out.why = ladder.why;
   for (size_t k = 0; k < ladder.steps.size(); ++k) {
     const LadderStep& s = ladder.steps[k];
-    FxLadderStep step{s.kept, s.peak, s.flops, s.move, {}};
+    FxLadderStep step{s.kept, s.peak, s.flops, s.move, {}, s.light};
     for (const RecomputeBlock& b : ladder_blocks(g, ladder, k)) {
       std::vector<size_t> ids;
       for (NodeRef n : b.covers) ids.push_back(g.id(n));

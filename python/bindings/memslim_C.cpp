@@ -228,7 +228,7 @@ PYBIND11_MODULE(_C, m) {
           if (!L) return py::none();
           py::list steps;
           for (const memslim::FxLadderStep& s : L->steps)
-            steps.append(py::make_tuple(s.kept, s.peak, s.flops, s.move, s.runs));
+            steps.append(py::make_tuple(s.kept, s.peak, s.flops, s.move, s.runs, s.light));
           return py::make_tuple(L->why, L->segments, L->refused, steps);
         };
         py::object ladder = ladder_tuple(r.ladder), pieces = ladder_tuple(r.pieces);

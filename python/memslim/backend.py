@@ -271,22 +271,42 @@ class BudgetError(ValueError):
     a graph compiled over the budget the user asked for would run out of memory later."""
 
 
-def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions) -> bool:
+# The partitioner's options under a budget the unmodified graph does not meet: torch's
+# "more aggressive" min-cut options (partitioners.py, choose_saved_values_set: the
+# first plan its activation_memory_budget tries), which let the min-cut re-run any
+# fusible op however far its use, however long its chain, and where the backward
+# would materialise it. The dry runs and the compile use the same options.
+FUSED_RECOMPUTE = {"ban_recompute_used_far_apart": False,
+                   "ban_recompute_long_fusible_chains": False,
+                   "ban_recompute_materialized_backward": False}
+
+
+def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
     """memory_budget under torch.compile, measured on Inductor's own partition (the
     dry run above; parameters excluded): the target is `budget` of what the partitioner
     keeps for the unmodified graph (a fraction in (0, 1]; as torch's
     activation_memory_budget, a fraction of what plain torch.compile keeps) or `budget`
-    bytes. Nothing is rewritten when the unmodified graph meets it. Else, in order:
-    1. `plain`: the pieces ladder (core/block_recompute.h, ApplyAs::Tags: each
-       convolution or matrix product, each stretch of norms and activations between
-       them, priced as recompute tags) over the unmodified graph, whose aten ops the
-       cost model prices about as the partitioner keeps them (memslim's own ops
-       decompose into aten in the joint graph and keep about what Inductor keeps
-       without them: the pipeline's rewrites are left out here). It re-runs the
-       cheapest pieces first (a norm and its activation before any convolution),
-       which is what torch's knapsack does.
-    2. The pipeline's rewrites alone.
-    3. `ladder`, the whole-block ladder (ApplyAs::Op's prices) over the graph the
+    bytes. Nothing is rewritten when the unmodified graph meets it. Else the partitioner
+    runs with FUSED_RECOMPUTE (dry runs and compile alike), and the ways below are tried
+    in order of the work they add; the first that meets the target is taken:
+    1. Fused re-runs: the fewer bytes of (a) the unmodified graph under FUSED_RECOMPUTE
+       (torch's own first plan under a budget) and (b) that plus the light end of
+       `plain`, the pieces ladder over the unmodified graph (core/block_recompute.h,
+       ApplyAs::Tags: each convolution or matrix product alone, each stretch of norms
+       and activations between, priced as recompute tags): its last step that re-runs
+       no convolution or matrix product, taken whole. Inductor fuses such re-runs into
+       the backward's kernels (they read the kept input where the backward read the
+       saved output: no kernel added), so the planner takes all of them at once, as
+       torch's partitioner takes its most aggressive min-cut of fusible ops once that
+       meets the budget. Before session 28 the ladder was bisected from step 0 and
+       stopped at the first step meeting the target: resnet50_frac kept 0.31 of eager
+       at 0.5, torch.compile 0.10.
+    2. The rest of `plain` (steps re-running convolutions and matrix products, the
+       cheapest per byte first): the first step meeting the target.
+    3. The pipeline's rewrites alone (memslim's own ops decompose into aten in the
+       joint graph and keep about what Inductor keeps without them, which is why the
+       ladders over the unmodified graph come first).
+    4. `ladder`, the whole-block ladder (ApplyAs::Op's prices) over the graph the
        pipeline left: slower per byte, but it reaches further (the pieces' greedy stops
        once the kept bytes are the whole predicted backward peak).
     A later way is taken only where the earlier cannot reach the target, so its bytes
@@ -296,7 +316,8 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions) -> 
     before also meets it. Where measured bytes fall along a ladder, a smaller budget
     takes a later step (a recomputed dropout keeps the generator's state, 5 KB on the
     CPU, so on tiny graphs they can rise by that much along it). Returns whether the
-    graph was rewritten; raises BudgetError naming the smallest reachable figure."""
+    graph was rewritten and the partitioner options to compile it with; raises
+    BudgetError naming the smallest reachable figure."""
     def note(text, before=None, after=None):
         decisions.append(_note(text, before, after, "memory-budget"))
 
@@ -306,56 +327,90 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions) -> 
             "unmodified graph (parameters excluded)")
     if before <= target:
         note(head + ": met as it is, nothing rewritten", before, before)
-        return False
+        return False, {}
+    from torch._functorch import config as functorch_config
+    with functorch_config.patch(**FUSED_RECOMPUTE):
+        return _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note,
+                                  decisions, before, target, head), FUSED_RECOMPUTE
+
+
+def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, decisions,
+                       before, target, head) -> bool:
+    """_meet_budget's ways, under FUSED_RECOMPUTE; whether the graph was rewritten."""
 
     def usable(lad):
         return lad is not None and not lad.why and len(lad.steps) >= 2
 
-    def walk(lad, start, what):
-        """The step of `lad` to tag (None: it cannot reach the target; then the smallest
-        it reaches is in `reached`), `start` measured for step 0."""
-        measured = {0: start}
+    def measure(lad, k, measured):
+        if k not in measured:
+            lad.tag(k)
+            measured[k] = _partitioned_saved_bytes(aten, fakes, skip)
+        return measured[k]
 
-        def m(k):
-            if k not in measured:
-                lad.tag(k)
-                measured[k] = _partitioned_saved_bytes(aten, fakes, skip)
-            return measured[k]
+    def take(lad, k, measured, what):
+        lad.tag(k)
+        kept, peak, flops = lad.steps[k][:3]
+        runs = lad.steps[k][4]
+        note(head + f": {what}; ladder step {k} of {len(lad.steps) - 1}: "
+             f"{len(runs) - lad.skipped} recomputed run(s) ({lad.segments} blocks), measured "
+             f"{measured[k]:,} B; predicted backward peak {peak:,} B (from "
+             f"{lad.steps[0][1]:,} B), added forward work {flops / 1e9:.3g} GFLOP; steps "
+             "measured: " + ", ".join(f"{j}: {b:,} B" for j, b in sorted(measured.items())),
+             before, measured[k])
+        for j in range(1, k + 1):
+            note(f"step {j}: {lad.steps[j][3]} -> predicted {lad.steps[j][0]:,} B, peak "
+                 f"{lad.steps[j][1]:,} B" + ("" if lad.steps[j][5] else
+                                            " (re-runs a convolution or matrix product)"))
+        if lad.skipped:
+            note(f"{lad.skipped} run(s) left out: they overlap the model's own checkpointing")
 
+    def walk(lad, lo, measured, what):
+        """The step of `lad` after `lo` to tag (None: it cannot reach the target; then
+        the smallest it reaches is in `reached`); measured[lo] is known and over the
+        target."""
         last = len(lad.steps) - 1
-        if m(last) > target:
+        if lo >= last or measure(lad, last, measured) > target:
             lad.tag(0)
             reached.append((measured[last], what))
             return None
-        lo, hi = 0, last  # m(lo) > target >= m(hi)
+        hi = last  # measured[lo] > target >= measured[hi]
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if m(mid) <= target:
+            if measure(lad, mid, measured) <= target:
                 hi = mid
             else:
                 lo = mid
         # Measured bytes need not fall at every step (a recomputed dropout keeps the
         # generator's state): the earliest step meeting the target next to the one found.
-        while hi > 1 and m(hi - 1) <= target:
+        while hi > 1 and measure(lad, hi - 1, measured) <= target:
             hi -= 1
-        lad.tag(hi)
-        kept, peak, flops, _, runs = lad.steps[hi]
-        note(head + f": {what}; ladder step {hi} of {last}: {len(runs) - lad.skipped} "
-             f"recomputed run(s) ({lad.segments} blocks), measured {measured[hi]:,} B; "
-             f"predicted backward peak {peak:,} B (from {lad.steps[0][1]:,} B), added forward "
-             f"work {flops / 1e9:.3g} GFLOP; steps measured: " +
-             ", ".join(f"{k}: {b:,} B" for k, b in sorted(measured.items())),
-             before, measured[hi])
-        for k in range(1, hi + 1):
-            note(f"step {k}: {lad.steps[k][3]} -> predicted {lad.steps[k][0]:,} B, peak "
-                 f"{lad.steps[k][1]:,} B")
-        if lad.skipped:
-            note(f"{lad.skipped} run(s) left out: they overlap the model's own checkpointing")
+        take(lad, hi, measured, what)
         return hi
 
     reached = []
-    if usable(plain) and walk(plain, before, "on the unmodified graph (the pipeline's rewrites "
-                                              "left out)") is not None:
+    fused = _partitioned_saved_bytes(aten, fakes, skip)
+    reached.append((fused, "Inductor's partitioner re-running every fusible op"))
+    unmodified = "on the unmodified graph (the pipeline's rewrites left out)"
+    light = 0
+    measured = {0: fused}
+    if usable(plain):
+        light = max(k for k, step in enumerate(plain.steps) if step[5])
+        if light >= 1:
+            reached.append((measure(plain, light, measured), "re-running norms and "
+                            "activations"))
+    best = min((light, 0), key=lambda k: (measured[k], k))
+    if measured[best] <= target:
+        if best == 0:
+            plain is None or plain.tag(0)
+            note(head + f": met by Inductor's partitioner re-running every fusible op "
+                 f"(keeps {fused:,} B; the light end of memslim's pieces ladder: "
+                 f"{measured[light]:,} B)", before, fused)
+            return False
+        take(plain, light, measured, unmodified + ", every re-run that holds no "
+             "convolution or matrix product (Inductor fuses them into the backward's "
+             f"kernels), taken whole (the partitioner alone: {fused:,} B)")
+        return True
+    if usable(plain) and walk(plain, light, measured, unmodified) is not None:
         return True
     piped = before
     if any(d.verdict == "rewrote" for d in decisions):
@@ -365,8 +420,8 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions) -> 
     if piped <= target:
         note(head + f": met by the pipeline's rewrites (keeps {piped:,} B)", before, piped)
         return True
-    if usable(ladder) and walk(ladder, piped, f"the pipeline's rewrites keep {piped:,} B"
-                               ) is not None:
+    if usable(ladder) and walk(ladder, 0, {0: piped}, f"the pipeline's rewrites keep "
+                               f"{piped:,} B") is not None:
         return True
     lad = ladder if ladder is not None else plain
     if not reached:
@@ -393,10 +448,12 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     gradients, both versions are partitioned (no code generated) and the rewritten one is
     compiled only if Inductor then keeps fewer bytes for backward; otherwise the graph goes
     to Inductor unchanged and one "note" record says so."""
+    from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
     policy = _policy(**policy)
     budget = policy.get("memory_budget")
+    options = {}  # the partitioner's, for the compile (a budget's FUSED_RECOMPUTE)
     try:
         aten, mode, fakes = _aten_graph(gm, example_inputs)
         decisions, apply, ladder, _ = fx._plan(aten, _compile_passes(), policy,
@@ -413,8 +470,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
                                       leaf_grad=_leaf_grad(aten, example_inputs),
                                       state=_parameters(aten, example_inputs), regions="tags")
             with _dynamic_output_shapes(mode):
-                rewrote = _meet_budget(aten, fakes, apply, ladder, plain, budget, skip,
-                                       decisions)
+                rewrote, options = _meet_budget(aten, fakes, apply, ladder, plain, budget,
+                                                skip, decisions)
         elif rewrote and needs_grad:
             # One trace: partitioned as it is, then with the rewrites applied.
             with _dynamic_output_shapes(mode):
@@ -442,10 +499,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     _LOG.extend(decisions)
     if records is not None:
         records.extend(decisions)
-    if not rewrote:
-        return compile_fx(gm, example_inputs)
-    with _dynamic_output_shapes(mode), _keyed_by_tags(aten):
-        return compile_fx(aten, example_inputs)
+    with functorch_config.patch(**options):
+        if not rewrote:
+            return compile_fx(gm, example_inputs)
+        with _dynamic_output_shapes(mode), _keyed_by_tags(aten):
+            return compile_fx(aten, example_inputs)
 
 
 def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=None,

@@ -348,7 +348,8 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
 class BlockLadder:
     """The memory budget's block ladder (core/block_recompute.h) over a graph the backend
     applies as recompute tags: `steps[k]` = (predicted kept bytes, predicted backward
-    peak, added forward FLOPs, the move, runs as lists of view node ids); step 0
+    peak, added forward FLOPs, the move, runs as lists of view node ids, whether it
+    re-runs no convolution or matrix product); step 0
     recomputes nothing, and the steps do not depend on the budget. `tag(k)` marks step
     k's runs on the graph (after the plan's apply()): each run's nodes MUST_RECOMPUTE
     under one checkpoint id of its own, so that Inductor's partitioner keeps the run's

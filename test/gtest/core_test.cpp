@@ -790,6 +790,9 @@ TEST(Core, SplitPiecesCutsABlockAtItsProducts) {
   EXPECT_EQ(m.g.name(pieces[3].fn.output), "%x0");
   EXPECT_GT(pieces[0].flops, 4 * 128.0); // 2 x 128 x 16
   EXPECT_LE(pieces[1].flops, 128.0);     // one per element
+  // The products are the heavy pieces; a whole block holds them.
+  for (size_t i = 0; i < pieces.size(); ++i) EXPECT_EQ(pieces[i].heavy, i % 2 == 0) << i;
+  EXPECT_TRUE(segs[0].heavy);
 }
 
 TEST(Core, TagLadderReRunsTheCheapPieceFirst) {
@@ -816,6 +819,20 @@ TEST(Core, TagLadderReRunsTheCheapPieceFirst) {
     EXPECT_LT(tags.steps[k].kept, tags.steps[k - 1].kept);
     EXPECT_LE(tags.steps[k].peak, tags.steps[k - 1].peak);
   }
+  // Light steps (no product re-run) come first and form a prefix: the gelus,
+  // then (the adds after them, where they free anything) before any linear.
+  EXPECT_TRUE(tags.steps[0].light && tags.steps[1].light && tags.steps[2].light);
+  bool heavy_seen = false;
+  for (size_t k = 1; k < tags.steps.size(); ++k) {
+    bool holds_product = false;
+    for (const auto& r : tags.steps[k].runs)
+      for (size_t u = r.begin; u < r.end; ++u)
+        holds_product = holds_product || m.g.kind(tags.segments[u].fn.nodes[0]) == "aten::linear";
+    EXPECT_EQ(tags.steps[k].light, !holds_product) << k;
+    EXPECT_FALSE(heavy_seen && tags.steps[k].light) << k;
+    heavy_seen = heavy_seen || holds_product;
+  }
+  EXPECT_TRUE(heavy_seen); // the ladder goes on past the light ones
   // The op ladder over the same blocks re-runs whole blocks (two products each).
   const auto ops = memslim::block_ladder(m.g, memslim::find_segments(m.g), -1, policy);
   ASSERT_GE(ops.steps.size(), 2u);

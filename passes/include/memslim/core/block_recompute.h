@@ -63,6 +63,7 @@ struct Segment {
   std::string why;            // "" or why it cannot become an op
   double flops = 0;           // its forward work (a multiply-add counts 2)
   bool joins_next = false;    // the next one reads what this one makes (a run may span both)
+  bool heavy = false;         // it holds a convolution or matrix product (see split_pieces)
 };
 
 // How a front end applies a ladder's runs (see the top of this file).
@@ -102,6 +103,8 @@ struct LadderStep {
   int64_t peak = 0;           // predicted peak of the backward (see above)
   double flops = 0;           // added forward work
   std::string move;           // "recompute %y5 (1 block)", "merge ...", "" for step 0
+  bool light = true;          // no run holds a heavy unit: pointwise and norm re-runs only,
+                              // which Inductor fuses into the backward's kernels
 };
 
 struct BlockLadder {

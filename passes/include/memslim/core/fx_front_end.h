@@ -56,6 +56,7 @@ struct FxLadderStep {
   double flops = 0;           // added forward work
   std::string move;
   std::vector<std::vector<size_t>> runs;
+  bool light = true; // no convolution or matrix product re-runs (LadderStep::light)
 };
 struct FxLadder {
   std::string why;                  // "" or why there is no ladder
