@@ -412,7 +412,7 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
         return True
     if usable(plain) and walk(plain, light, measured, unmodified) is not None:
         return True
-    piped = before
+    piped = fused
     if any(d.verdict == "rewrote" for d in decisions):
         apply()
         piped = _partitioned_saved_bytes(aten, fakes, skip)

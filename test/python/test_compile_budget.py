@@ -1,8 +1,10 @@
 """memslim.compile(model, memory_budget=B) (issue 12): the budget under torch.compile.
 
-The backend measures what Inductor's partitioner keeps (a dry-run partition),
-applies the FX pipeline, then the block ladder as recompute tags until the
-measured bytes meet the budget (backend._meet_budget). These tests hold it to:
+The backend measures what Inductor's partitioner keeps (a dry-run partition);
+where that misses the budget it tries fused re-runs (the partitioner's aggressive
+min-cut, the light end of the pieces ladder), then the rest of the pieces ladder,
+the FX pipeline and the block ladder as recompute tags until the measured bytes
+meet the budget (backend._meet_budget). These tests hold it to:
 gradients and BatchNorm running stats as eager's (and within plain
 torch.compile's own drift), dropout replayed with the forward's mask, measured
 bytes at or under the budget and monotone in it, an unreachable budget refused
