@@ -20,9 +20,7 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARM = 2
@@ -77,18 +75,9 @@ def cell(model_name, variant, batch, out):
 
 
 def run(model, variant, batch, budget, timeout):
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "r.json")
-        env = dict(os.environ, MEMSLIM_SUITE_BUDGET=str(budget), OMP_NUM_THREADS="1")
-        cmd = [sys.executable, os.path.abspath(__file__), "--cell", model, variant, str(batch), out]
-        try:
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out ({timeout} s)"}
-        if not os.path.exists(out):
-            return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:200]}
-        with open(out) as f:
-            return json.load(f)
+    from memory_budget import run_json
+    return run_json(lambda out: [sys.executable, os.path.abspath(__file__), "--cell", model,
+                                 variant, str(batch), out], budget, timeout)
 
 
 def main():

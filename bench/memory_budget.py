@@ -26,20 +26,28 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(model, variant, batch, budget, timeout):
+def run_json(argv, budget, timeout):
+    """Runs `argv(out)` (a command writing its JSON result to the path `out`) in a process
+    of its own with MEMSLIM_SUITE_BUDGET=budget and 1 OpenMP thread; its result, or
+    {"error": why}. Also bench/budget_peak.py's cells."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r.json")
         env = dict(os.environ, MEMSLIM_SUITE_BUDGET=str(budget), OMP_NUM_THREADS="1")
-        cmd = [sys.executable, os.path.join(HERE, "_suite_worker.py"), model, variant,
-               "--batch", str(batch), "--out", out, "--threads", "1"]
         try:
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            p = subprocess.run(argv(out), env=env, capture_output=True, text=True,
+                               timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"error": f"timed out ({timeout} s)"}
         if not os.path.exists(out):
             return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:200]}
         with open(out) as f:
             return json.load(f)
+
+
+def run(model, variant, batch, budget, timeout):
+    return run_json(lambda out: [sys.executable, os.path.join(HERE, "_suite_worker.py"), model,
+                                 variant, "--batch", str(batch), "--out", out, "--threads", "1"],
+                    budget, timeout)
 
 
 def mb(b):

@@ -401,7 +401,8 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
     best = min((light, 0), key=lambda k: (measured[k], k))
     if measured[best] <= target:
         if best == 0:
-            plain is None or plain.tag(0)
+            if plain is not None:
+                plain.tag(0)  # the light end's tags, measured above, off again
             note(head + f": met by Inductor's partitioner re-running every fusible op "
                  f"(keeps {fused:,} B; the light end of memslim's pieces ladder: "
                  f"{measured[light]:,} B)", before, fused)
