@@ -12,6 +12,10 @@ backward of a sum of squares) on the same weights and input:
   memslim     memslim.optimize (invertible-couplings keeps each chain's outputs)
   checkpoint  eager with torch.utils.checkpoint around each coupling (use_reentrant=False):
               what a user does by hand when not writing the inverse
+  compile, memslim_compile (with --compile): torch.compile, and memslim.compile (the
+              backend splits each chain out and runs it as memslim::coupling_chain, Inductor
+              compiles the rest); Inductor's fallback_random is set, so dropout draws as
+              eager does and the gradient column compares like with like
 
 Bytes: memslim.saved_bytes (saved_tensors_hooks, distinct storages, parameters excluded).
 Time: rounds of one step per variant in rotating order (interleaved); the table gives each
@@ -85,7 +89,11 @@ def rel(a, b):
     return max(float((p - q).abs().max() / (q.abs().max() + 1e-30)) for p, q in zip(a, b))
 
 
-def run(name: str, batch: int, rounds: int, threads: int):
+def compiled(kind: str, m):
+    return torch.compile(m) if kind == "compile" else memslim.compile(m)
+
+
+def run(name: str, batch: int, rounds: int, threads: int, with_compile: bool = False):
     torch.set_num_threads(threads)
     model, x = build(name, batch)
     variants = {
@@ -95,9 +103,10 @@ def run(name: str, batch: int, rounds: int, threads: int):
     }
     base = copy.deepcopy(model)
     variants["memslim"] = memslim.optimize(base, (x,))
-    # memslim.optimize returns a module sharing `base`'s parameters.
-    params = {"eager": variants["eager"], "script": variants["script"],
-              "checkpoint": variants["checkpoint"], "memslim": base}
+    if with_compile:
+        torch._inductor.config.fallback_random = True
+        for k in ("compile", "memslim_compile"):
+            variants[k] = compiled(k, copy.deepcopy(model))
     decisions = [str(d) for d in memslim.report(variants["memslim"]) if "coupling" in str(d)]
     # The drift check runs on a chain's first differentiated call in this process
     # (chains are cached by their functions' text): record its warnings from here on.
@@ -117,6 +126,8 @@ def run(name: str, batch: int, rounds: int, threads: int):
             m = memslim.optimize(b, (x,))
             fresh[k] = grads(m, x)[:1] + [p.grad for p in b.parameters()]
             continue
+        elif k in ("compile", "memslim_compile"):
+            m = compiled(k, m)
         fresh[k] = grads(m, x)
     drift = {k: rel(fresh[k], fresh["eager"]) for k in variants}
     for m in variants.values():  # warm-up (profiling executor)
@@ -137,6 +148,9 @@ def run(name: str, batch: int, rounds: int, threads: int):
             step(variants[k], x)
             times[k].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
+    if with_compile:
+        decisions += [str(d) for d in memslim.report(variants["memslim_compile"])
+                      if d.pass_ == "invertible-couplings"]
     return saved, med, drift, decisions
 
 
@@ -147,6 +161,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--compile", action="store_true",
+                    help="add torch.compile and memslim.compile rows")
     a = ap.parse_args()
     lines = ["# Reversible models: saved bytes and step time, side by side", "",
              "`bench/couplings.py` (git %s), batch %d, %d interleaved rounds, median step time / "
@@ -158,8 +174,8 @@ def main():
     notes = []
     for name in a.models.split(","):
         for t in [int(s) for s in a.threads.split(",")]:
-            saved, med, drift, decisions = run(name, a.batch, a.rounds, t)
-            for k in ["eager", "script", "checkpoint", "memslim"]:
+            saved, med, drift, decisions = run(name, a.batch, a.rounds, t, a.compile)
+            for k in saved:
                 lines.append("| %s | %d | %s | %d | %.3f | %.2f | %.1e |" % (
                     name, t, k, saved[k], saved[k] / saved["eager"], med[k] / med["eager"],
                     drift[k]))

@@ -125,7 +125,10 @@ std::string function_of(const Top& t, ValueRef in, const Half& h, size_t from, s
     }
     for (ValueRef v : t.reads.at(n.p)) {
       if (v == in || made.count(v.p)) continue;
-      if (g.constant(v)) continue; // copied into the function's text
+      // Scalar constants are copied into the function's text; tensor constants
+      // (a traced graph's, memslim.compile's chain pieces) are read like state:
+      // parseIR reads no tensor constant.
+      if (g.constant(v) && !g.is_tensor(v)) continue;
       if (forbidden.count(v.p)) return "it reads " + g.name(v) + ", which depends on a block input";
       if (std::find(fn.external.begin(), fn.external.end(), v) == fn.external.end())
         fn.external.push_back(v);
@@ -231,11 +234,16 @@ std::optional<int64_t> link(const Top& t, const Coupling& a, const Coupling& b,
                             std::vector<NodeRef>& nodes, ValueRef& d1, ValueRef& d2) {
   const GraphView& g = t.g;
   if (b.x1 == a.y1 && b.x2 == a.y2) return 0;
-  const NodeRef unpack = g.producer(b.x1);
-  if (!unpack || g.kind(unpack) != "prim::ListUnpack" || g.producer(b.x2) != unpack ||
-      g.num_outputs(unpack) != 2 || g.output(unpack, 0) != b.x1 || g.output(unpack, 1) != b.x2)
-    return std::nullopt;
-  const NodeRef chunk = g.producer(g.input(unpack, 0));
+  // b's inputs: chunk's list unpacked (TorchScript), or chunk's two outputs
+  // themselves (an FX graph's getitems are not nodes of the view).
+  const NodeRef p = g.producer(b.x1);
+  auto splits_into_b = [&](NodeRef n) {
+    return n && g.producer(b.x2) == n && g.num_outputs(n) == 2 && g.output(n, 0) == b.x1 &&
+           g.output(n, 1) == b.x2;
+  };
+  if (!splits_into_b(p)) return std::nullopt;
+  const bool unpacked = g.kind(p) == "prim::ListUnpack";
+  const NodeRef chunk = unpacked ? g.producer(g.input(p, 0)) : p;
   if (!chunk || g.kind(chunk) != "aten::chunk" || g.num_inputs(chunk) != 3) return std::nullopt;
   const auto pieces = scalar_constant(g, g.input(chunk, 1));
   const NodeRef cat = g.producer(g.input(chunk, 0));
@@ -248,9 +256,11 @@ std::optional<int64_t> link(const Top& t, const Coupling& a, const Coupling& b,
       g.num_inputs(list) != 2 || g.input(list, 0) != a.y1 || g.input(list, 1) != a.y2)
     return std::nullopt;
   // Each link value read by the next link node alone.
-  for (NodeRef n : {list, cat, chunk})
+  for (NodeRef n : {list, cat})
     if (g.uses(g.output(n, 0)).size() != 1) return std::nullopt;
-  nodes = {list, cat, chunk, unpack};
+  if (unpacked && g.uses(g.output(chunk, 0)).size() != 1) return std::nullopt;
+  nodes = {list, cat, chunk};
+  if (unpacked) nodes.push_back(p);
   return 1;
 }
 

@@ -9,6 +9,7 @@
 #include "memslim/core/block_recompute.h"
 #include "memslim/core/canonicalize.h"
 #include "memslim/core/canonicalize_norms.h"
+#include "memslim/core/couplings.h"
 #include "memslim/core/functionalize.h"
 #include "memslim/core/fuse_act_consumer.h"
 #include "memslim/core/fuse_dropout.h"
@@ -380,6 +381,26 @@ void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
   }
 }
 
+// invertible-couplings: each chain decided by the core, behind the view gate
+// (nothing written between its nodes: the backend moves the nodes between
+// them that do not read the chain before it; its inputs, outputs and what its
+// functions read not written after it starts). Nothing is rewritten here.
+void invertible_couplings(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
+  for (CouplingChain& c : find_coupling_chains(g, policy)) {
+    if (c.rewrite()) {
+      const ViewGate gate(g);
+      std::string why = gate.check_between(c.covers);
+      if (why.empty()) why = gate.check(c.covers.front(), c.guarded);
+      if (!refused(c.decision, why)) {
+        FxChain ch{{}, c.kept_before, c.kept_after};
+        for (NodeRef n : c.covers) ch.covers.push_back(g.id(n));
+        out.chains.push_back(std::move(ch));
+      }
+    }
+    out.decisions.push_back(std::move(c.decision));
+  }
+}
+
 // The memory budget's block ladder over the graph as the passes left it.
 // Safety: the front end applies a step as recompute tags, which Inductor's
 // partitioner honours on the functionalized joint graph (AOTAutograd turns
@@ -456,6 +477,8 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
       fuse_dropout(g, policy, out);
     } else if (p == kRecomputeRegionsPass) {
       recompute_regions(g, policy, out);
+    } else if (p == kInvertibleCouplingsPass) {
+      invertible_couplings(g, policy, out);
     } else if (find_pass(p)) {
       out.decisions.push_back({p,
                                Decision::Verdict::Note,

@@ -232,7 +232,11 @@ PYBIND11_MODULE(_C, m) {
           return py::make_tuple(L->why, L->segments, L->refused, steps);
         };
         py::object ladder = ladder_tuple(r.ladder), pieces = ladder_tuple(r.pieces);
-        return py::make_tuple(decision_dicts(r.decisions), rewrites, ladder, pieces);
+        // Coupling chains: [(covered node indices, bytes kept today, bytes kept after)].
+        py::list chains;
+        for (const memslim::FxChain& c : r.chains)
+          chains.append(py::make_tuple(c.covers, c.kept_before, c.kept_after));
+        return py::make_tuple(decision_dicts(r.decisions), rewrites, ladder, pieces, chains);
       },
       py::arg("values"), py::arg("nodes"), py::arg("passes"), py::arg("policy"));
   // A policy flag's text as memslim-opt reads it (PolicyValue::parse: an

@@ -440,8 +440,221 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
         "predicted backward peak)")
 
 
+class _ChainPiece(torch.nn.Module):
+    """A coupling chain's piece of the graph (_compile_with_chains), run eagerly as
+    TorchScript: at its first call with a new signature (shapes, strides, dtypes,
+    devices, requires_grad) the aten piece is traced (torch.jit.trace, on clones of the
+    inputs and under a forked RNG: BatchNorm's running stats and the user's random
+    stream are not moved by it) and memslim.optimize's pipeline runs on the trace, whose
+    invertible-couplings pass makes it one memslim::coupling_chain op: autograd keeps
+    the chain's two outputs and backward rebuilds each block's inputs. A trace is
+    specialised to its shapes, hence one per signature. Without grad mode the aten
+    piece runs as it is (nothing is kept for backward)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, policy: dict, records: List[Decision]):
+        super().__init__()
+        self.gm = gm
+        self.policy = policy
+        self.records = records
+        self.by_signature = {}
+
+    @staticmethod
+    def _signature(args):
+        return tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
+                     for a in args)
+
+    def _build(self, args):
+        from .optimize import optimize, report
+        clones = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
+        devices = sorted({a.device.index or 0 for a in args if a.device.type == "cuda"})
+        with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit's deprecation
+            traced = torch.jit.trace(self.gm, clones, check_trace=False, strict=False)
+        keep = ("min_bytes", "max_added_work", "assume_numel", "dropout_mask_bytes")
+        opt = optimize(traced, clones, **{k: v for k, v in self.policy.items()
+                                          if k in keep and v is not None})
+        found = report(opt)
+        if self.records is not None:
+            self.records.extend(found)
+        _LOG.extend(found)
+        return opt
+
+    def forward(self, *args):
+        if not torch.is_grad_enabled():
+            return self.gm(*args)
+        sig = self._signature(args)
+        fn = self.by_signature.get(sig)
+        if fn is None:
+            fn = self.by_signature[sig] = self._build(args)
+        return fn(*args)
+
+
+class _Compiled(torch.nn.Module):
+    """A piece compile_fx compiled, as a submodule of the split graph; `single`: the
+    piece made one value, which its graph returns as a 1-tuple (AOTAutograd takes
+    tuple outputs only)."""
+
+    def __init__(self, fn, single: bool):
+        super().__init__()
+        self.fn = fn
+        self.single = single
+
+    def forward(self, *args):
+        out = self.fn(*args)  # as Dynamo calls what a backend returns
+        return out[0] if self.single else out
+
+
+def _tuple_output(gm: torch.fx.GraphModule) -> bool:
+    """Makes `gm` return a tuple; whether it returned one value before."""
+    out = next(iter(gm.graph.find_nodes(op="output")))
+    if isinstance(out.args[0], (tuple, list)):
+        return False
+    out.args = ((out.args[0],),)
+    gm.recompile()
+    return True
+
+
+def _chain_levels(aten: torch.fx.GraphModule, chains):
+    """split_module's partition of `aten` around coupling chains: chain k's nodes (and
+    the getitems of its multi-output nodes) -> 2k + 1, every other node the smallest
+    even number at or after every partition it reads (nodes that do not read a chain
+    move before it: the view gate has checked that nothing between the chain's nodes
+    writes). None when a chain reads a value made after one of its own nodes by a node
+    outside it (the split would reorder them)."""
+    import operator
+    owner = {}
+    for k, (nodes, _, _) in enumerate(chains):
+        for n in nodes:
+            owner[n] = k
+            for u in n.users:
+                if u.op == "call_function" and u.target is operator.getitem:
+                    owner[u] = k
+    level = {}
+    for n in aten.graph.nodes:
+        if n.op in ("placeholder", "output", "get_attr"):
+            level[n] = 0
+            continue
+        reads = max((level[a] for a in n.all_input_nodes), default=0)
+        if n in owner:
+            level[n] = 2 * owner[n] + 1
+            if reads > level[n]:
+                return None
+        else:
+            level[n] = reads + reads % 2
+    return level
+
+
+def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisions, *,
+                         strict, records, policy):
+    """Dynamo's graph with coupling chains: `aten` split around them (split_module), each
+    chain a _ChainPiece run eagerly through the TorchScript pass (the FX graph has no op
+    that carries F and G as graphs), every other piece compiled by this backend as a
+    graph of its own; autograd links the pieces. Under a memory budget the target is
+    `budget` of what Inductor's partitioner keeps for the whole unmodified graph; the
+    chains keep their outputs (the FX core's price; a block the first call finds
+    drifting keeps its input too), and the other pieces share what is left of the
+    target in proportion to what each keeps unmodified (each as a budget in bytes).
+    Returns the split graph module, or None when the chains cannot be split out (a
+    remark says why)."""
+    from torch.fx.passes.split_module import split_module
+
+    def note(text, before=None, after=None):
+        chain_decisions.append(_note(text, before, after, "invertible-couplings"))
+
+    level = _chain_levels(aten, chains)
+    placeholders = list(aten.graph.find_nodes(op="placeholder"))
+    chain_inputs_ok = all(
+        isinstance(a.meta.get("val"), torch.Tensor)
+        for nodes, _, _ in chains for n in nodes for a in n.all_input_nodes
+        if level is not None and level.get(a, 0) != level.get(n))
+    if level is None or not chain_inputs_ok:
+        note("coupling chains left to Inductor: " +
+             ("a chain reads a value made after its first node" if level is None else
+              "a chain reads a non-tensor value (dynamic shapes): the trace cannot take it"))
+        return None
+    split = split_module(aten, None, lambda n: level[n])
+    # A piece's example inputs: Dynamo's for the graph's inputs (parameters stay
+    # Parameters: budgets exclude them), the aten graph's fake values for the rest (a
+    # piece's placeholders are named after the nodes they stand for).
+    # make_fx's values carry no autograd facts: a value needs grad where a value it is
+    # made from does (a piece compiled for inputs without grad would cut the gradient).
+    by_name = {n.name: n for n in aten.graph.nodes}
+    top = {p.name: example_inputs[i] for i, p in enumerate(placeholders)}
+    grad = {}
+    for n in aten.graph.nodes:
+        val = n.meta.get("val")
+        if n.op == "placeholder":
+            t = top[n.name]
+            grad[n] = isinstance(t, torch.Tensor) and t.requires_grad
+        else:
+            grad[n] = (isinstance(val, torch.Tensor) and val.is_floating_point() and
+                       any(grad.get(a, False) for a in n.all_input_nodes))
+
+    def example(name):
+        if name in top:
+            return top[name]
+        node = by_name[name]
+        val = node.meta["val"]
+        return val.detach().requires_grad_(grad[node]) if isinstance(val, torch.Tensor) \
+            else val
+    n_chain = len(chains)
+    pieces = []  # (name, module, its example inputs, is_chain, returns one value)
+    for n in split.graph.nodes:
+        if n.op != "call_module":
+            continue
+        sub = getattr(split, n.target)
+        ins = [example(p.name) for p in sub.graph.find_nodes(op="placeholder")]
+        is_chain = int(n.target.rsplit("_", 1)[1]) % 2 == 1
+        single = False if is_chain else _tuple_output(sub)
+        pieces.append((n.target, sub, ins, is_chain, single))
+    budget = policy.get("memory_budget")
+    piece_budget = {}
+    if budget is not None:
+        skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
+        with _dynamic_output_shapes(mode):
+            whole = _partitioned_saved_bytes(aten, fakes, skip)
+            kept = {}
+            for name, sub, ins, is_chain, _ in pieces:
+                if not is_chain:
+                    kept[name] = _partitioned_saved_bytes(
+                        sub, ins, {i for i, t in enumerate(ins)
+                                   if isinstance(t, torch.nn.Parameter)})
+        target = int(budget * whole) if budget <= 1 else int(budget)
+        chained = sum(after for _, _, after in chains)
+        rest = target - chained
+        total = sum(kept.values())
+        for name, b in kept.items():
+            piece_budget[name] = None if rest >= total or b == 0 else                 max(2, int(rest * b / total))
+        note(f"memory_budget {budget:g}: target {target:,} B of the {whole:,} B Inductor's "
+             f"partitioner keeps for the unmodified graph; {n_chain} coupling chain(s) keep "
+             f"their outputs ({chained:,} B); the other {len(kept)} piece(s) keep "
+             f"{total:,} B unmodified and " +
+             ("need no budget" if rest >= total else f"share {max(rest, 0):,} B"),
+             whole, None)
+    else:
+        note(f"{n_chain} coupling chain(s) split out of the graph: each runs as "
+             "memslim::coupling_chain through the TorchScript pass (traced at its first "
+             "call), the other pieces are compiled by Inductor")
+    for name, sub, ins, is_chain, single in pieces:
+        if is_chain:
+            setattr(split, name, _ChainPiece(sub, policy, records))
+            continue
+        sub_policy = dict(policy)
+        if budget is not None:
+            sub_policy["memory_budget"] = piece_budget[name]
+        # A tracing context of its own: AOTAutograd records each compile's metadata
+        # in it (Dynamo keeps one for the whole graph), and a piece compiled in the
+        # graph's context read the graph's (IndexError in its runtime wrapper).
+        with torch._guards.tracing(torch._guards.TracingContext(mode)):
+            fn = backend(sub, ins, strict=strict, records=records, _chains=False,
+                         **sub_policy)
+        setattr(split, name, _Compiled(fn, single))
+    split.recompile()
+    return split
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
-            records: List[Decision] = None, **policy):
+            records: List[Decision] = None, _chains: bool = True, **policy):
     """The torch.compile backend (registered as "memslim").
 
     Inductor's partitioner itself recomputes pointwise ops (every activation is on its
@@ -457,13 +670,30 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     options = {}  # the partitioner's, for the compile (a budget's FUSED_RECOMPUTE)
     try:
         aten, mode, fakes = _aten_graph(gm, example_inputs)
+        needs_grad = torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+        if _chains and needs_grad:
+            chain_decisions, chains = fx.coupling_chains(
+                aten, policy, leaf_grad=_leaf_grad(aten, example_inputs),
+                state=_parameters(aten, example_inputs))
+            split = None
+            if chains:
+                split = _compile_with_chains(aten, mode, fakes, example_inputs, chains,
+                                             chain_decisions, strict=strict,
+                                             records=records, policy=policy)
+            if split is not None:  # the TorchScript pass's records say what it rewrote
+                chain_decisions = [d for d in chain_decisions if d.verdict != "rewrote"]
+            if split is not None or any(d.verdict != "note" for d in chain_decisions):
+                _LOG.extend(chain_decisions)
+                if records is not None:
+                    records.extend(chain_decisions)
+            if split is not None:
+                return split
         decisions, apply, ladder, _ = fx._plan(aten, _compile_passes(), policy,
                                             leaf_grad=_leaf_grad(aten, example_inputs),
                                             state=_parameters(aten, example_inputs),
                                             regions="tags")
         rewrote = any(d.verdict == "rewrote" for d in decisions)
-        needs_grad = torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
         if budget is not None and needs_grad:
             skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
             # The pieces ladder over the unmodified graph (no pass run): tried first.

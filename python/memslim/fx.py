@@ -253,10 +253,14 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
                          "(it recomputes whole blocks through Inductor's partitioner); use "
                          "memslim.compile(model, memory_budget=B), or memslim.optimize / "
                          "memslim-opt on a TorchScript graph")
-    s = _Serializer(gm.graph, leaf_grad, state)
     pass_list = list(passes) if passes is not None else None  # None: the default pipeline
+    if pass_list is not None and "invertible-couplings" in pass_list:
+        raise ValueError("memslim.fx.optimize: invertible-couplings runs under memslim.compile "
+                         "only (a torch.export program has no op that carries F and G as FX "
+                         "graphs); use memslim.compile(model) or memslim.optimize")
+    s = _Serializer(gm.graph, leaf_grad, state)
     try:
-        records, rewrites, ladder, pieces = _C.fx_run(s.values, s.nodes, pass_list, policy)
+        records, rewrites, ladder, pieces, _ = _C.fx_run(s.values, s.nodes, pass_list, policy)
     except ValueError as e:
         raise ValueError(f"memslim.fx.optimize: {e}") from None
     # Region ops of this plan (tags mode: they have no node) -> the fx nodes they cover.
@@ -343,6 +347,25 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
         return renamed
 
     return [Decision(r) for r in records], apply, blocks, parts
+
+
+def coupling_chains(gm: torch.fx.GraphModule, policy: dict, *,
+                    leaf_grad: Optional[dict] = None, state: Iterable[str] = ()):
+    """invertible-couplings over `gm` (its nodes need `meta["val"]`): its decision records
+    and, per chain it would rewrite, the fx nodes the chain covers (program order) with
+    the bytes they keep today and the chain's two outputs. Nothing is rewritten: the FX
+    graph has no op carrying F and G, so memslim's torch.compile backend runs each chain
+    as a piece of its own (backend._compile_with_chains)."""
+    s = _Serializer(gm.graph, leaf_grad, state)
+    records, _, _, _, chains = _C.fx_run(s.values, s.nodes, ["invertible-couplings"], policy)
+    found = []
+    for covers, before, after in chains:
+        if any(i >= len(s.fx_nodes) for i in covers):
+            raise ValueError("memslim.fx: internal error: a chain's nodes are not the graph's")
+        # None: a record the serializer made (a list argument's prim::ListConstruct).
+        found.append(([s.fx_nodes[i] for i in covers if s.fx_nodes[i] is not None], before,
+                      after))
+    return [Decision(r) for r in records], found
 
 
 class BlockLadder:

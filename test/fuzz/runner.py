@@ -465,6 +465,9 @@ def run_compile_budget(prog, inputs, R: "Reference", budget: Optional[float],
         notes = [d.text for d in records if d.pass_ == "memory-budget"]
         kept = any(d.pass_ == "inductor-partition" and "rewrites kept" in d.text
                    for d in records)
+        # Coupling chains the backend split out and ran through the TorchScript pass.
+        res["chains"] = sum(d.pass_ == "invertible-couplings" and "-> memslim::coupling_chain"
+                            in d.text for d in records)
         res["budget"] = ("rewrites kept" if kept else
                          "ladder" if any("ladder step" in t for t in notes) else
                          "pipeline" if any("pipeline" in t for t in notes) else

@@ -462,10 +462,12 @@ namespace {
 
 // K additive couplings over an FX view: y1 = x1 + tanh(linear(x2, wf)), y2 =
 // x2 + tanh(linear(y1, wg)), each block's outputs the next one's inputs.
-// `leak`: the first F's linear output is also returned.
+// `leak`: the first F's linear output is also returned. `chunked`: blocks are
+// linked as RevNet links them, chunk(cat([y1, y2], 1), 2, 1), in an FX graph's
+// form: chunk's two outputs are the node's own (no ListUnpack).
 struct Couplings : Builder {
   size_t y1 = 0, y2 = 0, leaked = 0;
-  explicit Couplings(int blocks, bool leak = false) {
+  explicit Couplings(int blocks, bool leak = false, bool chunked = false) {
     size_t x1 = tensor("x1"), x2 = tensor("x2");
     std::vector<size_t> in{x1, x2}, w;
     for (int b = 0; b < 2 * blocks; ++b)
@@ -483,6 +485,14 @@ struct Couplings : Builder {
       y2 = op("aten::add", "Tensor", {x2, gv, one}, "y2_" + s);
       x1 = y1;
       x2 = y2;
+      if (chunked && b + 1 < blocks) {
+        const size_t list = g.add_value(FxGraphView::Value{});
+        g.add_node("prim::ListConstruct", std::nullopt, {y1, y2}, {list});
+        const size_t cat = op("aten::cat", "", {list, one}, "cat" + s, 128);
+        x1 = tensor("chunk" + s + "[0]");
+        x2 = tensor("chunk" + s + "[1]");
+        g.add_node("aten::chunk", "", {cat, constant(int64_t(2)), one}, {x1, x2});
+      }
     }
     std::vector<size_t> outs{y1, y2};
     if (leak) outs.push_back(leaked);
@@ -510,6 +520,18 @@ TEST(Core, CouplingChainOverAnFxView) {
   // Keeps 2 outputs of 64 floats instead of what the 12 ops keep.
   EXPECT_EQ(ch.kept_after, 2 * 64 * 4);
   EXPECT_GT(ch.kept_before, ch.kept_after);
+}
+
+TEST(Core, CouplingChainLinkedByAnFxChunk) {
+  Couplings c(3, /*leak=*/false, /*chunked=*/true);
+  const auto chains = memslim::find_coupling_chains(c.g, {});
+  ASSERT_EQ(chains.size(), 1u);
+  const auto& ch = chains[0];
+  EXPECT_TRUE(ch.rewrite()) << ch.decision.render();
+  ASSERT_EQ(ch.blocks.size(), 3u);
+  EXPECT_EQ(ch.link_kinds, (std::vector<int64_t>{1, 1}));
+  // 18 block nodes and, per link, ListConstruct, cat and chunk (no unpack).
+  EXPECT_EQ(ch.covers.size(), 18u + 2 * 3);
 }
 
 namespace {

@@ -64,9 +64,18 @@ struct FxLadder {
   std::vector<std::string> refused; // "block at %v: why", for blocks the gate refused
   std::vector<FxLadderStep> steps;
 };
+// A coupling chain invertible-couplings found (core/couplings.h): the FX
+// graph has no op that carries F and G as graph text, so the front end hands
+// back the nodes the chain covers and memslim's torch.compile backend runs
+// them as a piece of their own through the TorchScript pass (backend.py).
+struct FxChain {
+  std::vector<size_t> covers; // node ids, program order
+  int64_t kept_before = 0, kept_after = 0;
+};
 struct FxResult {
   std::vector<Decision> decisions;
   std::vector<FxRewrite> rewrites;
+  std::vector<FxChain> chains; // Rewrote chains, behind the view gate
   // When the policy has a memory budget: the ladder over whole blocks
   // (ApplyAs::Op's prices) and the one over their pieces (ApplyAs::Tags).
   std::optional<FxLadder> ladder, pieces;
