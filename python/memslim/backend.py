@@ -449,13 +449,17 @@ class _ChainPiece(torch.nn.Module):
     invertible-couplings pass makes it one memslim::coupling_chain op: autograd keeps
     the chain's two outputs and backward rebuilds each block's inputs. A trace is
     specialised to its shapes, hence one per signature. Without grad mode the aten
-    piece runs as it is (nothing is kept for backward)."""
+    piece runs as it is (nothing is kept for backward). If the trace or the pipeline
+    fails, the aten piece runs as it is for that signature and a warning says why
+    (strict: raises), as the backend does for a graph it cannot rewrite."""
 
-    def __init__(self, gm: torch.fx.GraphModule, policy: dict, records: List[Decision]):
+    def __init__(self, gm: torch.fx.GraphModule, policy: dict, records: List[Decision],
+                 strict: bool = False):
         super().__init__()
         self.gm = gm
         self.policy = policy
         self.records = records
+        self.strict = strict
         self.by_signature = {}
 
     @staticmethod
@@ -485,7 +489,15 @@ class _ChainPiece(torch.nn.Module):
         sig = self._signature(args)
         fn = self.by_signature.get(sig)
         if fn is None:
-            fn = self.by_signature[sig] = self._build(args)
+            try:
+                fn = self._build(args)
+            except Exception as e:  # noqa: BLE001  (the user's training must go on)
+                if self.strict or os.environ.get("MEMSLIM_STRICT") == "1":
+                    raise
+                warnings.warn(f"memslim: a coupling chain runs unchanged: {type(e).__name__}: "
+                              f"{e}")
+                fn = self.gm
+            self.by_signature[sig] = fn
         return fn(*args)
 
 
@@ -563,14 +575,23 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
 
     level = _chain_levels(aten, chains)
     placeholders = list(aten.graph.find_nodes(op="placeholder"))
-    chain_inputs_ok = all(
-        isinstance(a.meta.get("val"), torch.Tensor)
-        for nodes, _, _ in chains for n in nodes for a in n.all_input_nodes
-        if level is not None and level.get(a, 0) != level.get(n))
-    if level is None or not chain_inputs_ok:
-        note("coupling chains left to Inductor: " +
-             ("a chain reads a value made after its first node" if level is None else
-              "a chain reads a non-tensor value (dynamic shapes): the trace cannot take it"))
+    def static(val):
+        return isinstance(val, torch.Tensor) and all(
+            isinstance(d, int) for d in (*val.shape, *val.stride()))
+
+    why = None
+    if level is None:
+        why = "a chain reads a value made after its first node"
+    elif not all(static(n.meta.get("val")) or not isinstance(n.meta.get("val"), torch.Tensor)
+                 for n in aten.graph.nodes) or \
+            any(not isinstance(n.meta.get("val"), torch.Tensor) for n in aten.graph.nodes
+                if n.op == "placeholder"):
+        # The pieces are compiled with static shapes in a fake mode of their own (their
+        # symbols, unbacked ones of memslim's ops too, must not enter Dynamo's shape
+        # environment: its guards failed on them), and a trace is specialised anyway.
+        why = "the graph has dynamic shapes or non-tensor inputs"
+    if why:
+        note("coupling chains left to Inductor: " + why)
         return None
     split = split_module(aten, None, lambda n: level[n])
     # A piece's example inputs: Dynamo's for the graph's inputs (parameters stay
@@ -590,13 +611,22 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
             grad[n] = (isinstance(val, torch.Tensor) and val.is_floating_point() and
                        any(grad.get(a, False) for a in n.all_input_nodes))
 
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    piece_mode = FakeTensorMode(shape_env=ShapeEnv())
+
     def example(name):
-        if name in top:
-            return top[name]
+        t = top.get(name)
+        if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor):
+            return t  # Dynamo's real input (a Parameter stays one)
         node = by_name[name]
         val = node.meta["val"]
-        return val.detach().requires_grad_(grad[node]) if isinstance(val, torch.Tensor) \
-            else val
+        if not isinstance(val, torch.Tensor):
+            return val
+        with piece_mode:
+            out = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype,
+                                      device=val.device)
+        return out.requires_grad_(grad[node])
     n_chain = len(chains)
     pieces = []  # (name, module, its example inputs, is_chain, returns one value)
     for n in split.graph.nodes:
@@ -613,18 +643,22 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
         with _dynamic_output_shapes(mode):
             whole = _partitioned_saved_bytes(aten, fakes, skip)
-            kept = {}
+        kept = {}
+        with _dynamic_output_shapes(piece_mode):
             for name, sub, ins, is_chain, _ in pieces:
                 if not is_chain:
+                    faked = [piece_mode.from_tensor(t) if isinstance(t, torch.Tensor) and
+                             not isinstance(t, FakeTensor) else t for t in ins]
                     kept[name] = _partitioned_saved_bytes(
-                        sub, ins, {i for i, t in enumerate(ins)
-                                   if isinstance(t, torch.nn.Parameter)})
+                        sub, faked, {i for i, t in enumerate(ins)
+                                     if isinstance(t, torch.nn.Parameter)})
         target = int(budget * whole) if budget <= 1 else int(budget)
         chained = sum(after for _, _, after in chains)
         rest = target - chained
         total = sum(kept.values())
         for name, b in kept.items():
-            piece_budget[name] = None if rest >= total or b == 0 else                 max(2, int(rest * b / total))
+            piece_budget[name] = (None if rest >= total or b == 0 else
+                                max(2, int(rest * b / total)))
         note(f"memory_budget {budget:g}: target {target:,} B of the {whole:,} B Inductor's "
              f"partitioner keeps for the unmodified graph; {n_chain} coupling chain(s) keep "
              f"their outputs ({chained:,} B); the other {len(kept)} piece(s) keep "
@@ -637,7 +671,7 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
              "call), the other pieces are compiled by Inductor")
     for name, sub, ins, is_chain, single in pieces:
         if is_chain:
-            setattr(split, name, _ChainPiece(sub, policy, records))
+            setattr(split, name, _ChainPiece(sub, policy, records, strict))
             continue
         sub_policy = dict(policy)
         if budget is not None:
@@ -645,7 +679,7 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         # A tracing context of its own: AOTAutograd records each compile's metadata
         # in it (Dynamo keeps one for the whole graph), and a piece compiled in the
         # graph's context read the graph's (IndexError in its runtime wrapper).
-        with torch._guards.tracing(torch._guards.TracingContext(mode)):
+        with torch._guards.tracing(torch._guards.TracingContext(piece_mode)):
             fn = backend(sub, ins, strict=strict, records=records, _chains=False,
                          **sub_policy)
         setattr(split, name, _Compiled(fn, single))

@@ -114,3 +114,20 @@ def test_export_front_end_refuses_invertible_couplings_by_name():
                              (torch.randn(1, 3, 8, 8),))
     with pytest.raises(ValueError, match="invertible-couplings runs under memslim.compile"):
         memslim.fx.optimize(ep, passes=["invertible-couplings"])
+
+
+def test_a_chain_piece_that_cannot_be_traced_runs_unchanged_with_a_warning(monkeypatch):
+    monkeypatch.setenv("MEMSLIM_STRICT", "0")
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("trace refused (test)")
+
+    monkeypatch.setattr(torch.jit, "trace", refuse)
+    torch.manual_seed(0)
+    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1)).double()
+    base = copy.deepcopy(ref)
+    compiled = memslim.compile(base)
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="a coupling chain runs unchanged: .*trace refused"):
+        gb = step_grads(compiled, list(base.parameters()), x)
+    assert max_rel(gb, step_grads(ref, list(ref.parameters()), x)) < 1e-9

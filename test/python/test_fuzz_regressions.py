@@ -1954,3 +1954,28 @@ def test_inplace_activation_under_no_grad_through_compile(session):
     assert len(got) == len(want)
     for g, e in zip(got, want):
         assert float((g - e).norm() / e.norm()) < 1e-5
+
+
+@pytest.fixture(scope="module")
+def compile_session():
+    """A worker whose programs also run memslim.compile's leg (no budget)."""
+    old = os.environ.get("MEMSLIM_FUZZ_COMPILE_BUDGET")
+    os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"] = "none"  # the worker starts at its first job
+    s = runner.Session(runner.default_memslim_opt(), cli=False, timeout=300)
+    yield s
+    s.close()
+    if old is None:
+        del os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"]
+    else:
+        os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"] = old
+
+
+# Compile leg, seed 929001 (session 29): memslim.compile splits the coupling chain out;
+# the piece before it holds memslim ops with unbacked sizes, which broke Dynamo's guards
+# while the pieces were compiled in its shape environment (a fake mode of their own now).
+def test_compile_chain_beside_exact_list(compile_session):
+    with open(os.path.join(REPO, "test", "fuzz", "corpus",
+                           "seed929001_compile_chain_beside_exact_list.py")) as f:
+        res = compile_session.run({"id": "regression", "source": f.read()})
+    assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
+    assert res.get("chains", 0) >= 1, res  # the chain was split out and rewritten
