@@ -506,12 +506,18 @@ class _Compiled(torch.nn.Module):
     piece made one value, which its graph returns as a 1-tuple (AOTAutograd takes
     tuple outputs only)."""
 
-    def __init__(self, fn, single: bool):
+    def __init__(self, fn, single: bool, grads):
         super().__init__()
         self.fn = fn
         self.single = single
+        self.grads = grads  # per argument: whether it was compiled as needing grad
 
     def forward(self, *args):
+        # A gradient the compiled piece would drop is a wrong result: refuse it loudly.
+        for a, g in zip(args, self.grads):
+            if not g and isinstance(a, torch.Tensor) and a.requires_grad:
+                raise RuntimeError("memslim: internal error: a graph piece compiled without "
+                                   "gradient for an input that requires grad")
         out = self.fn(*args)  # as Dynamo calls what a backend returns
         return out[0] if self.single else out
 
@@ -579,9 +585,17 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         return isinstance(val, torch.Tensor) and all(
             isinstance(d, int) for d in (*val.shape, *val.stride()))
 
+    def switches_mode(n):  # grad mode or autocast: split_module keeps them in order only
+        name = getattr(n.target, "__name__", str(n.target))
+        return n.op == "call_function" and ("set_grad_enabled" in name or "autocast" in name)
+
     why = None
     if level is None:
         why = "a chain reads a value made after its first node"
+    elif any(switches_mode(n) for n in aten.graph.nodes):
+        # The split moves nodes that do not read a chain before it: across such a switch
+        # they would run in another mode (fuzz seeds 929032, 929043, 929044).
+        why = "the graph switches grad mode or autocast"
     elif not all(static(n.meta.get("val")) or not isinstance(n.meta.get("val"), torch.Tensor)
                  for n in aten.graph.nodes) or \
             any(not isinstance(n.meta.get("val"), torch.Tensor) for n in aten.graph.nodes
@@ -601,15 +615,21 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
     # made from does (a piece compiled for inputs without grad would cut the gradient).
     by_name = {n.name: n for n in aten.graph.nodes}
     top = {p.name: example_inputs[i] for i, p in enumerate(placeholders)}
+    # A list-valued node (chunk, split) passes it on to its getitems (fuzz seed 929036:
+    # a chunk read after the chain lost its gradient when only tensor values passed it).
+    def floating(val):
+        if isinstance(val, (list, tuple)):
+            return any(floating(v) for v in val)
+        return isinstance(val, torch.Tensor) and val.is_floating_point()
+
     grad = {}
     for n in aten.graph.nodes:
-        val = n.meta.get("val")
         if n.op == "placeholder":
             t = top[n.name]
             grad[n] = isinstance(t, torch.Tensor) and t.requires_grad
         else:
-            grad[n] = (isinstance(val, torch.Tensor) and val.is_floating_point() and
-                       any(grad.get(a, False) for a in n.all_input_nodes))
+            grad[n] = floating(n.meta.get("val")) and any(
+                grad.get(a, False) for a in n.all_input_nodes)
 
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -682,7 +702,8 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         with torch._guards.tracing(torch._guards.TracingContext(piece_mode)):
             fn = backend(sub, ins, strict=strict, records=records, _chains=False,
                          **sub_policy)
-        setattr(split, name, _Compiled(fn, single))
+        setattr(split, name, _Compiled(fn, single, [isinstance(t, torch.Tensor) and
+                                                    t.requires_grad for t in ins]))
     split.recompile()
     return split
 
@@ -715,8 +736,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
                 split = _compile_with_chains(aten, mode, fakes, example_inputs, chains,
                                              chain_decisions, strict=strict,
                                              records=records, policy=policy)
-            if split is not None:  # the TorchScript pass's records say what it rewrote
-                chain_decisions = [d for d in chain_decisions if d.verdict != "rewrote"]
+            # What a chain became is the TorchScript pass's record (at the chain's first
+            # call), or the note saying why the chains stayed with Inductor.
+            chain_decisions = [d for d in chain_decisions if d.verdict != "rewrote"]
             if split is not None or any(d.verdict != "note" for d in chain_decisions):
                 _LOG.extend(chain_decisions)
                 if records is not None:

@@ -1979,3 +1979,14 @@ def test_compile_chain_beside_exact_list(compile_session):
         res = compile_session.run({"id": "regression", "source": f.read()})
     assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
     assert res.get("chains", 0) >= 1, res  # the chain was split out and rewritten
+
+
+# Compile leg, seed 929036 (session 29): a chunk made before the chain is read after it; the
+# split marked its pieces as needing no gradient (requires_grad was propagated through
+# tensor values only, not through chunk's list), and the gradient through them was lost.
+def test_compile_chain_grad_through_chunk(compile_session):
+    with open(os.path.join(REPO, "test", "fuzz", "corpus",
+                           "seed929036_compile_chain_grad_through_chunk.py")) as f:
+        res = compile_session.run({"id": "regression", "source": f.read()})
+    assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
+    assert res.get("chains", 0) >= 1, res
