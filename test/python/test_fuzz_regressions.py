@@ -1990,3 +1990,12 @@ def test_compile_chain_grad_through_chunk(compile_session):
         res = compile_session.run({"id": "regression", "source": f.read()})
     assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
     assert res.get("chains", 0) >= 1, res
+
+
+# Compile leg, seed 929032 (session 29; 929043 and 929044 alike): a no_grad region beside a
+# coupling chain; splitting moved nodes across the grad-mode switch (split_module refused).
+def test_compile_chain_beside_no_grad(compile_session):
+    with open(os.path.join(REPO, "test", "fuzz", "corpus",
+                           "seed929032_compile_chain_beside_no_grad.py")) as f:
+        res = compile_session.run({"id": "regression", "source": f.read()})
+    assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
