@@ -571,9 +571,10 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
     `budget` of what Inductor's partitioner keeps for the whole unmodified graph; the
     chains keep their outputs (the FX core's price; a block the first call finds
     drifting keeps its input too), and the other pieces share what is left of the
-    target in proportion to what each keeps unmodified (each as a budget in bytes).
-    Returns the split graph module, or None when the chains cannot be split out (a
-    remark says why)."""
+    target in proportion to what each keeps unmodified (each as a budget in bytes); a
+    graph that meets the target unmodified is not split (the least added work is none).
+    Returns the split graph module, or None when the chains are not split out (a remark
+    says why)."""
     from torch.fx.passes.split_module import split_module
 
     def note(text, before=None, after=None):
@@ -607,6 +608,16 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
     if why:
         note("coupling chains left to Inductor: " + why)
         return None
+    budget = policy.get("memory_budget")
+    if budget is not None:
+        skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
+        with _dynamic_output_shapes(mode):
+            whole = _partitioned_saved_bytes(aten, fakes, skip)
+        target = int(budget * whole) if budget <= 1 else int(budget)
+        if whole <= target:  # the least added work: none
+            note(f"memory_budget {budget:g}: the unmodified graph keeps {whole:,} B, within "
+                 f"the target {target:,} B: coupling chains left to Inductor", whole, whole)
+            return None
     split = split_module(aten, None, lambda n: level[n])
     # A piece's example inputs: Dynamo's for the graph's inputs (parameters stay
     # Parameters: budgets exclude them), the aten graph's fake values for the rest (a
@@ -657,12 +668,8 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         is_chain = int(n.target.rsplit("_", 1)[1]) % 2 == 1
         single = False if is_chain else _tuple_output(sub)
         pieces.append((n.target, sub, ins, is_chain, single))
-    budget = policy.get("memory_budget")
     piece_budget = {}
     if budget is not None:
-        skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
-        with _dynamic_output_shapes(mode):
-            whole = _partitioned_saved_bytes(aten, fakes, skip)
         kept = {}
         with _dynamic_output_shapes(piece_mode):
             for name, sub, ins, is_chain, _ in pieces:
@@ -672,7 +679,6 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
                     kept[name] = _partitioned_saved_bytes(
                         sub, faked, {i for i, t in enumerate(ins)
                                      if isinstance(t, torch.nn.Parameter)})
-        target = int(budget * whole) if budget <= 1 else int(budget)
         chained = sum(after for _, _, after in chains)
         rest = target - chained
         total = sum(kept.values())
@@ -739,7 +745,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
             # What a chain became is the TorchScript pass's record (at the chain's first
             # call), or the note saying why the chains stayed with Inductor.
             chain_decisions = [d for d in chain_decisions if d.verdict != "rewrote"]
-            if split is not None or any(d.verdict != "note" for d in chain_decisions):
+            if chains or any(d.verdict != "note" for d in chain_decisions):
                 _LOG.extend(chain_decisions)
                 if records is not None:
                     records.extend(chain_decisions)

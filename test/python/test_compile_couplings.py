@@ -131,3 +131,14 @@ def test_a_chain_piece_that_cannot_be_traced_runs_unchanged_with_a_warning(monke
     with pytest.warns(UserWarning, match="a coupling chain runs unchanged: .*trace refused"):
         gb = step_grads(compiled, list(base.parameters()), x)
     assert max_rel(gb, step_grads(ref, list(ref.parameters()), x)) < 1e-9
+
+
+def test_a_budget_met_unmodified_leaves_the_chains_alone():
+    torch.manual_seed(0)
+    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1))
+    compiled = memslim.compile(copy.deepcopy(ref), memory_budget=1.0, strict=True)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    compiled(x).sum().backward()
+    rs = coupling_remarks(compiled)
+    assert any("coupling chains left to Inductor" in r for r in rs), rs
+    assert not any("-> memslim::coupling_chain" in r for r in rs), rs
