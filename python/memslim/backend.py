@@ -582,6 +582,7 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
 
     level = _chain_levels(aten, chains)
     placeholders = list(aten.graph.find_nodes(op="placeholder"))
+
     def static(val):
         return isinstance(val, torch.Tensor) and all(
             isinstance(d, int) for d in (*val.shape, *val.stride()))
@@ -658,6 +659,7 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
             out = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype,
                                       device=val.device)
         return out.requires_grad_(grad[node])
+
     n_chain = len(chains)
     pieces = []  # (name, module, its example inputs, is_chain, returns one value)
     for n in split.graph.nodes:
