@@ -142,3 +142,18 @@ def test_a_budget_met_unmodified_leaves_the_chains_alone():
     rs = coupling_remarks(compiled)
     assert any("coupling chains left to Inductor" in r for r in rs), rs
     assert not any("-> memslim::coupling_chain" in r for r in rs), rs
+
+
+def test_dynamic_false_keeps_chains_split_across_batch_sizes():
+    """Dynamo turns a graph dynamic at its second input shape, and a dynamic graph's chains
+    stay with Inductor (remark); dynamic=False recompiles statically and splits again."""
+    torch.manual_seed(0)
+    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1))
+    for dynamic, split in ((None, 1), (False, 2)):
+        torch._dynamo.reset()
+        compiled = memslim.compile(copy.deepcopy(ref), dynamic=dynamic, strict=True)
+        for batch in (2, 3):
+            compiled(torch.randn(batch, 3, 8, 8, requires_grad=True)).sum().backward()
+        rs = coupling_remarks(compiled)
+        assert sum("split out of the graph" in r for r in rs) == split, rs
+        assert any("dynamic shapes" in r for r in rs) == (dynamic is None), rs
