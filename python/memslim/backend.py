@@ -707,9 +707,15 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         # A tracing context of its own: AOTAutograd records each compile's metadata
         # in it (Dynamo keeps one for the whole graph), and a piece compiled in the
         # graph's context read the graph's (IndexError in its runtime wrapper).
-        with torch._guards.tracing(torch._guards.TracingContext(piece_mode)):
-            fn = backend(sub, ins, strict=strict, records=records, _chains=False,
-                         **sub_policy)
+        try:
+            with torch._guards.tracing(torch._guards.TracingContext(piece_mode)):
+                fn = backend(sub, ins, strict=strict, records=records, _chains=False,
+                             **sub_policy)
+        except BudgetError as e:  # say which figure the piece's refusal is of
+            raise BudgetError(
+                f"memory_budget {budget:g} ({target:,} B of the unmodified graph's "
+                f"{whole:,} B) with {n_chain} coupling chain(s) keeping {chained:,} B: a "
+                f"piece of the graph cannot keep within its share: {e}") from None
         setattr(split, name, _Compiled(fn, single, [isinstance(t, torch.Tensor) and
                                                     t.requires_grad for t in ins]))
     split.recompile()

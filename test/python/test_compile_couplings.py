@@ -157,3 +157,13 @@ def test_dynamic_false_keeps_chains_split_across_batch_sizes():
         rs = coupling_remarks(compiled)
         assert sum("split out of the graph" in r for r in rs) == split, rs
         assert any("dynamic shapes" in r for r in rs) == (dynamic is None), rs
+
+
+def test_an_unreachable_budget_names_the_whole_graph_and_the_piece():
+    torch.manual_seed(0)
+    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1))
+    compiled = memslim.compile(copy.deepcopy(ref), memory_budget=0.001, strict=True)
+    with pytest.raises(Exception, match=r"memory_budget 0.001 \(.* B of the unmodified graph's "
+                                        r".* coupling chain\(s\) keeping .* its share: "
+                                        r"memory_budget"):
+        compiled(torch.randn(2, 3, 8, 8, requires_grad=True)).sum().backward()
