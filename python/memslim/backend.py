@@ -533,12 +533,14 @@ def _tuple_output(gm: torch.fx.GraphModule) -> bool:
 
 
 def _chain_levels(aten: torch.fx.GraphModule, chains):
-    """split_module's partition of `aten` around coupling chains: chain k's nodes (and
-    the getitems of its multi-output nodes) -> 2k + 1, every other node the smallest
-    even number at or after every partition it reads (nodes that do not read a chain
-    move before it: the view gate has checked that nothing between the chain's nodes
-    writes). None when a chain reads a value made after one of its own nodes by a node
-    outside it (the split would reorder them)."""
+    """split_module's partition of `aten` around coupling chains, run in numeric order:
+    chain k's nodes (and the getitems of its multi-output nodes) -> 2k + 1; every other
+    node the smallest even number at or after every partition it reads and, once a chain
+    has started in program order, after that chain: a node keeps its place relative to
+    every chain, except a pure one (no write, no random draw) that a later chain node
+    reads, which moves before that chain when no write precedes it since the chain began
+    (a write through a view is not an edge of the graph: review of session 29). None
+    when a chain would read a value placed after it."""
     import operator
     owner = {}
     for k, (nodes, _, _) in enumerate(chains):
@@ -547,7 +549,27 @@ def _chain_levels(aten: torch.fx.GraphModule, chains):
             for u in n.users:
                 if u.op == "call_function" and u.target is operator.getitem:
                     owner[u] = k
-    level = {}
+    # The chains each non-chain node feeds (read by a chain node, transitively through
+    # non-chain nodes).
+    feeds = {}
+    for n in reversed(list(aten.graph.nodes)):
+        if n in owner:
+            continue
+        feeds[n] = set()
+        for u in n.users:
+            feeds[n] |= {owner[u]} if u in owner else feeds.get(u, set())
+
+    def pure(n):
+        schema = getattr(n.target, "_schema", None)
+        if n.op != "call_function":
+            return n.op in ("placeholder", "get_attr")
+        if n.target is operator.getitem:
+            return True
+        return schema is not None and not schema.is_mutable and \
+            not getattr(n.target, "is_nondeterministic", False) and \
+            torch.Tag.nondeterministic_seeded not in getattr(n.target, "tags", ())
+
+    level, floor, wrote = {}, 0, False
     for n in aten.graph.nodes:
         if n.op in ("placeholder", "output", "get_attr"):
             level[n] = 0
@@ -557,8 +579,17 @@ def _chain_levels(aten: torch.fx.GraphModule, chains):
             level[n] = 2 * owner[n] + 1
             if reads > level[n]:
                 return None
+            if level[n] > floor:
+                floor, wrote = level[n], False
+            continue
+        lo = reads + reads % 2
+        current = floor // 2 if floor % 2 else None  # the chain under way, if any
+        if current is not None and current in feeds[n] and pure(n) and not wrote:
+            level[n] = max(lo, floor - 1)  # just before the chain it feeds
         else:
-            level[n] = reads + reads % 2
+            level[n] = max(lo, floor + floor % 2)
+        if not pure(n):
+            wrote = True
     return level
 
 
@@ -620,6 +651,22 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
                  f"the target {target:,} B: coupling chains left to Inductor", whole, whole)
             return None
     split = split_module(aten, None, lambda n: level[n])
+    # Run the pieces in numeric order (split_module's own order is any topological one:
+    # a piece of writes only, with no edge to the next, could run after it).
+    import operator
+    calls = sorted((n for n in split.graph.nodes if n.op == "call_module"),
+                   key=lambda n: int(n.target.rsplit("_", 1)[1]))
+    if any(n.op not in ("placeholder", "call_module", "output") and
+           not (n.op == "call_function" and n.target is operator.getitem)
+           for n in split.graph.nodes):
+        note("coupling chains left to Inductor: the split graph has other nodes")
+        return None
+    out = next(iter(split.graph.find_nodes(op="output")))
+    for c in calls:
+        out.prepend(c)
+        for u in list(c.users):
+            out.prepend(u)
+    split.graph.lint()
     # A piece's example inputs: Dynamo's for the graph's inputs (parameters stay
     # Parameters: budgets exclude them), the aten graph's fake values for the rest (a
     # piece's placeholders are named after the nodes they stand for).
@@ -707,15 +754,22 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         # A tracing context of its own: AOTAutograd records each compile's metadata
         # in it (Dynamo keeps one for the whole graph), and a piece compiled in the
         # graph's context read the graph's (IndexError in its runtime wrapper).
+        # Inductor's caches off for the pieces: a piece whose graph matched another
+        # model's piece (same ops, a weight of another shape) was served that piece's
+        # code (size assertion at run time; found in session 29's tests, not understood).
+        from torch._functorch import config as functorch_config
+        from torch._inductor import config as inductor_config
         try:
-            with torch._guards.tracing(torch._guards.TracingContext(piece_mode)):
+            with torch._guards.tracing(torch._guards.TracingContext(piece_mode)), \
+                    inductor_config.patch(fx_graph_cache=False), \
+                    functorch_config.patch(enable_autograd_cache=False):
                 fn = backend(sub, ins, strict=strict, records=records, _chains=False,
                              **sub_policy)
-        except BudgetError as e:  # say which figure the piece's refusal is of
-            raise BudgetError(
-                f"memory_budget {budget:g} ({target:,} B of the unmodified graph's "
-                f"{whole:,} B) with {n_chain} coupling chain(s) keeping {chained:,} B: a "
-                f"piece of the graph cannot keep within its share: {e}") from None
+        except BudgetError as e:  # the unsplit graph's ways may still meet it
+            note(f"coupling chains left to Inductor: with {n_chain} chain(s) keeping "
+                 f"{chained:,} B a piece of the graph cannot keep within its share of "
+                 f"{target:,} B ({e})")
+            return None
         setattr(split, name, _Compiled(fn, single, [isinstance(t, torch.Tensor) and
                                                     t.requires_grad for t in ins]))
     split.recompile()
