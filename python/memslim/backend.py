@@ -465,7 +465,7 @@ class _ChainPiece(torch.nn.Module):
     @staticmethod
     def _signature(args):
         return tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
-                     for a in args)
+                     if isinstance(a, torch.Tensor) else repr(a) for a in args)
 
     def _build(self, args):
         from .optimize import optimize, report

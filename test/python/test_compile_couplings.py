@@ -19,6 +19,7 @@ import torch
 
 import memslim
 from memslim._models import RevNet, RevTransformer
+from test_couplings import max_rel, step_grads  # (model, x, params, seed)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated.*")
@@ -29,20 +30,6 @@ def _fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
-
-
-def step_grads(model, params, x, seed=1):
-    xx = x.clone().requires_grad_()
-    torch.manual_seed(seed)
-    model(xx).square().sum().backward()
-    out = [xx.grad] + [p.grad.clone() for p in params]
-    for p in params:
-        p.grad = None
-    return out
-
-
-def max_rel(a, b):
-    return max(float((p - q).abs().max() / q.abs().max().clamp_min(1e-300)) for p, q in zip(a, b))
 
 
 def coupling_remarks(compiled):
@@ -56,8 +43,8 @@ def test_revnet_under_compile_matches_eager_fp64_and_moves_running_stats_once():
     compiled = memslim.compile(base, strict=True)
     x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
     for seed in range(2):  # the first call measures drift, the second does not
-        ga = step_grads(ref, list(ref.parameters()), x, seed)
-        gb = step_grads(compiled, list(base.parameters()), x, seed)
+        ga = step_grads(ref, x, list(ref.parameters()), seed)
+        gb = step_grads(compiled, x, list(base.parameters()), seed)
         assert max_rel(gb, ga) < 1e-9
     rs = coupling_remarks(compiled)
     assert any("3 coupling chain(s) split out of the graph" in r for r in rs), rs
@@ -66,8 +53,8 @@ def test_revnet_under_compile_matches_eager_fp64_and_moves_running_stats_once():
         assert torch.allclose(a.double(), b.double(), rtol=1e-12, atol=1e-12), n
     # A new batch size: the chain piece is traced again (a trace is specialised).
     x2 = torch.randn(2, 3, 16, 16, dtype=torch.float64)
-    assert max_rel(step_grads(compiled, list(base.parameters()), x2),
-                   step_grads(ref, list(ref.parameters()), x2)) < 1e-9
+    assert max_rel(step_grads(compiled, x2, list(base.parameters())),
+                   step_grads(ref, x2, list(ref.parameters()))) < 1e-9
     # No grad: the chain piece runs the aten graph as it is.
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), ref(x), rtol=1e-12, atol=1e-12)
@@ -90,8 +77,8 @@ def test_reversible_transformer_under_compile_replays_dropout():
     compiled = memslim.compile(base, strict=True)
     x = torch.randn(2, 8, 32, dtype=torch.float64)  # two halves of 16
     for seed in range(2):
-        ga = step_grads(ref, list(ref.parameters()), x, seed)
-        gb = step_grads(compiled, list(base.parameters()), x, seed)
+        ga = step_grads(ref, x, list(ref.parameters()), seed)
+        gb = step_grads(compiled, x, list(base.parameters()), seed)
         assert max_rel(gb, ga) < 1e-9
     assert any("-> memslim::coupling_chain" in r for r in coupling_remarks(compiled))
 
@@ -130,8 +117,8 @@ def test_a_chain_piece_that_cannot_be_traced_runs_unchanged_with_a_warning(monke
     compiled = memslim.compile(base)
     x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
     with pytest.warns(UserWarning, match="a coupling chain runs unchanged: .*trace refused"):
-        gb = step_grads(compiled, list(base.parameters()), x)
-    assert max_rel(gb, step_grads(ref, list(ref.parameters()), x)) < 1e-9
+        gb = step_grads(compiled, x, list(base.parameters()))
+    assert max_rel(gb, step_grads(ref, x, list(ref.parameters()))) < 1e-9
 
 
 def test_a_budget_met_unmodified_leaves_the_chains_alone():
