@@ -40,7 +40,37 @@ def step_peak_bytes(step) -> int:
     return peak
 
 
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return -1.0
+
+
+def step_rss(step) -> dict:
+    """RSS around one step(): the resting RSS after a garbage collection and malloc_trim
+    (what compilation and earlier steps left resident, freed heap given back), the
+    high-water mark during step() (reset through /proc/self/clear_refs "5" just before),
+    and the rise between. With MALLOC_MMAP_THRESHOLD_ fixed (main() sets it) each
+    allocation of 128 KiB or more is its own mapping, unmapped when freed, so the rise
+    follows the step's tensors rather than the heap's history."""
+    import ctypes
+    import gc
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = _status_mib("VmRSS")
+    step()
+    peak = _status_mib("VmHWM")
+    return {"rss_base_mib": base, "rss_peak_mib": peak, "rss_rise_mib": peak - base}
+
+
 def cell(model_name, variant, batch, out):
+    # A cold Inductor cache of its own: a cell that loads kernels from an earlier cell's
+    # cache keeps another resident set than one compiling them (12 MiB apart on `tiny`).
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(os.path.dirname(out), "inductor")
     import torch
     torch.set_num_threads(1)
     sys.path.insert(0, HERE)
@@ -67,17 +97,47 @@ def cell(model_name, variant, batch, out):
         clear()
         step()
     clear()
+    rss = step_rss(step)  # before the profiled step: the profiler's own buffers stay resident
+    clear()
     peak = step_peak_bytes(step)
     clear()
     saved = memslim.saved_bytes(fn, x)
     with open(out, "w") as f:
-        json.dump({"peak": peak, "saved": saved, "note": str(note)[:400]}, f)
+        json.dump({"peak": peak, "saved": saved, "note": str(note)[:400], **rss}, f)
 
 
 def run(model, variant, batch, budget, timeout):
     from memory_budget import run_json
     return run_json(lambda out: [sys.executable, os.path.abspath(__file__), "--cell", model,
                                  variant, str(batch), out], budget, timeout)
+
+
+def _span(vals, fmt):
+    lo, hi = min(vals), max(vals)
+    return fmt(lo) if lo == hi else f"{fmt(lo)} - {fmt(hi)}"
+
+
+def _verdicts(cells):
+    """Monotone checks over one (model, variant)'s cells, largest budget first. Saved bytes
+    and the tensor peak are exact figures (any repeat); for peak RSS a smaller budget is
+    "lower" when every repeat is at or under every repeat of the larger one, "HIGHER" when
+    every repeat is above, else the two overlap within the repeats' spread."""
+    out = []
+    for key, what in (("saved", "saved"), ("peak", "tensor peak")):
+        vals = [c[0][key] for _, c in cells]
+        ok = all(b <= a for a, b in zip(vals, vals[1:]))
+        out.append(f"{what} {'monotone' if ok else 'NOT monotone'}")
+    pairs = []
+    for (b1, c1), (b2, c2) in zip(cells, cells[1:]):
+        p1, p2 = [r["rss_peak_mib"] for r in c1], [r["rss_peak_mib"] for r in c2]
+        if max(p2) <= min(p1):
+            pairs.append(f"{b2:g} lower than {b1:g}")
+        elif min(p2) > max(p1):
+            pairs.append(f"{b2:g} HIGHER than {b1:g} by {min(p2) - max(p1):.1f} MiB")
+        else:
+            pairs.append(f"{b2:g} within {b1:g}'s spread")
+    out.append("peak RSS: " + ", ".join(pairs))
+    return "; ".join(out)
 
 
 def main():
@@ -91,29 +151,54 @@ def main():
     ap.add_argument("--variants", default="memslim_compile_plan,compile_budget")
     ap.add_argument("--batch-vision", type=int, default=8)
     ap.add_argument("--batch-hf", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="processes per cell: their spread is peak RSS's resolution")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--md", default=os.path.join(HERE, "results", "budget_peak.md"))
     a = ap.parse_args()
+    # Every allocation of 128 KiB or more its own mapping (see step_rss); inherited by cells.
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
+    os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", "131072")
+    os.environ.setdefault("PYTHONHASHSEED", "0")  # the same set and dict orders in every cell
     start = datetime.datetime.now()
-    lines = []
+    lines, verdicts = [], []
     for model in a.models.split(","):
         batch = a.batch_hf if model in ("bert", "gpt2", "llama_small") else a.batch_vision
         for variant in a.variants.split(","):
+            cells = []
             for budget in [float(b) for b in a.budgets.split(",")]:
-                r = run(model, variant, batch, budget, a.timeout)
-                cellv = ("error: " + r["error"]) if "error" in r else \
-                    f"{r['saved'] / 1e6:,.1f} MB | {r['peak'] / 1e6:,.1f} MB"
-                lines.append(f"| {model} | {variant} | {budget:g} | {cellv} |")
+                rs = [run(model, variant, batch, budget, a.timeout) for _ in range(a.repeat)]
+                bad = [r["error"] for r in rs if "error" in r]
+                if bad:
+                    lines.append(f"| {model} | {variant} | {budget:g} | error: {bad[0]} |")
+                else:
+                    cells.append((budget, rs))
+                    mib = lambda v: f"{v:,.1f}"  # noqa: E731
+                    lines.append(
+                        f"| {model} | {variant} | {budget:g} | {_span([r['saved'] for r in rs], lambda v: f'{v / 1e6:,.1f} MB')} | "
+                        f"{_span([r['peak'] for r in rs], lambda v: f'{v / 1e6:,.1f} MB')} | "
+                        f"{_span([r['rss_base_mib'] for r in rs], mib)} MiB | "
+                        f"{_span([r['rss_peak_mib'] for r in rs], mib)} MiB | "
+                        f"{_span([r['rss_rise_mib'] for r in rs], mib)} MiB |")
                 print(lines[-1], flush=True)
+            if len(cells) > 1:
+                verdicts.append(f"- {model}, {variant}: {_verdicts(cells)}")
+                print(verdicts[-1], flush=True)
     with open(a.md, "w") as f:
-        f.write(f"# Step peak tensor memory against the budget\n\n{start:%Y-%m-%d %H:%M}, "
+        f.write(f"# Step peak memory against the budget\n\n{start:%Y-%m-%d %H:%M}, "
                 f"`bench/budget_peak.py --models {a.models} --budgets {a.budgets} --variants "
-                f"{a.variants}` (batch {a.batch_vision} vision, {a.batch_hf}x64 tokens). "
-                "Saved: saved_tensors_hooks (distinct storages, parameters excluded). Peak: the "
+                f"{a.variants} --repeat {a.repeat}` (batch {a.batch_vision} vision, "
+                f"{a.batch_hf}x64 tokens; one process per cell and repeat, 1 thread). Saved: "
+                "saved_tensors_hooks (distinct storages, parameters excluded). Tensor peak: the "
                 "highest sum of live CPU tensor allocations during one forward + backward after "
-                f"{WARM} warm-up steps, from the step's start (torch.profiler, profile_memory).\n\n"
-                "| model | variant | budget | saved | step peak |\n|---|---|---:|---:|---:|\n" +
-                "\n".join(lines) + "\n")
+                f"{WARM} warm-up steps, from the step's start (torch.profiler, profile_memory). "
+                "RSS: around one more step, gradients freed, after gc.collect and malloc_trim "
+                "(base), its high-water mark (peak) and the rise between, with glibc's mmap "
+                "threshold fixed at 128 KiB. Where repeats differ, their range.\n\n"
+                "| model | variant | budget | saved | tensor peak | RSS base | peak RSS | rise |\n"
+                "|---|---|---:|---:|---:|---:|---:|---:|\n" +
+                "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n")
+    print("wrote", a.md)
 
 
 if __name__ == "__main__":

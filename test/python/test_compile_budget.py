@@ -2,7 +2,8 @@
 
 The backend measures what Inductor's partitioner keeps (a dry-run partition);
 where that misses the budget it tries fused re-runs (the partitioner's aggressive
-min-cut, the light end of the pieces ladder), then the rest of the pieces ladder,
+min-cut, the light end of the pieces ladder), torch's own activation_memory_budget
+knapsack at the fraction meeting the target, then the rest of the pieces ladder,
 the FX pipeline and the block ladder as recompute tags until the measured bytes
 meet the budget (backend._meet_budget). These tests hold it to:
 gradients and BatchNorm running stats as eager's (and within plain
@@ -75,8 +76,14 @@ def _copy(model):
     return copy.deepcopy(model)
 
 
+@pytest.mark.parametrize("way", ["knapsack", "ladder"])
 @pytest.mark.parametrize("budget", [0.5, 0.2])
-def test_budget_keeps_eager_gradients_and_running_stats(budget):
+def test_budget_keeps_eager_gradients_and_running_stats(budget, way, monkeypatch):
+    # Torch's own knapsack (way 2) meets both budgets here; with it refused the pieces
+    # ladder (way 3) does: both ways are held to eager's gradients and running stats.
+    if way == "ladder":
+        from memslim import backend
+        monkeypatch.setattr(backend, "_torch_knapsack", lambda *a: (None, a[-1]))
     torch.manual_seed(0)
     model = SmallResNet().train()
     x = torch.randn(4, 3, 16, 16)
@@ -95,7 +102,17 @@ def test_budget_keeps_eager_gradients_and_running_stats(budget):
         assert torch.allclose(b.float(), b2.float(), rtol=1e-5, atol=1e-6), name
     [note] = [d for d in _budget_notes(ours) if "budget" in d.text]
     assert note.bytes_after <= budget * note.bytes_before
-    assert "ladder step" in note.text  # the pipeline alone cannot reach these budgets
+    if way == "ladder":
+        assert "ladder step" in note.text  # the pipeline alone cannot reach these budgets
+    else:
+        # torch.compile's own plan at the same budget: the same bytes, to the byte.
+        from torch._functorch import config as functorch_config
+        assert "knapsack at" in note.text, note.text
+        with functorch_config.patch(activation_memory_budget=budget):
+            torch._dynamo.reset()
+            torch_budget = torch.compile(_copy(model))
+            want_bytes = memslim.saved_bytes(torch_budget, x)
+        assert memslim.saved_bytes(ours, x) == want_bytes
 
 
 def test_measured_bytes_fall_with_the_budget():
