@@ -67,9 +67,11 @@ def step_rss(step) -> dict:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     base = _status_mib("VmRSS")
+    anon, file = _status_mib("RssAnon"), _status_mib("RssFile")  # heap vs mapped files (code)
     step()
     peak = _status_mib("VmHWM")
-    return {"rss_base_mib": base, "rss_peak_mib": peak, "rss_rise_mib": peak - base}
+    return {"rss_base_mib": base, "rss_peak_mib": peak, "rss_rise_mib": peak - base,
+            "rss_base_anon_mib": anon, "rss_base_file_mib": file}
 
 
 def cell(model_name, variant, batch, out):

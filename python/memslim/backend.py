@@ -483,14 +483,25 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
         return True
     if plain is not None:
         plain.tag(0)  # the light end's tags off for torch's knapsack
-    frac, got = _torch_knapsack(aten, fakes, skip, budget, before, target, fused)
+    # Torch's knapsack may re-run a random op in backward, which draws again unless
+    # Inductor's own seeds replay it (not under fallback_random: aten's generator moved
+    # on; fuzz seed 930027, w0 0.63 off): graphs drawing random numbers skip way 2 (the
+    # ladders' recompute tags keep the generator's state).
+    seeded = next((n for n in aten.graph.nodes if n.op == "call_function" and
+                   torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())), None)
+    frac, got = (None, None) if seeded is not None else \
+        _torch_knapsack(aten, fakes, skip, budget, before, target, fused)
+    if seeded is not None:
+        note(f"torch's knapsack (way 2) not tried: the graph draws random numbers "
+             f"({seeded.target}), which its plan may draw again in backward")
     if frac is not None:
         options.update(TORCH_KNAPSACK, activation_memory_budget=frac)
         note(head + f": met by torch's own activation_memory_budget knapsack at {frac:.3g} "
              f"(keeps {got:,} B; the partitioner alone: {fused:,} B, with memslim's norm "
              f"and activation re-runs: {measured[light]:,} B)", before, got)
         return False
-    reached.append((got, "torch's activation_memory_budget knapsack"))
+    if got is not None:
+        reached.append((got, "torch's activation_memory_budget knapsack"))
     if usable(plain) and walk(plain, light, measured, unmodified) is not None:
         return True
     piped = fused
