@@ -1956,11 +1956,12 @@ def test_inplace_activation_under_no_grad_through_compile(session):
         assert float((g - e).norm() / e.norm()) < 1e-5
 
 
-@pytest.fixture(scope="module")
-def compile_session():
-    """A worker whose programs also run memslim.compile's leg (no budget)."""
+def _compile_leg_session(budget: str):
+    """A worker whose programs also run memslim.compile's leg with MEMSLIM_FUZZ_COMPILE_BUDGET
+    = budget ("none": no budget); the variable stays set until the fixture ends, since the
+    worker reads it when it starts, at its first job."""
     old = os.environ.get("MEMSLIM_FUZZ_COMPILE_BUDGET")
-    os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"] = "none"  # the worker starts at its first job
+    os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"] = budget
     s = runner.Session(runner.default_memslim_opt(), cli=False, timeout=300)
     yield s
     s.close()
@@ -1968,6 +1969,12 @@ def compile_session():
         del os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"]
     else:
         os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"] = old
+
+
+@pytest.fixture(scope="module")
+def compile_session():
+    """memslim.compile's leg without a budget."""
+    yield from _compile_leg_session("none")
 
 
 # Compile leg, seed 929001 (session 29): memslim.compile splits the coupling chain out;
@@ -2003,16 +2010,8 @@ def test_compile_chain_beside_no_grad(compile_session):
 
 @pytest.fixture(scope="module")
 def compile_budget_session():
-    """A worker whose programs also run memslim.compile's leg with memory_budget=0.3."""
-    old = os.environ.get("MEMSLIM_FUZZ_COMPILE_BUDGET")
-    os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"] = "0.3"  # the worker starts at its first job
-    s = runner.Session(runner.default_memslim_opt(), cli=False, timeout=300)
-    yield s
-    s.close()
-    if old is None:
-        del os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"]
-    else:
-        os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"] = old
+    """memslim.compile's leg with memory_budget=0.3."""
+    yield from _compile_leg_session("0.3")
 
 
 # Compile leg with a budget, seed 930027 (session 30): torch's own knapsack (the planner's way
