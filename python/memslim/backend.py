@@ -713,40 +713,9 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         name = getattr(n.target, "__name__", str(n.target))
         return n.op == "call_function" and ("set_grad_enabled" in name or "autocast" in name)
 
-    def is_view(n):
-        schema = getattr(n.target, "_schema", None)
-        return n.op == "call_function" and schema is not None and bool(schema.returns) and \
-            schema.returns[0].alias_info is not None and not schema.returns[0].alias_info.is_write
-
-    def writes_intermediate(n):
-        # An in-place op on a value the graph made (not an input: BatchNorm's running
-        # stats are inputs) that is a view or has views. Across the split such a write
-        # and the views of its base went wrong (fuzz seed 930021: v1.add_ / v1.tanh_
-        # after views of v1 were taken, outputs 0.106 off); not located, so such graphs
-        # are not split.
-        schema = getattr(n.target, "_schema", None)
-        if n.op != "call_function" or schema is None or not schema.is_mutable:
-            return False
-        for arg, value in zip(schema.arguments, n.args):
-            if arg.alias_info is None or not arg.alias_info.is_write or \
-                    not isinstance(value, torch.fx.Node):
-                continue
-            base = value
-            while is_view(base) and base.args and isinstance(base.args[0], torch.fx.Node):
-                base = base.args[0]
-            # A write into an input through a view is kept in order by the split (test:
-            # test_pieces_run_in_program_order_around_a_write_through_a_view).
-            if base.op != "placeholder" and (
-                    base is not value or any(is_view(u) for u in base.users)):
-                return True
-        return False
-
     why = None
     if level is None:
         why = "a chain reads a value made after its first node"
-    elif any(writes_intermediate(n) for n in aten.graph.nodes):
-        why = ("the graph writes in place into a view, or a value with views, that it made "
-               "(not split: fuzz seed 930021)")
     elif any(switches_mode(n) for n in aten.graph.nodes):
         # The split moves nodes that do not read a chain before it: across such a switch
         # they would run in another mode (fuzz seeds 929032, 929043, 929044).
@@ -910,6 +879,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
+    from . import inductor_guards
     policy = _policy(**policy)
     budget = policy.get("memory_budget")
     options = {}  # the partitioner's, for the compile (a budget's FUSED_RECOMPUTE)
@@ -972,15 +942,17 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
         if strict or os.environ.get("MEMSLIM_STRICT") == "1":
             raise
         warnings.warn(f"memslim: graph compiled by Inductor unchanged: {type(e).__name__}: {e}")
-        return compile_fx(gm, example_inputs)
+        return compile_fx(gm, example_inputs,
+                          config_patches=inductor_guards.config_patches())
     _LOG.extend(decisions)
     if records is not None:
         records.extend(decisions)
+    guards = inductor_guards.config_patches()  # Inductor's own passes kept right
     with functorch_config.patch(**options):
         if not rewrote:
-            return compile_fx(gm, example_inputs)
+            return compile_fx(gm, example_inputs, config_patches=guards)
         with _dynamic_output_shapes(mode), _keyed_by_tags(aten):
-            return compile_fx(aten, example_inputs)
+            return compile_fx(aten, example_inputs, config_patches=guards)
 
 
 def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=None,

@@ -2024,10 +2024,12 @@ def test_compile_budget_knapsack_keeps_dropout_masks(compile_budget_session):
     assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
 
 
-# Compile leg with a budget, seed 930021 (session 30): a coupling chain beside in-place writes
-# into a value the graph made (v1.add_, v1.tanh_ after views of v1 were taken): split around
-# the chain, outputs were 0.106 and w0's gradient 0.395 off eager, with or without a budget.
-# Cause in the split not located; graphs writing in place into their own values are not split.
+# Compile leg with a budget, seed 930021 (session 30): split around the coupling chain,
+# outputs were 0.106 and w0's gradient 0.395 off eager, with or without a budget. Session 30
+# refused to split graphs writing in place into their own values; session 31 found the cause
+# in Inductor: the first piece ended in add_(linear(x, w0), x, alpha=0.5), and torch 2.14.1's
+# add(mm, c) -> addmm pattern drops add's alpha (plain torch.compile too). The backend's
+# post-grad guard (memslim.inductor_guards) moves alpha off such adds; the refusal is gone.
 def test_compile_budget_chain_with_dropout(compile_budget_session):
     with open(os.path.join(REPO, "test", "fuzz", "corpus",
                            "seed930021_compile_budget_chain_dropout_wrong.py")) as f:
