@@ -430,7 +430,8 @@ def run_compile_budget(prog, inputs, R: "Reference", budget: Optional[float],
     eager (Inductor rounds differently by itself), or plain torch.compile's call within
     the base bar. Both compiles use fallback_random (Inductor draws with aten's generator,
     in eager's order), so a dropout that a ladder step re-runs in backward must replay
-    the forward's mask. An unreachable budget (BudgetError) is the backend's answer, not
+    the forward's mask. The plain compile runs with memslim's Inductor guards (the bar is
+    Inductor's rounding, not its bugs). An unreachable budget (BudgetError) is the backend's answer, not
     a failure: "ok", with res["budget"] saying so; what the plain compile cannot take is a
     limitation of this leg."""
     import torch
@@ -441,7 +442,13 @@ def run_compile_budget(prog, inputs, R: "Reference", budget: Optional[float],
         try:
             torch._dynamo.reset()
             m2, _ = prog.make()
-            base = call(torch.compile(m2), inputs, trainable(m2))
+            # With memslim's Inductor guards (memslim.inductor_guards): the bar widens by
+            # Inductor's rounding, not by an Inductor bug memslim's backend avoids (torch
+            # 2.14.1's add+mm->addmm drops add's alpha: plain torch.compile's error would
+            # have let any memslim error of that size pass).
+            from memslim import inductor_guards
+            with inductor_config.patch(inductor_guards.config_patches()):
+                base = call(torch.compile(m2), inputs, trainable(m2))
         except Exception as e:  # noqa: BLE001
             return ("limitation", "compile", first_line(e))
         torch._dynamo.reset()
