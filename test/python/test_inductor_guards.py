@@ -24,7 +24,8 @@ def _program(x, w, y):
     b = torch.add(y, x @ w, alpha=2.0)   # mm second: rewritten
     c = torch.add(x, y, alpha=0.5)       # no mm: left (Inductor's fma on GPU)
     d = torch.add(x @ w, y)              # unit alpha: left
-    return a, b, c, d
+    e = torch.add(x @ w, y @ w, alpha=0.25)  # both mm: rewritten
+    return a, b, c, d, e
 
 
 def _inputs():
@@ -41,14 +42,14 @@ def _alphas(gm):
 def test_rewrites_only_adds_with_alpha_that_read_an_mm(tracing_mode):
     args = _inputs()
     gm = make_fx(_program, tracing_mode=tracing_mode)(*args)
-    assert _alphas(gm) == [0.5, 0.5, 1, 2.0]
+    assert _alphas(gm) == [0.25, 0.5, 0.5, 1, 2.0]
     want = _program(*args)
-    assert inductor_guards.scale_add_alpha(gm.graph) == 2
+    assert inductor_guards.scale_add_alpha(gm.graph) == 3
     gm.graph.lint()
     gm.recompile()
-    assert _alphas(gm) == [0.5, 1, 1, 1]
+    assert _alphas(gm) == [0.5, 1, 1, 1, 1]
     muls = list(gm.graph.find_nodes(op="call_function", target=aten.mul.Tensor))
-    assert sorted(m.args[1] for m in muls) == [0.5, 2.0]
+    assert sorted(m.args[1] for m in muls) == [0.25, 0.5, 2.0]
     if tracing_mode == "fake":  # later passes read the new node's value
         assert all(m.meta["val"].shape == (4, 8) for m in muls)
     for got, exp in zip(gm(*args), want):
