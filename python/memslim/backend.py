@@ -875,7 +875,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     list), so a rewrite that pays in eager may not pay here: when the graph needs
     gradients, both versions are partitioned (no code generated) and the rewritten one is
     compiled only if Inductor then keeps fewer bytes for backward; otherwise the graph goes
-    to Inductor unchanged and one "note" record says so."""
+    to Inductor unchanged and one "note" record says so. Every graph goes to compile_fx with
+    memslim's Inductor guards (inductor_guards.config_patches)."""
     from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
