@@ -34,20 +34,21 @@ def session():
     s.close()
 
 
-def check_source(session, source: str):
+def check_source(session, source: str) -> dict:
     res = session.run({"id": "regression", "source": source})
     assert res["class"] == "ok", "%s@%s: %s (stages: %s)" % (
         res["class"], res.get("stage"), res.get("detail"), res.get("stages"))
+    return res
 
 
 def check(session, body: str):
     check_source(session, HEADER + body)
 
 
-def check_corpus(session, name: str):
+def check_corpus(session, name: str) -> dict:
     """A minimized finding kept as a corpus file (the fuzz_quick ctest runs it too)."""
     with open(os.path.join(REPO, "test", "fuzz", "corpus", name)) as f:
-        check_source(session, f.read())
+        return check_source(session, f.read())
 
 
 # Long-fuzz seed 600035 (session 16), minimized: a hand-written LayerNorm of exactly
@@ -1981,10 +1982,7 @@ def compile_session():
 # the piece before it holds memslim ops with unbacked sizes, which broke Dynamo's guards
 # while the pieces were compiled in its shape environment (a fake mode of their own now).
 def test_compile_chain_beside_exact_list(compile_session):
-    with open(os.path.join(REPO, "test", "fuzz", "corpus",
-                           "seed929001_compile_chain_beside_exact_list.py")) as f:
-        res = compile_session.run({"id": "regression", "source": f.read()})
-    assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
+    res = check_corpus(compile_session, "seed929001_compile_chain_beside_exact_list.py")
     assert res.get("chains", 0) >= 1, res  # the chain was split out and rewritten
 
 
@@ -1992,20 +1990,14 @@ def test_compile_chain_beside_exact_list(compile_session):
 # split marked its pieces as needing no gradient (requires_grad was propagated through
 # tensor values only, not through chunk's list), and the gradient through them was lost.
 def test_compile_chain_grad_through_chunk(compile_session):
-    with open(os.path.join(REPO, "test", "fuzz", "corpus",
-                           "seed929036_compile_chain_grad_through_chunk.py")) as f:
-        res = compile_session.run({"id": "regression", "source": f.read()})
-    assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
+    res = check_corpus(compile_session, "seed929036_compile_chain_grad_through_chunk.py")
     assert res.get("chains", 0) >= 1, res
 
 
 # Compile leg, seed 929032 (session 29; 929043 and 929044 alike): a no_grad region beside a
 # coupling chain; splitting moved nodes across the grad-mode switch (split_module refused).
 def test_compile_chain_beside_no_grad(compile_session):
-    with open(os.path.join(REPO, "test", "fuzz", "corpus",
-                           "seed929032_compile_chain_beside_no_grad.py")) as f:
-        res = compile_session.run({"id": "regression", "source": f.read()})
-    assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
+    check_corpus(compile_session, "seed929032_compile_chain_beside_no_grad.py")
 
 
 @pytest.fixture(scope="module")
@@ -2018,10 +2010,7 @@ def compile_budget_session():
 # 2) re-ran a dropout in backward, which under fallback_random draws another mask from aten's
 # generator (w0 0.63 off). A graph drawing random numbers does not take way 2.
 def test_compile_budget_knapsack_keeps_dropout_masks(compile_budget_session):
-    with open(os.path.join(REPO, "test", "fuzz", "corpus",
-                           "seed930027_compile_budget_knapsack_redraws_dropout.py")) as f:
-        res = compile_budget_session.run({"id": "regression", "source": f.read()})
-    assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
+    check_corpus(compile_budget_session, "seed930027_compile_budget_knapsack_redraws_dropout.py")
 
 
 # Compile leg with a budget, seed 930021 (session 30): split around the coupling chain,
@@ -2031,7 +2020,4 @@ def test_compile_budget_knapsack_keeps_dropout_masks(compile_budget_session):
 # add(mm, c) -> addmm pattern drops add's alpha (plain torch.compile too). The backend's
 # post-grad guard (memslim.inductor_guards) moves alpha off such adds; the refusal is gone.
 def test_compile_budget_chain_with_dropout(compile_budget_session):
-    with open(os.path.join(REPO, "test", "fuzz", "corpus",
-                           "seed930021_compile_budget_chain_dropout_wrong.py")) as f:
-        res = compile_budget_session.run({"id": "regression", "source": f.read()})
-    assert res["class"] == "ok", (res["class"], res.get("stage"), res.get("detail"))
+    check_corpus(compile_budget_session, "seed930021_compile_budget_chain_dropout_wrong.py")
