@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import os
 import warnings
 import weakref
@@ -337,7 +338,8 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
     2. Torch's own knapsack (_torch_knapsack): what torch.compile does with
        activation_memory_budget at the user's fraction, taken where its measured
        bytes meet the target (so memslim never keeps more than torch.compile at the
-       same budget where torch's plan meets the target). Its solver picks
+       same budget where torch's plan meets the target), else at the largest smaller
+       fraction whose plan meets it (session 32). Its solver picks
        the re-runs (convolutions and matrix products among them) at the least
        estimated time for the bytes, where the ladder below is greedy per byte: on
        resnet50 at 0.25 (session 28) both kept 58.6-58.7 MB, torch's at x1.06 of
@@ -353,9 +355,10 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
        once the kept bytes are the whole predicted backward peak).
     A later way is taken only where the earlier cannot reach the target, so its bytes
     are below everything the earlier reaches: a smaller budget never keeps more. Way 2
-    is the exception, its probe depends on the fraction: there the bytes are monotone
+    is the exception, its probes depend on the fraction: there the bytes are monotone
     where torch's knapsack keeps fewer bytes at a smaller fraction (its own size
-    estimate is monotone; the measured storages are what bench/memory_budget.py checks). On a
+    estimate is monotone; the measured storages are what bench/memory_budget.py checks;
+    a smaller budget's fraction is at most a larger one's). On a
     ladder: the first step whose measured bytes meet the target, found by bisection
     over the steps (each probe is one dry-run partition), then back while the step
     before also meets it. Where measured bytes fall along a ladder, a smaller budget
@@ -382,25 +385,59 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
                                   decisions, before, target, head, options), options
 
 
+# Way 2's fractions below the user's: multiples of 1 / KNAPSACK_GRID (at most five
+# dry runs past the one at the user's fraction and the one at 0).
+KNAPSACK_GRID = 32
+
+
 def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
     """Way 2 of _meet_budget: torch's own activation_memory_budget knapsack
     (partitioners.choose_saved_values_set: the "aggressive" min-cut, then a knapsack
     over the nodes its min-cut banned, convolutions and matrix products included, that
-    keeps the budget at the least estimated re-run time) at the user's fraction, as a
-    dry run: the plan torch.compile runs at that budget. Torch's fraction is of its own
-    size estimate (above the graph inputs' size), not of what the partition measures,
-    so it may keep far less than the target (the toy ResNet at 0.5: 0.25 of the
-    partition) or more. A fraction whose line to the target would keep more bytes
-    than torch.compile at the same budget (an interpolation tried in session 30) was
-    dropped: issue 12 holds memslim to torch.compile's bytes at each budget. Returns
-    (fraction, measured bytes), fraction None where the plan misses the target."""
+    keeps the budget at the least estimated re-run time) as a dry run, first at the
+    user's fraction: the plan torch.compile runs at that budget. Torch's fraction is of
+    its own size estimate (above the graph inputs' size), not of what the partition
+    measures, so it may keep far less than the target (the toy ResNet at 0.5: 0.25 of
+    the partition) or more. Where it keeps more, the largest smaller fraction whose plan
+    meets the target (bisection over multiples of 1 / KNAPSACK_GRID, after a dry run
+    at 0, which keeps only the graph's inputs): at a smaller fraction the knapsack keeps no
+    more by its own estimate, so that plan keeps less than torch.compile at the user's
+    fraction, and it picks its re-runs by estimated time where the pieces ladder (way
+    3) is greedy per byte (session 30, resnet50 at 0.25: torch's plan at 0.25 missed
+    the target by 0.2%, and the ladder's plan ran x1.32 of eager against torch's
+    x1.06). A fraction above the user's (an interpolation tried in session 30) is never
+    tried: issue 12 holds memslim to torch.compile's bytes at each budget. Returns
+    (fraction, measured bytes, bytes at the user's fraction), fraction None where no
+    fraction meets the target (then the bytes are those at fraction 0, the smallest
+    it reaches)."""
     from torch._functorch import config as functorch_config
     frac = budget if budget <= 1 else target / before
-    # torch.compile's options: its default min-cut bans (the knapsack's fraction is of
-    # what that min-cut keeps), not FUSED_RECOMPUTE's.
-    with functorch_config.patch(**TORCH_KNAPSACK, activation_memory_budget=frac):
-        got = _partitioned_saved_bytes(aten, fakes, skip)
-    return (frac if got <= target else None), got
+
+    def keeps(f):
+        # torch.compile's options: its default min-cut bans (the knapsack's fraction is
+        # of what that min-cut keeps), not FUSED_RECOMPUTE's.
+        with functorch_config.patch(**TORCH_KNAPSACK, activation_memory_budget=f):
+            return _partitioned_saved_bytes(aten, fakes, skip)
+
+    got = keeps(frac)
+    if got <= target:
+        return frac, got, got
+    least = keeps(0.0)
+    if least > target:
+        return None, least, got
+    # Bisection over the fractions k / GRID below the user's: keeps(grid[lo]) meets the
+    # target, keeps(frac) does not. A grid the same for every budget keeps the bytes
+    # monotone in it where torch's plans are: a smaller budget's largest grid point
+    # meeting its target is at most a larger budget's.
+    lo, lo_got, hi = 0, least, math.ceil(frac * KNAPSACK_GRID)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        mid_got = keeps(mid / KNAPSACK_GRID)
+        if mid_got <= target:
+            lo, lo_got = mid, mid_got
+        else:
+            hi = mid
+    return lo / KNAPSACK_GRID, lo_got, got
 
 
 def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, decisions,
@@ -489,16 +526,20 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
     # ladders' recompute tags keep the generator's state).
     seeded = next((n for n in aten.graph.nodes if n.op == "call_function" and
                    torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())), None)
-    frac, got = (None, None) if seeded is not None else \
+    frac, got, at_user = (None, None, None) if seeded is not None else \
         _torch_knapsack(aten, fakes, skip, budget, before, target, fused)
     if seeded is not None:
         note(f"torch's knapsack (way 2) not tried: the graph draws random numbers "
              f"({seeded.target}), which its plan may draw again in backward")
     if frac is not None:
         options.update(TORCH_KNAPSACK, activation_memory_budget=frac)
-        note(head + f": met by torch's own activation_memory_budget knapsack at {frac:.3g} "
-             f"(keeps {got:,} B; the partitioner alone: {fused:,} B, with memslim's norm "
-             f"and activation re-runs: {measured[light]:,} B)", before, got)
+        user = budget if budget <= 1 else target / before
+        lower = "" if frac == user else (
+            f", the largest fraction found whose plan meets the target (at {user:.3g}, "
+            f"torch.compile's own plan keeps {at_user:,} B)")
+        note(head + f": met by torch's own activation_memory_budget knapsack at {frac:.6g}"
+             f"{lower} (keeps {got:,} B; the partitioner alone: {fused:,} B, with memslim's "
+             f"norm and activation re-runs: {measured[light]:,} B)", before, got)
         return False
     if got is not None:
         reached.append((got, "torch's activation_memory_budget knapsack"))
@@ -960,8 +1001,8 @@ def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=Non
             mode=None, options=None, min_bytes: int = 1, max_added_work=None,
             assume_numel: int = 0, dropout_mask_bytes=None, memory_budget=None):
     """torch.compile(model, backend="memslim") with memslim's policy options
-    (min_bytes, max_added_work, assume_numel, dropout_mask_bytes: as memslim.optimize's; ValueError when
-    out of range). fullgraph / dynamic: as torch.compile's. memslim.report(result)
+    (min_bytes, max_added_work, assume_numel, dropout_mask_bytes: as memslim.optimize's;
+    ValueError when out of range). fullgraph / dynamic: as torch.compile's. memslim.report(result)
     gives the decision records of the graphs compiled so far.
     memory_budget: each compiled graph keeps at most this fraction (in (0, 1]) of what
     Inductor's partitioner keeps for it unmodified (parameters excluded: the fraction

@@ -83,7 +83,7 @@ def test_budget_keeps_eager_gradients_and_running_stats(budget, way, monkeypatch
     # ladder (way 3) does: both ways are held to eager's gradients and running stats.
     if way == "ladder":
         from memslim import backend
-        monkeypatch.setattr(backend, "_torch_knapsack", lambda *a: (None, a[-1]))
+        monkeypatch.setattr(backend, "_torch_knapsack", lambda *a: (None, a[-1], a[-1]))
     torch.manual_seed(0)
     model = SmallResNet().train()
     x = torch.randn(4, 3, 16, 16)
@@ -113,6 +113,35 @@ def test_budget_keeps_eager_gradients_and_running_stats(budget, way, monkeypatch
             torch_budget = torch.compile(_copy(model))
             want_bytes = memslim.saved_bytes(torch_budget, x)
         assert memslim.saved_bytes(ours, x) == want_bytes
+
+
+def test_knapsack_at_a_smaller_fraction_where_torchs_own_misses():
+    # At 0.3 torch.compile's own plan keeps 176,832 B of this partition, over the
+    # 173,472 B target; way 2 then takes the largest fraction k / 32 whose plan meets it
+    # (0.28125) before the pieces ladder: torch.compile's plan at that fraction, to the
+    # byte, fewer bytes than torch.compile at 0.3, and eager's gradients.
+    from memslim import backend
+    from torch._functorch import config as functorch_config
+    torch.manual_seed(0)
+    model = SmallResNet().train()
+    x = torch.randn(4, 3, 16, 16)
+    eager, ours_m = model, _copy(model)
+    torch._dynamo.reset()
+    ours = memslim.compile(ours_m, memory_budget=0.3, strict=True)
+    want = _step(eager, x)
+    got = _step(ours, x)
+    assert _rel(got, want) <= 1e-5
+    [note] = [d for d in _budget_notes(ours) if "budget" in d.text]
+    assert "the largest fraction found" in note.text, note.text
+    assert note.bytes_after <= 0.3 * note.bytes_before
+    frac = float(note.text.split("knapsack at ")[1].split(",")[0])
+    assert frac < 0.3 and frac * backend.KNAPSACK_GRID == round(frac * backend.KNAPSACK_GRID)
+    kept = {}
+    for f in (frac, 0.3):
+        with functorch_config.patch(activation_memory_budget=f):
+            torch._dynamo.reset()
+            kept[f] = memslim.saved_bytes(torch.compile(_copy(model)), x)
+    assert memslim.saved_bytes(ours, x) == kept[frac] < kept[0.3]
 
 
 def test_measured_bytes_fall_with_the_budget():
