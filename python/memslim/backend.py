@@ -385,8 +385,8 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
                                   decisions, before, target, head, options), options
 
 
-# Way 2's fractions below the user's: multiples of 1 / KNAPSACK_GRID (at most five
-# dry runs past the one at the user's fraction and the one at 0).
+# Way 2's fractions below the user's: multiples of 1 / KNAPSACK_GRID above 0 (at most
+# five dry runs past the one at the user's fraction).
 KNAPSACK_GRID = 32
 
 
@@ -399,17 +399,16 @@ def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
     its own size estimate (above the graph inputs' size), not of what the partition
     measures, so it may keep far less than the target (the toy ResNet at 0.5: 0.25 of
     the partition) or more. Where it keeps more, the largest smaller fraction whose plan
-    meets the target (bisection over multiples of 1 / KNAPSACK_GRID, after a dry run
-    at 0, which keeps only the graph's inputs): at a smaller fraction the knapsack keeps no
-    more by its own estimate, so that plan keeps less than torch.compile at the user's
-    fraction, and it picks its re-runs by estimated time where the pieces ladder (way
-    3) is greedy per byte (session 30, resnet50 at 0.25: torch's plan at 0.25 missed
-    the target by 0.2%, and the ladder's plan ran x1.32 of eager against torch's
-    x1.06). A fraction above the user's (an interpolation tried in session 30) is never
+    meets the target (bisection over the multiples of 1 / KNAPSACK_GRID above 0): at a
+    smaller fraction the knapsack keeps no more by its own estimate, so that plan keeps
+    less than torch.compile at the user's fraction, and it picks its re-runs by
+    estimated time where the pieces ladder (way 3) is greedy per byte (session 30,
+    resnet50 at 0.25: torch's plan at 0.25 missed the target by 0.2%, and the ladder's
+    plan ran x1.32 of eager against torch's x1.06). A fraction above the user's (an interpolation tried in session 30) is never
     tried: issue 12 holds memslim to torch.compile's bytes at each budget. Returns
     (fraction, measured bytes, bytes at the user's fraction), fraction None where no
-    fraction meets the target (then the bytes are those at fraction 0, the smallest
-    it reaches)."""
+    fraction meets the target (then the bytes are those at the smallest fraction
+    tried)."""
     from torch._functorch import config as functorch_config
     frac = budget if budget <= 1 else target / before
 
@@ -422,14 +421,19 @@ def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
     got = keeps(frac)
     if got <= target:
         return frac, got, got
-    least = keeps(0.0)
-    if least > target:
-        return None, least, got
-    # Bisection over the fractions k / GRID below the user's: keeps(grid[lo]) meets the
-    # target, keeps(frac) does not. A grid the same for every budget keeps the bytes
-    # monotone in it where torch's plans are: a smaller budget's largest grid point
-    # meeting its target is at most a larger budget's.
-    lo, lo_got, hi = 0, least, math.ceil(frac * KNAPSACK_GRID)
+    # Bisection over the fractions k / GRID, 1 <= k, below the user's: keeps(grid[lo])
+    # meets the target, keeps(frac) does not. A grid the same for every budget keeps
+    # the bytes monotone in it where torch's plans are: a smaller budget's largest grid
+    # point meeting its target is at most a larger budget's. Fraction 0 is not on it:
+    # there torch keeps only the graph's inputs and re-runs the whole forward in
+    # backward, more work than the ladders below (bert, where torch's knapsack keeps
+    # the default min-cut's bytes at every fraction above 0).
+    lo, hi = 1, math.ceil(frac * KNAPSACK_GRID)
+    if hi <= lo:
+        return None, got, got
+    lo_got = keeps(lo / KNAPSACK_GRID)
+    if lo_got > target:
+        return None, lo_got, got
     while hi - lo > 1:
         mid = (lo + hi) // 2
         mid_got = keeps(mid / KNAPSACK_GRID)
@@ -438,6 +442,31 @@ def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
         else:
             hi = mid
     return lo / KNAPSACK_GRID, lo_got, got
+
+
+# Dropouts whose arguments are (input, p, train): aten's decompositions (which
+# Inductor runs) draw nothing where p == 0 or train is False.
+_DROPOUTS = ("aten.dropout.default", "aten.native_dropout.default")
+
+
+def _draws_random_numbers(node: torch.fx.Node) -> bool:
+    """Whether `node` draws from a generator: an op tagged nondeterministic_seeded,
+    except a dropout with a constant p of 0 or train False and an attention with a
+    constant dropout_p of 0 (the transformers models call both with p=0.0 when their
+    configs set the rates to 0: bert's graph skipped way 2 for draws it never makes)."""
+    if node.op != "call_function" or \
+            torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return False
+    name = str(node.target)
+    if name in _DROPOUTS and len(node.args) >= 3:
+        p, train = node.args[1], node.args[2]
+        if (isinstance(p, (int, float)) and p == 0) or train is False:
+            return False
+    if name == "aten.scaled_dot_product_attention.default":  # (q, k, v, mask, dropout_p)
+        p = node.kwargs.get("dropout_p", node.args[4] if len(node.args) > 4 else 0.0)
+        if isinstance(p, (int, float)) and p == 0:
+            return False
+    return True
 
 
 def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, decisions,
@@ -524,8 +553,7 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
     # Inductor's own seeds replay it (not under fallback_random: aten's generator moved
     # on; fuzz seed 930027, w0 0.63 off): graphs drawing random numbers skip way 2 (the
     # ladders' recompute tags keep the generator's state).
-    seeded = next((n for n in aten.graph.nodes if n.op == "call_function" and
-                   torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())), None)
+    seeded = next((n for n in aten.graph.nodes if _draws_random_numbers(n)), None)
     frac, got, at_user = (None, None, None) if seeded is not None else \
         _torch_knapsack(aten, fakes, skip, budget, before, target, fused)
     if seeded is not None:

@@ -144,6 +144,29 @@ def test_knapsack_at_a_smaller_fraction_where_torchs_own_misses():
     assert memslim.saved_bytes(ours, x) == kept[frac] < kept[0.3]
 
 
+def test_only_ops_that_draw_keep_torchs_knapsack_out():
+    # Way 2 is skipped in graphs that draw random numbers; a dropout or an attention
+    # with p = 0 (what transformers' configs with zero rates trace to) draws nothing.
+    from memslim.backend import _draws_random_numbers
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    cases = [(aten.dropout.default, (x, 0.0, True), {}, False),
+             (aten.dropout.default, (x, 0.1, True), {}, True),
+             (aten.dropout.default, (x, 0.1, False), {}, False),
+             (aten.native_dropout.default, (x, 0.0, True), {}, False),
+             (aten.native_dropout.default, (x, 0.5, True), {}, True),
+             (aten.scaled_dot_product_attention.default, (x, x, x), {}, False),
+             (aten.scaled_dot_product_attention.default, (x, x, x, None, 0.0), {}, False),
+             (aten.scaled_dot_product_attention.default, (x, x, x), {"dropout_p": 0.1}, True),
+             (aten.bernoulli.p, (x, 0.0), {}, True),
+             (aten.rand_like.default, (x,), {}, True),
+             (aten.add.Tensor, (x, x), {}, False)]
+    for target, args, kwargs, draws in cases:
+        node = g.call_function(target, args, kwargs)
+        assert _draws_random_numbers(node) == draws, (target, args, kwargs)
+
+
 def test_measured_bytes_fall_with_the_budget():
     torch.manual_seed(1)
     model = SmallResNet(blocks=6).train()
