@@ -421,6 +421,12 @@ def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
     got = keeps(frac)
     if got <= target:
         return frac, got, got
+    if got >= before:
+        # Torch's plan at the user's fraction keeps what its default min-cut keeps: its
+        # budget is inert on this graph (choose_saved_values_set returns the default
+        # min-cut at every fraction above 0 where that min-cut's size estimate is at
+        # most the graph inputs', which count the parameters: bert, gpt2, llama_small).
+        return None, got, got
     # Bisection over the fractions k / GRID, 1 <= k, below the user's: keeps(grid[lo])
     # meets the target, keeps(frac) does not. A grid the same for every budget keeps
     # the bytes monotone in it where torch's plans are: a smaller budget's largest grid
@@ -571,6 +577,12 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
         return False
     if got is not None:
         reached.append((got, "torch's activation_memory_budget knapsack"))
+        if got >= before:
+            note(f"torch's activation_memory_budget knapsack (way 2) keeps {got:,} B at "
+                 f"{budget if budget <= 1 else target / before:.3g}, its default min-cut's "
+                 "bytes: torch's budget does nothing on this graph (as where its size "
+                 "estimate of the graph inputs, parameters included, is above the "
+                 "min-cut's); smaller fractions not tried")
     if usable(plain) and walk(plain, light, measured, unmodified) is not None:
         return True
     piped = fused

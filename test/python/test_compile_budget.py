@@ -167,6 +167,36 @@ def test_only_ops_that_draw_keep_torchs_knapsack_out():
         assert _draws_random_numbers(node) == draws, (target, args, kwargs)
 
 
+class EmbedMLP(nn.Module):
+    """A large embedding table among the inputs: torch's activation_memory_budget counts
+    it in its size estimate of the graph inputs and returns its default plan at every
+    fraction above 0, as on the transformers models."""
+
+    def __init__(self, vocab=20000, d=32, layers=3):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.lins = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        for lin in self.lins:
+            x = x + torch.nn.functional.gelu(lin(x))
+        return x
+
+
+def test_an_inert_torch_budget_is_said_and_the_ladder_meets_the_target():
+    torch.manual_seed(0)
+    model = EmbedMLP().train()
+    ids = torch.randint(0, 20000, (4, 64))
+    torch._dynamo.reset()
+    ours = memslim.compile(_copy(model), memory_budget=0.5, strict=True)
+    ours(ids).sum().backward()
+    notes = _budget_notes(ours)
+    assert any("torch's budget does nothing on this graph" in d.text for d in notes), notes
+    [note] = [d for d in notes if d.text.startswith("budget")]
+    assert "knapsack at" not in note.text and note.bytes_after <= 0.5 * note.bytes_before
+
+
 def test_measured_bytes_fall_with_the_budget():
     torch.manual_seed(1)
     model = SmallResNet(blocks=6).train()
