@@ -386,7 +386,7 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
 
 
 # Way 2's fractions below the user's: multiples of 1 / KNAPSACK_GRID above 0 (at most
-# five dry runs past the one at the user's fraction).
+# six dry runs past the one at the user's fraction).
 KNAPSACK_GRID = 32
 
 
@@ -404,8 +404,11 @@ def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
     less than torch.compile at the user's fraction, and it picks its re-runs by
     estimated time where the pieces ladder (way 3) is greedy per byte (session 30,
     resnet50 at 0.25: torch's plan at 0.25 missed the target by 0.2%, and the ladder's
-    plan ran x1.32 of eager against torch's x1.06). A fraction above the user's (an interpolation tried in session 30) is never
-    tried: issue 12 holds memslim to torch.compile's bytes at each budget. Returns
+    plan ran x1.32 of eager against torch's x1.06). A fraction above the user's (an
+    interpolation tried in session 30) is never tried: issue 12 holds memslim to
+    torch.compile's bytes at each budget. Where torch's plan at the user's fraction
+    keeps its default min-cut's bytes, its budget is inert and no smaller fraction is
+    tried. Returns
     (fraction, measured bytes, bytes at the user's fraction), fraction None where no
     fraction meets the target (then the bytes are those at the smallest fraction
     tried)."""
