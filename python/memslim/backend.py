@@ -390,7 +390,7 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
 KNAPSACK_GRID = 32
 
 
-def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
+def _torch_knapsack(aten, fakes, skip, frac, before, target, note):
     """Way 2 of _meet_budget: torch's own activation_memory_budget knapsack
     (partitioners.choose_saved_values_set: the "aggressive" min-cut, then a knapsack
     over the nodes its min-cut banned, convolutions and matrix products included, that
@@ -407,13 +407,11 @@ def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
     plan ran x1.32 of eager against torch's x1.06). A fraction above the user's (an
     interpolation tried in session 30) is never tried: issue 12 holds memslim to
     torch.compile's bytes at each budget. Where torch's plan at the user's fraction
-    keeps its default min-cut's bytes, its budget is inert and no smaller fraction is
-    tried. Returns
-    (fraction, measured bytes, bytes at the user's fraction), fraction None where no
-    fraction meets the target (then the bytes are those at the smallest fraction
-    tried)."""
+    keeps its default min-cut's bytes, its budget is inert (a note says so) and no
+    smaller fraction is tried. `frac`: the user's fraction. Returns (fraction, measured
+    bytes, bytes at the user's fraction), fraction None where no fraction meets the
+    target (then the bytes are those at the smallest fraction tried)."""
     from torch._functorch import config as functorch_config
-    frac = budget if budget <= 1 else target / before
 
     def keeps(f):
         # torch.compile's options: its default min-cut bans (the knapsack's fraction is
@@ -425,10 +423,13 @@ def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
     if got <= target:
         return frac, got, got
     if got >= before:
-        # Torch's plan at the user's fraction keeps what its default min-cut keeps: its
-        # budget is inert on this graph (choose_saved_values_set returns the default
-        # min-cut at every fraction above 0 where that min-cut's size estimate is at
-        # most the graph inputs', which count the parameters: bert, gpt2, llama_small).
+        # choose_saved_values_set returns the default min-cut at every fraction above 0
+        # where that min-cut's size estimate is at most the graph inputs', which count
+        # the parameters (bert, gpt2, llama_small).
+        note(f"torch's activation_memory_budget knapsack (way 2) keeps {got:,} B at "
+             f"{frac:.3g}, its default min-cut's bytes: torch's budget does nothing on "
+             "this graph (as where its size estimate of the graph inputs, parameters "
+             "included, is above the min-cut's); smaller fractions not tried")
         return None, got, got
     # Bisection over the fractions k / GRID, 1 <= k, below the user's: keeps(grid[lo])
     # meets the target, keeps(frac) does not. A grid the same for every budget keeps
@@ -455,7 +456,7 @@ def _torch_knapsack(aten, fakes, skip, budget, before, target, fused):
 
 # Dropouts whose arguments are (input, p, train): aten's decompositions (which
 # Inductor runs) draw nothing where p == 0 or train is False.
-_DROPOUTS = ("aten.dropout.default", "aten.native_dropout.default")
+_DROPOUTS = (torch.ops.aten.dropout.default, torch.ops.aten.native_dropout.default)
 
 
 def _draws_random_numbers(node: torch.fx.Node) -> bool:
@@ -466,12 +467,12 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
     if node.op != "call_function" or \
             torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
         return False
-    name = str(node.target)
-    if name in _DROPOUTS and len(node.args) >= 3:
+    if node.target in _DROPOUTS and len(node.args) >= 3:
         p, train = node.args[1], node.args[2]
         if (isinstance(p, (int, float)) and p == 0) or train is False:
             return False
-    if name == "aten.scaled_dot_product_attention.default":  # (q, k, v, mask, dropout_p)
+    if node.target is torch.ops.aten.scaled_dot_product_attention.default:
+        # (query, key, value, attn_mask, dropout_p, ...)
         p = node.kwargs.get("dropout_p", node.args[4] if len(node.args) > 4 else 0.0)
         if isinstance(p, (int, float)) and p == 0:
             return False
@@ -563,14 +564,14 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
     # on; fuzz seed 930027, w0 0.63 off): graphs drawing random numbers skip way 2 (the
     # ladders' recompute tags keep the generator's state).
     seeded = next((n for n in aten.graph.nodes if _draws_random_numbers(n)), None)
+    user = budget if budget <= 1 else target / before  # the fraction torch.compile gets
     frac, got, at_user = (None, None, None) if seeded is not None else \
-        _torch_knapsack(aten, fakes, skip, budget, before, target, fused)
+        _torch_knapsack(aten, fakes, skip, user, before, target, note)
     if seeded is not None:
         note(f"torch's knapsack (way 2) not tried: the graph draws random numbers "
              f"({seeded.target}), which its plan may draw again in backward")
     if frac is not None:
         options.update(TORCH_KNAPSACK, activation_memory_budget=frac)
-        user = budget if budget <= 1 else target / before
         lower = "" if frac == user else (
             f", the largest fraction found whose plan meets the target (at {user:.3g}, "
             f"torch.compile's own plan keeps {at_user:,} B)")
@@ -580,12 +581,6 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
         return False
     if got is not None:
         reached.append((got, "torch's activation_memory_budget knapsack"))
-        if got >= before:
-            note(f"torch's activation_memory_budget knapsack (way 2) keeps {got:,} B at "
-                 f"{budget if budget <= 1 else target / before:.3g}, its default min-cut's "
-                 "bytes: torch's budget does nothing on this graph (as where its size "
-                 "estimate of the graph inputs, parameters included, is above the "
-                 "min-cut's); smaller fractions not tried")
     if usable(plain) and walk(plain, light, measured, unmodified) is not None:
         return True
     piped = fused
@@ -1045,8 +1040,8 @@ def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=Non
             assume_numel: int = 0, dropout_mask_bytes=None, memory_budget=None):
     """torch.compile(model, backend="memslim") with memslim's policy options
     (min_bytes, max_added_work, assume_numel, dropout_mask_bytes: as memslim.optimize's;
-    ValueError when out of range). fullgraph / dynamic: as torch.compile's. memslim.report(result)
-    gives the decision records of the graphs compiled so far.
+    ValueError when out of range). fullgraph / dynamic: as torch.compile's.
+    memslim.report(result) gives the decision records of the graphs compiled so far.
     memory_budget: each compiled graph keeps at most this fraction (in (0, 1]) of what
     Inductor's partitioner keeps for it unmodified (parameters excluded: the fraction
     torch's activation_memory_budget is of), or this many bytes (> 1); see
