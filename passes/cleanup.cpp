@@ -12,7 +12,7 @@
 // random ops keeps the RNG stream what the original graph draws.
 //
 //===----------------------------------------------------------------------===//
-#include <torch/csrc/jit/runtime/graph_iterator.h>
+#include "memslim/passes/graph_iterator.h"
 
 #include <unordered_set>
 

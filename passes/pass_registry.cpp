@@ -6,7 +6,7 @@
 #include "memslim/passes/safety_gate.h"
 
 #include <torch/csrc/jit/runtime/graph_executor.h>
-#include <torch/csrc/jit/runtime/graph_iterator.h>
+#include "memslim/passes/graph_iterator.h"
 
 namespace memslim {
 

@@ -17,7 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "memslim/passes/recompute_blocks.h"
 
-#include <torch/csrc/jit/runtime/graph_iterator.h>
+#include "memslim/passes/graph_iterator.h"
 
 #include <algorithm>
 #include <unordered_set>

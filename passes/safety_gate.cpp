@@ -9,7 +9,7 @@
 #include "memslim/passes/safety_gate.h"
 
 #include <torch/csrc/jit/runtime/autodiff.h>
-#include <torch/csrc/jit/runtime/graph_iterator.h>
+#include "memslim/passes/graph_iterator.h"
 
 #include <algorithm>
 #include <functional>

@@ -1,44 +1,93 @@
 #!/usr/bin/env bash
-# Sets up everything memslim needs on a fresh Debian machine and builds it:
-# Debian packages, the .venv (torch 2.14.1 CUDA build from local disk), the
-# CMake/ninja build (CUDA kernels included when nvcc exists), `import memslim`
-# in the venv. Idempotent: a second run only rebuilds what changed.
+# Sets up everything memslim needs on a fresh Debian machine and builds it: Debian packages,
+# the .venv (torch 2.14.1, a CUDA build, from this machine's disk), the CMake/ninja build
+# (CUDA kernels included when nvcc exists), `import memslim` and .venv/bin/memslim-opt.
+# One line per phase with its time; the tools' own output goes to build/setup-logs/ and is
+# printed only when a phase fails. Idempotent: a second run only rebuilds what changed.
+#
+#   scripts/setup.sh           what `import memslim` and the main job need
+#   scripts/setup.sh --tests   also GoogleTest and the gtest binaries (the test command)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+TESTS=0
+for a in "$@"; do
+  case "$a" in
+    --tests) TESTS=1 ;;
+    *) echo "setup: unknown option $a (use --tests)" >&2; exit 2 ;;
+  esac
+done
+LOGS=$ROOT/build/setup-logs
+mkdir -p "$LOGS"
+T0=$(date +%s%N)
+secs() { local d=$(( ($(date +%s%N) - $1) / 100000000 )); echo "$((d / 10)).$((d % 10))"; }
+phase() {  # phase NAME LOGFILE COMMAND...: runs it quietly, prints its time or its log
+  local name=$1 log=$LOGS/$2 t
+  shift 2
+  t=$(date +%s%N)
+  if "$@" >"$log" 2>&1; then
+    printf 'setup: %-36s %6s s\n' "$name" "$(secs "$t")"
+  else
+    echo "setup: $name FAILED; its output ($log):" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+}
 
-# 1. Debian packages (FileCheck/lit come with llvm-14-tools).
+# 1. Debian packages: what the build needs (cmake, ninja; ccache when there is one), and
+#    for the tests GoogleTest and FileCheck / lit (llvm-14-tools).
 need=()
-for p in cmake ninja-build ccache libgtest-dev llvm-14-tools; do
+pkgs=(cmake ninja-build)
+[ "$TESTS" = 1 ] && pkgs+=(ccache libgtest-dev llvm-14-tools)
+for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
-if [ ${#need[@]} -gt 0 ]; then
-  SUDO=""
+apt_install() {
+  local SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  echo "setup: installing ${need[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@"
+}
 
-# 2. Python environment.
-[ -x .venv/bin/python ] || python3 -m venv .venv
-if ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest, scikit_build_core; assert torch.__version__.startswith('2.14.1')" 2>/dev/null; then
-  echo "setup: installing Python packages (requirements.txt)"
-  .venv/bin/pip install -q -r requirements.txt
+# 2. Python environment (pip reads torch from this machine's disk: about a minute). The
+#    Debian packages install meanwhile.
+venv_install() {
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+}
+if ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest, matplotlib, scikit_build_core; assert torch.__version__.startswith('2.14.1')" 2>/dev/null; then
+  if [ ${#need[@]} -gt 0 ]; then
+    apt_install "${need[@]}" >"$LOGS/apt.log" 2>&1 &
+    APT=$!
+  fi
+  phase "Python packages (.venv)" pip.log venv_install
+  if [ -n "${APT:-}" ]; then
+    wait "$APT" || { echo "setup: apt-get install ${need[*]} FAILED:" >&2; tail -20 "$LOGS/apt.log" >&2; exit 1; }
+    echo "setup: Debian packages (${need[*]}) installed alongside"
+  fi
+elif [ ${#need[@]} -gt 0 ]; then
+  phase "Debian packages (${need[*]})" apt.log apt_install "${need[@]}"
 fi
 
 # 3. Build. nvcc lives in /usr/local/cuda/bin on this machine kind.
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
-TORCH_PREFIX=$(.venv/bin/python -c "import torch; print(torch.utils.cmake_prefix_path)")
-if [ ! -f build/build.ninja ]; then
+configure() {
+  local prefix
+  prefix=$(.venv/bin/python -c "import torch; print(torch.utils.cmake_prefix_path)")
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" \
-    > /tmp/memslim-configure.$$.log 2>&1 || { cat /tmp/memslim-configure.$$.log; exit 1; }
+    -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$ROOT/.venv/bin/python"
+}
+# (Re)configure when there is no build yet, or when the tests need GoogleTest found.
+if [ ! -f build/build.ninja ] || { [ "$TESTS" = 1 ] && ! grep -q '^MEMSLIM_HAVE_GTEST:INTERNAL=1' build/CMakeCache.txt; }; then
+  phase "configure (CMake)" configure.log configure
 fi
-cmake --build build
+phase "build (libraries, _C, memslim-opt)" build.log cmake --build build
+if [ "$TESTS" = 1 ]; then
+  phase "build (gtest binaries)" build-tests.log cmake --build build --target memslim_test_binaries
+fi
 
 # 4. `import memslim` from the venv: the package lives in python/.
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo "$ROOT/python" > "$SITE/memslim-dev.pth"
 ln -sf "$ROOT/build/bin/memslim-opt" .venv/bin/memslim-opt
-.venv/bin/python -c "import memslim" && echo "setup: ok"
+.venv/bin/python -c "import memslim" 2>"$LOGS/import.log" || { cat "$LOGS/import.log" >&2; exit 1; }
+echo "setup: ok in $(secs "$T0") s (import memslim works; .venv/bin/memslim-opt)"

@@ -49,7 +49,7 @@ bool is_floating(const GraphView& g, ValueRef v) {
 
 // Forward work of one node (nested nodes counted by the caller): 2 per
 // multiply-add of convolutions and matrix products (a weight's sizes: FX views
-// have them since session 26; before, FX convolutions counted one per output
+// have them since 2026-11-25 (8beef7f); before, FX convolutions counted one per output
 // element), else one per element made.
 double node_flops(const GraphView& g, NodeRef n) {
   std::string k = g.kind(n);

@@ -411,7 +411,7 @@ void invertible_couplings(FxGraphView& g, const CostPolicy& policy, FxResult& ou
 // those blocks (check_between without writes), and they stay out of the
 // ladder, so that the steps planned are the steps applied.
 // `as`: ApplyAs::Op prices whole blocks as the op would keep them (the
-// ladder of session 26: it reaches furthest, as each block's re-run replays
+// ladder of 2026-11-25 (8beef7f): it reaches furthest, as each block's re-run replays
 // one block); ApplyAs::Tags splits them into pieces priced as Inductor keeps
 // tagged values (finer and cheaper, but its greedy stops earlier: once kept
 // bytes are the whole predicted peak, no re-run fits under it).

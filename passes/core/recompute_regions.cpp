@@ -75,7 +75,7 @@ using NodeSet = saved::NodeSet;
 // Program positions, and which grad-mode span each node runs in (how many
 // mode switches come before it): a region and the place of its op stay in one
 // span, or the op would run a no_grad block's ops with grad, or the region's
-// ops without it (review finding, session 12).
+// ops without it (review finding, 2026-11-24).
 struct Positions {
   std::unordered_map<const void*, size_t> at, span;
   size_t pos(NodeRef n) const { return at.at(n.p); }
@@ -323,7 +323,7 @@ bool is_region_constant(const GraphView& g, ValueRef v) {
   const NodeRef p = g.producer(v);
   if (p && g.num_inputs(p) != 0) return false; // a list built from constants
   // NaN prints as `nan`, which the IR parser reads back as a type attribute:
-  // the op failed on its first run (review finding, session 12).
+  // the op failed on its first run (review finding, 2026-11-24).
   if (c->isDouble() && std::isnan(c->toDouble())) return false;
   return c->isInt() || c->isDouble() || c->isBool() || c->isNone() || c->isString();
 }

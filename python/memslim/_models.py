@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Type
+from typing import Callable, Optional, Type
 
 import torch
 
@@ -250,3 +250,104 @@ class RevTransformer(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.norm(self.blocks(x)))
+
+
+# --- The main job's models (python -m memslim demo) -----------------------------------------
+
+
+class TrainableAct(torch.nn.Module):
+    """A hand-written activation with two trainable 0-dim parameters, as a forum user
+    writes one: x * sigmoid(beta x) above 0, alpha (exp(x) - 1) below. Eager autograd keeps
+    every intermediate (six full-size tensors per call where ReLU keeps one); smooth, so
+    fp32 gradients can be compared (FracAct's x^(-a) at 0+ makes them noise)."""
+
+    def __init__(self):
+        super().__init__()
+        self.beta = torch.nn.Parameter(torch.tensor(1.2))
+        self.alpha = torch.nn.Parameter(torch.tensor(0.8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pos = x * torch.sigmoid(self.beta * x)
+        neg = self.alpha * (torch.exp(torch.clamp_max(x, 0.0)) - 1)
+        return torch.where(x > 0, pos, neg)
+
+
+def custom_act_resnet(classes: int = 10, seed: int = 0, blocks=(1, 1, 1, 1)) -> torch.nn.Module:
+    """torchvision's ResNet of BasicBlocks (`blocks` per stage: (2, 2, 2, 2) is ResNet-18,
+    (1, 1, 1, 1) ResNet-10) with every ReLU replaced by TrainableAct."""
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    torch.manual_seed(seed)
+    return swap_activation(ResNet(BasicBlock, list(blocks), num_classes=classes), torch.nn.ReLU,
+                           TrainableAct)
+
+
+class RMSNorm(torch.nn.Module):
+    """Llama's RMSNorm, written by hand as its reference code does."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class DecoderBlock(torch.nn.Module):
+    """Pre-norm causal self-attention and a SwiGLU MLP, no biases (Llama's layout; learned
+    positions instead of rotary ones)."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = RMSNorm(dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
+        self.proj = torch.nn.Linear(dim, dim, bias=False)
+        self.mlp_norm = RMSNorm(dim)
+        self.gate = torch.nn.Linear(dim, hidden, bias=False)
+        self.up = torch.nn.Linear(dim, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).chunk(3, dim=-1)
+        q = q.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        k = k.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        v = v.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        h = self.mlp_norm(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class TinyDecoder(torch.nn.Module):
+    """A small Llama-style language model: token and position embeddings, `depth`
+    DecoderBlocks, a final RMSNorm and an untied vocabulary head. forward(ids) returns the
+    logits; forward(ids, targets) the next-token cross-entropy (as transformers' models do
+    with labels=), so the loss head is part of the model's graph."""
+
+    def __init__(self, vocab: int = 2048, dim: int = 128, depth: int = 2, heads: int = 4,
+                 hidden: int = 352, seq: int = 128):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Parameter(torch.randn(seq, dim) * 0.02)
+        self.blocks = torch.nn.ModuleList([DecoderBlock(dim, heads, hidden)
+                                           for _ in range(depth)])
+        self.norm = RMSNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = self.embed(ids) + self.pos[: ids.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.norm(x))
+        if targets is None:
+            return logits
+        return torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), targets[:, 1:].reshape(-1))
+
+
+def tiny_decoder(seed: int = 0, **kwargs) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return TinyDecoder(**kwargs)

@@ -332,17 +332,17 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
        the backward's kernels (they read the kept input where the backward read the
        saved output: no kernel added), so the planner takes all of them at once, as
        torch's partitioner takes its most aggressive min-cut of fusible ops once that
-       meets the budget. Before session 28 the ladder was bisected from step 0 and
+       meets the budget. Before 2026-11-27 (40cfc51) the ladder was bisected from step 0 and
        stopped at the first step meeting the target: resnet50_frac kept 0.31 of eager
        at 0.5, torch.compile 0.10.
     2. Torch's own knapsack (_torch_knapsack): what torch.compile does with
        activation_memory_budget at the user's fraction, taken where its measured
        bytes meet the target (so memslim never keeps more than torch.compile at the
        same budget where torch's plan meets the target), else at the largest smaller
-       fraction whose plan meets it (session 32). Its solver picks
+       fraction whose plan meets it (2026-11-28, d5fb906). Its solver picks
        the re-runs (convolutions and matrix products among them) at the least
        estimated time for the bytes, where the ladder below is greedy per byte: on
-       resnet50 at 0.25 (session 28) both kept 58.6-58.7 MB, torch's at x1.06 of
+       resnet50 at 0.25 (2026-11-27, 40cfc51) both kept 58.6-58.7 MB, torch's at x1.06 of
        eager's step, the ladder's at x1.32; on the toy CNN at 0.25 the ladder's step
        peaked 16% above the unmodified graph's, torch's plan not at all.
     3. The rest of `plain` (steps re-running convolutions and matrix products, the
@@ -402,10 +402,10 @@ def _torch_knapsack(aten, fakes, skip, frac, before, target, note):
     meets the target (bisection over the multiples of 1 / KNAPSACK_GRID above 0): at a
     smaller fraction the knapsack keeps no more by its own estimate, so that plan keeps
     less than torch.compile at the user's fraction, and it picks its re-runs by
-    estimated time where the pieces ladder (way 3) is greedy per byte (session 30,
+    estimated time where the pieces ladder (way 3) is greedy per byte (2026-11-28,
     resnet50 at 0.25: torch's plan at 0.25 missed the target by 0.2%, and the ladder's
     plan ran x1.32 of eager against torch's x1.06). A fraction above the user's (an
-    interpolation tried in session 30) is never tried: issue 12 holds memslim to
+    interpolation tried on 2026-11-28) is never tried: issue 12 holds memslim to
     torch.compile's bytes at each budget. Where torch's plan at the user's fraction
     keeps its default min-cut's bytes, its budget is inert (a note says so) and no
     smaller fraction is tried. `frac`: the user's fraction. Returns (fraction, measured
@@ -709,7 +709,7 @@ def _chain_levels(aten: torch.fx.GraphModule, chains):
     has started in program order, after that chain: a node keeps its place relative to
     every chain, except a pure one (no write, no random draw) that a later chain node
     reads, which moves before that chain when no write precedes it since the chain began
-    (a write through a view is not an edge of the graph: review of session 29). None
+    (a write through a view is not an edge of the graph: review of 2026-11-27). None
     when a chain would read a value placed after it."""
     import operator
     owner = {}
@@ -926,7 +926,7 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         # graph's context read the graph's (IndexError in its runtime wrapper).
         # Inductor's caches off for the pieces: a piece whose graph matched another
         # model's piece (same ops, a weight of another shape) was served that piece's
-        # code (size assertion at run time; found in session 29's tests, not understood).
+        # code (size assertion at run time; found in the 2026-11-27 tests, not understood).
         from torch._functorch import config as functorch_config
         from torch._inductor import config as inductor_config
         try:

@@ -7,7 +7,7 @@ slot, after any pass the user set, for every graph memslim's backend hands to co
 
 Why: memslim's promise is eager's results, and a split or a rewrite can hand Inductor a
 graph that plain torch.compile never built. Found by the differential fuzzer (seed 930021,
-session 31): torch 2.14.1's post-grad pattern add(mm(a, b), c) -> addmm(c, a, b) ignores
+2026-11-28): torch 2.14.1's post-grad pattern add(mm(a, b), c) -> addmm(c, a, b) ignores
 add's `alpha`, so torch.compile computes `torch.add(x @ w, x, alpha=0.5)` as x @ w + x (plain
 torch.compile too: 1.06 off on a 4x8 case). The coupling-chain split made a piece whose
 output was such an add, and the outputs came out 0.106 off; the whole graph had escaped the

@@ -1010,8 +1010,8 @@ class Gen:
 
     def s_no_grad(self):
         """`with torch.no_grad():` around a few statements (values made there stay visible
-        and require no grad): a grad-mode switch no rewrite may reach across (session 12's
-        review found recompute regions did)."""
+        and require no grad): a grad-mode switch no rewrite may reach across (a review
+        on 2026-11-24 found recompute regions did)."""
         if self.depth >= 2 or self.in_loop:
             return []
         gens = [self.s_act, self.s_hand, self.s_pointwise, self.s_pointwise]

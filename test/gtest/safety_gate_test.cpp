@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
-#include <torch/csrc/jit/runtime/graph_iterator.h>
+#include "memslim/passes/graph_iterator.h"
 #include <torch/script.h>
 
 #include <cmath>

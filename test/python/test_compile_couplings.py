@@ -161,7 +161,7 @@ def test_an_unreachable_budget_is_refused_with_the_smallest_reachable_figure():
 
 
 class WriteThroughAViewBeforeTheChain(torch.nn.Module):
-    """Review of session 29: a write through a view before a chain has no edge to the
+    """Review of 2026-11-27: a write through a view before a chain has no edge to the
     chain's reads of the buffer; split_module's own piece order ran it after the chain."""
 
     def __init__(self, d=8):
@@ -195,7 +195,7 @@ def test_pieces_run_in_program_order_around_a_write_through_a_view():
 
 
 def test_a_budget_the_pieces_cannot_share_falls_back_to_the_unsplit_graph():
-    """Review of session 29: shares in proportion to each piece's unmodified bytes can be
+    """Review of 2026-11-27: shares in proportion to each piece's unmodified bytes can be
     below what a piece reaches; the unsplit graph's ways are tried then, as without chains."""
     torch.manual_seed(0)
     ref = RevNet(widths=(8, 16, 32), blocks=(2, 2, 2))

@@ -51,10 +51,10 @@ def check_corpus(session, name: str) -> dict:
         return check_source(session, f.read())
 
 
-# Long-fuzz seed 600035 (session 16), minimized: a hand-written LayerNorm of exactly
+# Long-fuzz seed 600035 (2026-11-24), minimized: a hand-written LayerNorm of exactly
 # constant rows. Eager's formula gives x - mean = 0, so gamma's gradient is exactly 0;
 # canonicalize-norms' aten::layer_norm of x (one-pass moments) left x_hat ~1e-5 there and
-# the gradient read 2.5e-5. Fixed in session 17: the formula's centring stays and
+# the gradient read 2.5e-5. Fixed on 2026-11-24 (bdf6efc): the formula's centring stays and
 # layer_norm normalises x - mean.
 def test_hand_layer_norm_of_constant_rows(session):
     check_corpus(session, "seed600035_hand_layer_norm_constant_row.py")
@@ -1730,7 +1730,7 @@ def test_softplus_then_inplace_tanh_under_if(session):
     check(session, SOFTPLUS_TANH_INPLACE)
 
 
-# Quick seeds 60 and 232 (session 12, the generator's first no_grad blocks): rewrites that
+# Quick seeds 60 and 232 (2026-11-24, the generator's first no_grad blocks): rewrites that
 # cover several nodes reached across a `with torch.no_grad()` boundary (the fused
 # elu + dropout ran the elu with grad; x * sigmoid(x) with the sigmoid under no_grad became
 # silu(x)), giving gradients eager never gives. Both front ends; the corpus holds the seeds.
@@ -1764,7 +1764,7 @@ class _NoGradSigmoid(_TwoLinears):
 
 
 class _NoGradCseTwin(_TwoLinears):
-    # Long-fuzz seed 401503 (session 13): the hand-written mish under no_grad became
+    # Long-fuzz seed 401503 (2026-11-24): the hand-written mish under no_grad became
     # mish(h), beside the user's mish(h) outside; TorchScript's CSE merged them and
     # the block's value carried a gradient.
     def forward(self, x):
@@ -1804,25 +1804,25 @@ def test_no_rewrite_reaches_across_a_no_grad_block(model_fn, front_end):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
 
-# Long-fuzz seed 700679 (session 17), shrunk: BatchNorm1d over channels that are exactly
+# Long-fuzz seed 700679 (2026-11-24), shrunk: BatchNorm1d over channels that are exactly
 # constant in the batch; the FX front end's output-saving batch_norm rebuilt x_hat from
 # aten's rounded y (y = x * scale + shift carries u |mean| rstd, rstd = 1 / sqrt(eps)) and
-# gave gamma a 1.6e-5 gradient where eager's is exactly 0. Fixed in session 24: channels
+# gave gamma a 1.6e-5 gradient where eager's is exactly 0. Fixed on 2026-11-25 (91f4146): channels
 # with |mean| rstd over the bound keep their x_hat (norm_fallback).
 def test_bn_output_saving_of_constant_channels(session):
     check_corpus(session, "seed700679_bn_output_saving_constant_channel.py")
 
 
-# Fuzz seed 916549 (session 23), shrunk: a coupling-shaped block whose BatchNorm1d sees
+# Fuzz seed 916549 (2026-11-25), shrunk: a coupling-shaped block whose BatchNorm1d sees
 # channels that are exactly constant (hardsigmoid(0) * 30 on a zeros input); the FX front
 # end's output-saving batch_norm gives gamma a 8.9e-3 gradient where eager's is exactly 0.
-# The same class as seed 700679 above; found again by the session-23 run of 3000 seeds,
+# The same class as seed 700679 above; found again by the 2026-11-25 run of 3000 seeds,
 # unchanged with the fused region loop off (MEMSLIM_REGION_KERNEL=0). Fixed with it.
 def test_bn_output_saving_of_constant_channels_in_coupling(session):
     check_corpus(session, "seed916549_bn_constant_channels_in_coupling.py")
 
 
-# Long-fuzz seed 701167 (session 17), shrunk: a hand-written LayerNorm of rows constant to
+# Long-fuzz seed 701167 (2026-11-24), shrunk: a hand-written LayerNorm of rows constant to
 # rounding; aten's layer_norm re-centres the formula's x - mean, the formula does not. Not
 # fixed (known_failures.txt).
 @pytest.mark.xfail(strict=True, reason="seed 701167: canonicalized hand LayerNorm, near-constant rows")
@@ -1830,7 +1830,7 @@ def test_hand_layer_norm_of_near_constant_rows(session):
     check_corpus(session, "seed701167_hand_layer_norm_near_constant_row.py")
 
 
-# Long-fuzz seed 800836 (session 18), shrunk: a coupling chain on the pieces of a
+# Long-fuzz seed 800836 (2026-11-24), shrunk: a coupling chain on the pieces of a
 # transposed input, linked through chunk(cat(...)), with dropout in its last G. The chain
 # passed the first block's outputs to the next block as they were (transposed layout)
 # instead of the link's pieces (row-major), so the last G's dropout drew its mask in
@@ -1840,7 +1840,7 @@ def test_coupling_chain_dropout_after_transposed_input(session):
     check_corpus(session, "seed800836_coupling_dropout_transposed_input.py")
 
 
-# Quick-fuzz seed 88 (session 18), shrunk: a coupling chain whose input is exactly zero
+# Quick-fuzz seed 88 (2026-11-24), shrunk: a coupling chain whose input is exactly zero
 # (y - y), BatchNorm over constant channels inside F / G and a 30x gain. memslim.optimize and
 # the FX front end pass; memslim-opt --verify on the saved archive reports fp32 gradients off
 # by 3e-3 (1.1 unshrunk). It appeared once coupling links handed the next block the link's
@@ -1850,20 +1850,20 @@ def test_coupling_chain_on_zero_input_cli_verify(session):
     check_corpus(session, "seed88_coupling_bn_zero_input_cli_verify.py")
 
 
-# Long-fuzz seed 900440 (session 19), shrunk: a coupling chain (BatchNorm inside G,
+# Long-fuzz seed 900440 (2026-11-24), shrunk: a coupling chain (BatchNorm inside G,
 # LayerNorm inside F) on the pieces of LayerNorm(relu_(rms_norm(x))) * g. memslim.optimize's
 # gradient of the LayerNorm before the chain was off (norm0.bias rel 17.9, with 1 thread).
 # Row 7 of x is all negative, so relu_ zeroes it and the first block's x2 row is exactly 0;
 # rebuilt, it is 1e-7 noise, F's layer_norm over 4 elements scales that by 1/sqrt(eps) and
 # the ReLU6 after it turns on: the input gradient there was 112 where eager's is 1. The
-# first-call check compared values only. Fixed (session 22): it also compares F's / G's
+# first-call check compared values only. Fixed (2026-11-25, 0cef10d): it also compares F's / G's
 # gradients at the rebuilt and the exact input, beyond what relative noise of the same size
 # does, and block 0 keeps its input.
 def test_coupling_chain_after_layer_norm_input_gradient(session):
     check_corpus(session, "seed900440_coupling_bn_layer_norm_input_grad.py")
 
 
-# Long-fuzz seed 912289 (session 20), shrunk: fp64 LayerNorm(x * sigmoid(x)).mean().
+# Long-fuzz seed 912289 (2026-11-24), shrunk: fp64 LayerNorm(x * sigmoid(x)).mean().
 # Eager's mean is exactly 0; after silu canonicalization memslim's is 6.9e-18, an
 # ulp-level difference through a cancelling sum that the comparison reads as relative
 # error inf. Present at 346d549 (known_failures.txt).
@@ -1872,14 +1872,14 @@ def test_silu_layer_norm_mean_of_zero_fp64(session):
     check_corpus(session, "seed912289_silu_layer_norm_mean_zero_fp64.py")
 
 
-# Long-fuzz seed 912100 (session 20), shrunk: a coupling chain whose G is linear(layer_norm
+# Long-fuzz seed 912100 (2026-11-24), shrunk: a coupling chain whose G is linear(layer_norm
 # over 2 elements). The rebuilt input passes the drift check; the 2-element LayerNorm
 # turns its rounding into w3's gradient off by 1.28e-4 (bar 1e-4). Present at 346d549.
-# Session 22's gradient check sees F's parameter gradient off by 5.5e-6 at a random
-# cotangent (bound 1e-5); the two blocks' contributions to w3 cancel to 1.28e-4 of the sum.
-# Session 27: passes on an Intel Xeon with AVX-512 (the machine of that session), failed on
-# the AMD EPYC machines of sessions 20-26: at 1.28e-4 against a bar of 1e-4 the verdict is
-# the CPU's vector rounding. Not strict: reported as XPASS where it passes and XFAIL where
+# The gradient check of 0cef10d (2026-11-25) sees F's parameter gradient off by 5.5e-6 at a
+# random cotangent (bound 1e-5); the two blocks' contributions to w3 cancel to 1.28e-4 of the
+# sum. 2026-11-27: passes on an Intel Xeon with AVX-512 (the machine used then), failed on the
+# AMD EPYC machines used 2026-11-24 to 2026-11-25: at 1.28e-4 against a bar of 1e-4 the verdict
+# is the CPU's vector rounding. Not strict: reported as XPASS where it passes and XFAIL where
 # it fails (known_failures.txt lists it); fixing it still means making it strict again.
 @pytest.mark.xfail(strict=False, reason="seed 912100: coupling chain through a 2-element "
                    "LayerNorm (at the bar's edge: passes on some CPUs)")
@@ -1887,11 +1887,11 @@ def test_coupling_chain_through_a_two_element_layer_norm(session):
     check_corpus(session, "seed912100_coupling_layer_norm_of_two.py")
 
 
-# Fuzz seeds 919516, 919812 and 922186 (session 24, 3000 seeds 919500:922500): three
-# `wrong` verdicts present with every session-24 change turned off (and with the fused
-# region loop off). Not fixed yet (known_failures.txt); see each corpus file's header.
-# Session 27: passes on an Intel Xeon with AVX-512, as 912100 above (1.3e-4 against 1e-4
-# on the AMD EPYC of session 24).
+# Fuzz seeds 919516, 919812 and 922186 (2026-11-25, 3000 seeds 919500:922500): three
+# `wrong` verdicts present with every change then new (2026-11-25) turned off (and with the
+# fused region loop off). Not fixed yet (known_failures.txt); see each corpus file's header.
+# 2026-11-27: passes on an Intel Xeon with AVX-512, as 912100 above (1.3e-4 against 1e-4
+# on the AMD EPYC used 2026-11-25).
 @pytest.mark.xfail(strict=False, reason="seed 919516: fused activation-dropout in a coupling "
                    "(at the bar's edge: passes on some CPUs)")
 def test_fused_dropout_silu_in_coupling(session):
@@ -1908,7 +1908,7 @@ def test_hand_layer_norm_shift_grad_zero(session):
     check_corpus(session, "seed922186_hand_layer_norm_shift_grad_zero.py")
 
 
-# Fuzz seed 924560 (session 25, 3000 seeds 922500:925500, the first with affine couplings):
+# Fuzz seed 924560 (2026-11-25, 3000 seeds 922500:925500, the first with affine couplings):
 # a Glow half's rebuilt input is off by 2e-7 relative, and a cancelling weight gradient
 # amplifies it past the bar (the class of 919812). Not fixed (known_failures.txt).
 @pytest.mark.xfail(strict=True, reason="seed 924560: Glow half, a cancelling weight gradient")
@@ -1916,7 +1916,7 @@ def test_glow_coupling_cancelling_weight_grad(session):
     check_corpus(session, "seed924560_glow_coupling_cancelling_weight_grad.py")
 
 
-# Fuzz seed 927093 (session 27, the compile-budget leg): an in-place activation under
+# Fuzz seed 927093 (2026-11-27, the compile-budget leg): an in-place activation under
 # no_grad (`v20 = v19.tanh_()`, read afterwards) on a tensor that requires grad. The FX
 # front end's functionalize-inplace-activations made it tanh(v19), a tensor with no
 # autograd history, and memslim.compile's gradients lost the path through v19 (w1 0.98
@@ -1978,7 +1978,7 @@ def compile_session():
     yield from _compile_leg_session("none")
 
 
-# Compile leg, seed 929001 (session 29): memslim.compile splits the coupling chain out;
+# Compile leg, seed 929001 (2026-11-27): memslim.compile splits the coupling chain out;
 # the piece before it holds memslim ops with unbacked sizes, which broke Dynamo's guards
 # while the pieces were compiled in its shape environment (a fake mode of their own now).
 def test_compile_chain_beside_exact_list(compile_session):
@@ -1986,7 +1986,7 @@ def test_compile_chain_beside_exact_list(compile_session):
     assert res.get("chains", 0) >= 1, res  # the chain was split out and rewritten
 
 
-# Compile leg, seed 929036 (session 29): a chunk made before the chain is read after it; the
+# Compile leg, seed 929036 (2026-11-27): a chunk made before the chain is read after it; the
 # split marked its pieces as needing no gradient (requires_grad was propagated through
 # tensor values only, not through chunk's list), and the gradient through them was lost.
 def test_compile_chain_grad_through_chunk(compile_session):
@@ -1994,7 +1994,7 @@ def test_compile_chain_grad_through_chunk(compile_session):
     assert res.get("chains", 0) >= 1, res
 
 
-# Compile leg, seed 929032 (session 29; 929043 and 929044 alike): a no_grad region beside a
+# Compile leg, seed 929032 (2026-11-27; 929043 and 929044 alike): a no_grad region beside a
 # coupling chain; splitting moved nodes across the grad-mode switch (split_module refused).
 def test_compile_chain_beside_no_grad(compile_session):
     check_corpus(compile_session, "seed929032_compile_chain_beside_no_grad.py")
@@ -2006,17 +2006,17 @@ def compile_budget_session():
     yield from _compile_leg_session("0.3")
 
 
-# Compile leg with a budget, seed 930027 (session 30): torch's own knapsack (the planner's way
+# Compile leg with a budget, seed 930027 (2026-11-28): torch's own knapsack (the planner's way
 # 2) re-ran a dropout in backward, which under fallback_random draws another mask from aten's
 # generator (w0 0.63 off). A graph drawing random numbers does not take way 2.
 def test_compile_budget_knapsack_keeps_dropout_masks(compile_budget_session):
     check_corpus(compile_budget_session, "seed930027_compile_budget_knapsack_redraws_dropout.py")
 
 
-# Compile leg with a budget, seed 930021 (session 30): split around the coupling chain,
-# outputs were 0.106 and w0's gradient 0.395 off eager, with or without a budget. Session 30
-# refused to split graphs writing in place into their own values; session 31 found the cause
-# in Inductor: the first piece ended in add_(linear(x, w0), x, alpha=0.5), and torch 2.14.1's
+# Compile leg with a budget, seed 930021 (2026-11-28): split around the coupling chain,
+# outputs were 0.106 and w0's gradient 0.395 off eager, with or without a budget. First memslim
+# refused to split graphs writing in place into their own values; then (30873c5) the cause was
+# found in Inductor: the first piece ended in add_(linear(x, w0), x, alpha=0.5), and torch 2.14.1's
 # add(mm, c) -> addmm pattern drops add's alpha (plain torch.compile too). The backend's
 # post-grad guard (memslim.inductor_guards) moves alpha off such adds; the refusal is gone.
 def test_compile_budget_chain_with_dropout(compile_budget_session):

@@ -609,7 +609,7 @@ def test_compile_with_caches_on_keeps_each_policys_regions(tmp_path):
 
 
 def test_region_tags_enter_inductors_cache_key():
-    # Tags are node metadata, which the cache keys do not cover (session 11 measured a
+    # Tags are node metadata, which the cache keys do not cover (measured 2026-11-23: a
     # hand-tagged compile served the untagged partition): the backend compiles a tagged
     # graph with a keying pass whose uuid names the tags, and Inductor's key reads it.
     from torch._inductor import config
@@ -644,7 +644,7 @@ def _pre_dispatch(model, x):
 
 
 class _SumUnderNoGrad(nn.Module):
-    """Review finding (session 12): the region's first outside reader sat inside a
+    """Review finding (2026-11-24): the region's first outside reader sat inside a
     no_grad block, so the op went there and ran without grad."""
 
     def forward(self, x):
@@ -655,7 +655,7 @@ class _SumUnderNoGrad(nn.Module):
 
 
 class _ParamReadMidGraph(nn.Module):
-    """Review finding (session 12): make_fx's get_attr constants sit mid-graph; the view
+    """Review finding (2026-11-24): make_fx's get_attr constants sit mid-graph; the view
     put them with the placeholders and the op went before one it reads."""
 
     def __init__(self):
@@ -683,7 +683,7 @@ def test_fx_region_regressions_run_like_eager(model_fn):
 
 
 class _RegionIsTheOutput(nn.Module):
-    """Review finding (session 12): a region whose output is the program's output (or a
+    """Review finding (2026-11-24): a region whose output is the program's output (or a
     buffer's new value) left the ExportedProgram's signature naming a node that was gone:
     torch.export.save and _validate failed."""
 

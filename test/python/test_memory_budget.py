@@ -201,7 +201,7 @@ class InvResNet(nn.Module):
 
 
 def test_blocks_with_an_in_place_residual_if_and_int_list_attributes_fp64():
-    """MobileNetV3's and ConvNeXt's blocks (session 19: the gate read the If's add_ as a
+    """MobileNetV3's and ConvNeXt's blocks (2026-11-24: the gate read the If's add_ as a
     write after the block, an int[] could not pass into the op, and the untaken branch's
     sizes made the whole model unpriceable)."""
     opt = budget_matches_eager_fp64(InvResNet, 0.4)

@@ -143,7 +143,7 @@ def test_rewritten_module_saves_reloads_and_trains_identically(frac_resnet18, tm
 
 
 class _NoGradThenFormula(torch.nn.Module):
-    """Review finding (session 12): a no_grad block's ops joined the region after it,
+    """Review finding (2026-11-24): a no_grad block's ops joined the region after it,
     which then ran them with grad (TorchScript: prim::Enter/Exit; FX: _set_grad_enabled)."""
 
     def forward(self, x):
@@ -154,7 +154,7 @@ class _NoGradThenFormula(torch.nn.Module):
 
 
 class _NanFill(torch.nn.Module):
-    """Review finding (session 12): a NaN constant printed into the region's text parses
+    """Review finding (2026-11-24): a NaN constant printed into the region's text parses
     back as something else, and the op failed on its first run."""
 
     def forward(self, x):

@@ -1,5 +1,5 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 146
-# Regression (session 14): the rms_norm + exp(...) residual join read the exp region's
+# Regression (2026-11-24): the rms_norm + exp(...) residual join read the exp region's
 # output, a value the region op makes: memslim.fx raised IndexError applying it.
 # features: act:hardsigmoid_ act:relu_ act_inplace act_module arg_float dtype_float32 matmul mode_train norm norm:layer norm:rms pw_binary pw_unary sum_term tuple_return
 import math

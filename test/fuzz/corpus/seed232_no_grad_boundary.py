@@ -1,4 +1,4 @@
-# Fuzzer finding (quick seed 232, session 12, the first run with no_grad blocks): a rewrite
+# Fuzzer finding (quick seed 232, 2026-11-24, the first run with no_grad blocks): a rewrite
 # across a `with torch.no_grad()` boundary (gradient of x off by 26%).
 # features: act:gelu_tanh act:hardswish act:hardswish_ act:leaky_relu act:mish act:silu_ act_inplace act_module dtype_float32 fracact hand_gelu hand_split inplace_write linear loop loop_accumulate loop_index mode_train no_grad pw_binary pw_unary sum_term tuple_return
 import math

@@ -1,4 +1,4 @@
-# Fuzzer finding (long-fuzz seed 400522, session 13, the first long run with norms): a LayerNorm
+# Fuzzer finding (long-fuzz seed 400522, 2026-11-24, the first long run with norms): a LayerNorm
 # feeding a BatchNorm whose gammas are 0 or ~0.05; the LayerNorm gamma's gradient is ~1e-6 and
 # eager fp32 has only two digits of it (1.6e-2 from fp64); memslim.fx.optimize (LayerNorm keeping
 # its output) is 5.8e-3 from eager, as near fp64 as eager, fp64 twins 1e-15 apart. The judge

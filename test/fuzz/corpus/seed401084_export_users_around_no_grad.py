@@ -1,4 +1,4 @@
-# Fuzzer finding (long-fuzz seed 401084, session 13): torch.export's graph lists `sigmoid`'s users
+# Fuzzer finding (long-fuzz seed 401084, 2026-11-24): torch.export's graph lists `sigmoid`'s users
 # as only the no_grad block (wrap_with_set_grad_enabled) although `mul` reads it too; setting mul's
 # args (x * sigmoid(x) -> silu(x)) then raised SystemError inside torch.fx. memslim.fx now repairs
 # the users before it rewrites.

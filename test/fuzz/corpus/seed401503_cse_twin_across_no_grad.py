@@ -1,4 +1,4 @@
-# Fuzzer finding (long-fuzz seed 401503, session 13; bf16 there, this is its fp32 twin):
+# Fuzzer finding (long-fuzz seed 401503, 2026-11-24; bf16 there, this is its fp32 twin):
 # x * tanh(softplus(x)) inside `with torch.no_grad()` became mish(x), beside the user's mish(x)
 # outside the block; TorchScript's CSE merged the two, so v6 carried a gradient and x got one
 # eager never gives it (|grad| 9.01 vs 0). The SafetyGate now refuses a new op whose CSE twin

@@ -1,4 +1,4 @@
-# Fuzzer finding (long-fuzz seed 402671, session 13, fp64): lin0's bias feeds a BatchNorm, so its
+# Fuzzer finding (long-fuzz seed 402671, 2026-11-24, fp64): lin0's bias feeds a BatchNorm, so its
 # true gradient is zero and eager's is rounding noise (1e-17); the hardsigmoid's mask-only op
 # rounds its gradient differently and the noise differs entirely (relative 1.03). The judge now
 # measures each tensor's own noise (eager under an 8-ulp perturbation of parameters and inputs)

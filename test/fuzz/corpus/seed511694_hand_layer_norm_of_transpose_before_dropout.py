@@ -1,5 +1,5 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 511694
-# Regression (session 15): a hand-written LayerNorm of x.t() (not contiguous) before nn.Dropout.
+# Regression (2026-11-24): a hand-written LayerNorm of x.t() (not contiguous) before nn.Dropout.
 # canonicalize-norms made it aten::layer_norm, whose output is contiguous where the formula's
 # keeps x.t()'s layout: dropout's mask (empty_like + bernoulli_) then fell on other elements
 # (out:1 0.164 off eager). The canonicalization now needs a contiguous input.

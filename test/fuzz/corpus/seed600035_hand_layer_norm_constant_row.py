@@ -1,9 +1,9 @@
-# Fuzzer finding (long-fuzz seed 600035, session 16; minimized): a hand-written LayerNorm of
+# Fuzzer finding (long-fuzz seed 600035, 2026-11-24; minimized): a hand-written LayerNorm of
 # rows that are exactly constant. Eager's formula gives x - mean = 0 exactly, so the gamma
 # gradient is exactly 0; canonicalize-norms turned the formula into aten::layer_norm of x,
 # whose one-pass moments left x_hat at ~1e-5 there (the eps-dominated rstd, 316, scales the
 # last bit of the mean), and the gamma gradient read 2.5e-5 through both front ends. Fixed
-# in session 17: the formula's centring x - mean stays, and layer_norm normalises it.
+# on 2026-11-24 (bdf6efc): the formula's centring x - mean stays, and layer_norm normalises it.
 import math
 
 import torch

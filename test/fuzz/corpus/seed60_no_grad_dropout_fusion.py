@@ -1,4 +1,4 @@
-# Fuzzer finding (quick seed 60, session 12, the first run with no_grad blocks): elu inside
+# Fuzzer finding (quick seed 60, 2026-11-24, the first run with no_grad blocks): elu inside
 # `with torch.no_grad()`, its dropout outside; fuse-activation-dropout made them one op outside the
 # block, so w1 got a gradient eager's program never gives it (14.8 vs 0).
 # features: act:elu act:softplus dropout dtype_float32 hand_silu inplace_slice linear matmul mode_train no_grad pw_binary pw_unary sum_term

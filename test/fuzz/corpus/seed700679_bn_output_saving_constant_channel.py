@@ -1,4 +1,4 @@
-# Fuzzer finding (long-fuzz seed 700679, session 17; shrunk): BatchNorm1d over channels that are
+# Fuzzer finding (long-fuzz seed 700679, 2026-11-24; shrunk): BatchNorm1d over channels that are
 # exactly constant in the batch (v1 = v0 - v0). Eager's backward recomputes x_hat = (x - mean) * rstd
 # = 0 exactly, so bn0.weight's gradient is 0; the FX front end's output-saving batch_norm rebuilds
 # x_hat = (y - beta) / gamma from aten's y = x * scale + shift, whose rounding (ulp of mean * rstd,

@@ -1,7 +1,7 @@
-# Fuzzer finding (long-fuzz seed 701167, session 17; shrunk): a hand-written LayerNorm of rows that are
+# Fuzzer finding (long-fuzz seed 701167, 2026-11-24; shrunk): a hand-written LayerNorm of rows that are
 # constant to rounding (x - mean(x) is a tiny nonzero constant). The formula keeps that constant,
 # x_hat = d * rsqrt(mean(d^2) + eps); canonicalize-norms' aten::layer_norm(d) subtracts mean(d) again
-# and gives 0, so s0's gradient moves by 5.9e-4 (FX front end). Session 17's centring fixed exactly
+# and gives 0, so s0's gradient moves by 5.9e-4 (FX front end). Centring of 2026-11-24 fixed exactly
 # constant rows (seed 600035), not these; bit-compatible needs the formula's own moments. Not fixed.
 import math
 

@@ -1,5 +1,5 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 88
-# Regression (session 14): group_norm of a constant input (y - y): x_hat is 0 in aten, so
+# Regression (2026-11-24): group_norm of a constant input (y - y): x_hat is 0 in aten, so
 # gamma's gradient is exactly 0. Rebuilding x_hat as y * (1/gamma) - beta/gamma gave 5e-7;
 # (y - beta) / gamma gives 0, as aten.
 # features: arg_bool dtype_float32 mode_train norm norm:group pw_binary pw_unary

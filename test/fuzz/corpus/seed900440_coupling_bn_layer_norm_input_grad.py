@@ -1,4 +1,4 @@
-# memslim differential fuzzer program (test/fuzz/gen.py), seed 900440, shrunk (session 19): a known failure, see known_failures.txt
+# memslim differential fuzzer program (test/fuzz/gen.py), seed 900440, shrunk (2026-11-24): a known failure, see known_failures.txt
 # features: act:relu_ act_inplace coupling coupling_bn dtype_float32 linear mode_train norm norm:layer norm:rms param_broadcast
 import math
 

@@ -1,4 +1,4 @@
-# memslim differential fuzzer program (test/fuzz/gen.py), seed 912100, shrunk (session 20): a known failure, see known_failures.txt
+# memslim differential fuzzer program (test/fuzz/gen.py), seed 912100, shrunk (2026-11-24): a known failure, see known_failures.txt
 # features: act:sigmoid coupling dtype_float32 hand_mish hand_split linear matmul method method:relu mode_eval tuple_return view_transpose
 import math
 

@@ -1,4 +1,4 @@
-# memslim differential fuzzer program (test/fuzz/gen.py), seed 912289, shrunk (session 20): a known failure, see known_failures.txt
+# memslim differential fuzzer program (test/fuzz/gen.py), seed 912289, shrunk (2026-11-24): a known failure, see known_failures.txt
 # features: dtype_float64 hand_silu hand_split mode_eval norm norm:layer sum_term tuple_return view_reshape
 import math
 

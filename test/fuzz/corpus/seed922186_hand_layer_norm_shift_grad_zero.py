@@ -1,4 +1,4 @@
-# Fuzz seed 922186 (session 24), shrunk: a hand-written LayerNorm (mean / var / rsqrt) of
+# Fuzz seed 922186 (2026-11-25), shrunk: a hand-written LayerNorm (mean / var / rsqrt) of
 # y + sigmoid(s0): s0's true gradient is 0 (a shift the norm removes) and eager's cancelling
 # sum gives exactly 0; memslim's canonicalized layer_norm gives 2e-7 (relative error inf).
 # The class of seeds 912289 / 701167: an ulp-level result of a cancelling sum (known_failures.txt).

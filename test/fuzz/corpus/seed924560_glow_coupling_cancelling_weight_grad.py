@@ -1,4 +1,4 @@
-# Fuzz seed 924560 (session 25), shrunk: two linked couplings with dropout, the second
+# Fuzz seed 924560 (2026-11-25), shrunk: two linked couplings with dropout, the second
 # with a Glow half (v17 + v20) * sigmoid(v20 + 2) behind BatchNorm1d(1); the 1x1 weight w1's
 # gradient off by 3.2e-4 (bar 1e-4). The fp64 twin matches eager within 1e-9 and the
 # rebuilt input is off by 2e-7 relative (rounding of y = (x + t) m at |x + t| ~ 2.8 for

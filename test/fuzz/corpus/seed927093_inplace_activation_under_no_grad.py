@@ -1,4 +1,4 @@
-# Fuzz seed 927093 (compile-budget leg, session 27): `with no_grad: v20 = v19.tanh_()`, read
+# Fuzz seed 927093 (compile-budget leg, 2026-11-27): `with no_grad: v20 = v19.tanh_()`, read
 # afterwards. functionalize-inplace-activations made it tanh(v19) in the FX front end, which
 # cut the gradient through v19 (memslim.compile's w1 gradient 0.98 off, fp32 and bf16).
 import math

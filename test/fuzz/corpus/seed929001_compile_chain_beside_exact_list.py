@@ -1,7 +1,7 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 929001: under memslim.compile
 # (MEMSLIM_FUZZ_COMPILE_BUDGET=none) its coupling chain is split out, and the piece before it
 # holds memslim ops whose exact lists have unbacked sizes; compiled in Dynamo's shape
-# environment, those symbols broke its guards (IndexError in produce_guards). Session 29.
+# environment, those symbols broke its guards (IndexError in produce_guards). Found 2026-11-27.
 # features: act:hardswish act:hardswish_ act:silu act_inplace act_module coupling coupling_affine coupling_dropout dtype_bfloat16 hand_gelu hand_split if_training method method:relu mode_eval nn_linear pw_unary
 import math
 

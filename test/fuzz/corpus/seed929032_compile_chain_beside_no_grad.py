@@ -2,7 +2,7 @@
 # (MEMSLIM_FUZZ_COMPILE_BUDGET=none) its graph holds a no_grad region (set_grad_enabled nodes)
 # beside a coupling chain; the split moved nodes across the switch and split_module refused
 # (AssertionError: set_grad_enabled require monotonically increasing partitions). Such
-# graphs keep their chains with Inductor, with a remark (session 29).
+# graphs keep their chains with Inductor, with a remark (2026-11-27).
 # features: act:elu coupling coupling_affine coupling_bn dropout dtype_float32 inplace_write linear mode_train no_grad norm norm:group param_0dim pw_binary sum_term tuple_return write_after_dropout
 import math
 

@@ -1,9 +1,9 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 930021: under memslim.compile with
 # memory_budget=0.3 (MEMSLIM_FUZZ_COMPILE_BUDGET=0.3) w0's gradient is 0.395 off eager, with and
-# without way 2, and without a budget (session 30): split around the coupling chain, the first
+# without way 2, and without a budget (2026-11-28): split around the coupling chain, the first
 # piece ended in v1.add_(x, alpha=0.5) on linear(x, w0), which Inductor's add(mm, c) -> addmm
 # pattern fuses without the alpha (torch 2.14.1; plain torch.compile too). Fixed by
-# memslim.inductor_guards (session 31).
+# memslim.inductor_guards (2026-11-28).
 # features: act:sigmoid act:tanh_ act_inplace cat coupling coupling_affine coupling_bn coupling_dropout dtype_float32 hand_silu hand_split if_training inplace_write linear method method:silu mode_train pw_unary sum_term tuple_return view_unsqueeze write_between
 import math
 

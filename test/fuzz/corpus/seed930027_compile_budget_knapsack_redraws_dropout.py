@@ -1,6 +1,6 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 930027: under memslim.compile with
 # memory_budget=0.3 (MEMSLIM_FUZZ_COMPILE_BUDGET=0.3) the planner took torch's own
-# activation_memory_budget knapsack (way 2, session 30), which re-runs the dropout in backward;
+# activation_memory_budget knapsack (way 2, 2026-11-28), which re-runs the dropout in backward;
 # with fallback_random (aten's generator, as the fuzzer compiles) the re-run draws another
 # mask: w0's gradient 0.63 off eager. Graphs that draw random numbers no longer take way 2.
 # features: addcdiv arg_float dropout dtype_float32 fracact hand_mish hand_quick_gelu linear mode_train no_grad pw_binary pw_unary sum_term view_reshape

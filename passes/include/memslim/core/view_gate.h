@@ -25,7 +25,7 @@ namespace memslim {
 // Whether a node of `kind` changes the grad mode (or autocast) for the nodes
 // after it: TorchScript's `with` (prim::Enter / prim::Exit), an FX graph's
 // torch._C._set_grad_enabled and autocast enter / exit. No rewrite covering
-// several nodes may reach across one (fuzzer seeds 60 and 232, session 12:
+// several nodes may reach across one (fuzzer seeds 60 and 232, 2026-11-24:
 // elu under no_grad fused with its dropout outside; x * sigmoid(x) with the
 // sigmoid under no_grad made silu(x)), and a region's op runs in its nodes' mode.
 bool switches_grad_mode(const std::string& kind);
