@@ -4,18 +4,12 @@
 # (CUDA kernels included when nvcc exists), `import memslim` and .venv/bin/memslim-opt.
 # One line per phase with its time; the tools' own output goes to build/setup-logs/ and is
 # printed only when a phase fails. Idempotent: a second run only rebuilds what changed.
-#
-#   scripts/setup.sh           what `import memslim` and the main job need
-#   scripts/setup.sh --tests   also GoogleTest and the gtest binaries (the test command)
+# The gtest binaries are built by the tests themselves (ctest's gtest_binaries entry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-TESTS=0
 for a in "$@"; do
-  case "$a" in
-    --tests) TESTS=1 ;;
-    *) echo "setup: unknown option $a (use --tests)" >&2; exit 2 ;;
-  esac
+  echo "setup: unknown argument $a (scripts/setup.sh takes none)" >&2; exit 2
 done
 LOGS=$ROOT/build/setup-logs
 mkdir -p "$LOGS"
@@ -34,12 +28,11 @@ phase() {  # phase NAME LOGFILE COMMAND...: runs it quietly, prints its time or 
   fi
 }
 
-# 1. Debian packages: what the build needs (cmake, ninja; ccache when there is one), and
-#    for the tests GoogleTest and FileCheck / lit (llvm-14-tools).
+# 1. Debian packages: the build's (cmake, ninja, ccache) and the tests' (GoogleTest, FileCheck
+#    and lit from llvm-14-tools). Installed alongside pip on a fresh machine: configuring
+#    without them and again with them would rebuild everything (ccache as the launcher).
 need=()
-pkgs=(cmake ninja-build)
-[ "$TESTS" = 1 ] && pkgs+=(ccache libgtest-dev llvm-14-tools)
-for p in "${pkgs[@]}"; do
+for p in cmake ninja-build ccache libgtest-dev llvm-14-tools; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 apt_install() {
@@ -76,14 +69,10 @@ configure() {
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$ROOT/.venv/bin/python"
 }
-# (Re)configure when there is no build yet, or when the tests need GoogleTest found.
-if [ ! -f build/build.ninja ] || { [ "$TESTS" = 1 ] && ! grep -q '^MEMSLIM_HAVE_GTEST:INTERNAL=1' build/CMakeCache.txt; }; then
+if [ ! -f build/build.ninja ]; then
   phase "configure (CMake)" configure.log configure
 fi
 phase "build (libraries, _C, memslim-opt)" build.log cmake --build build
-if [ "$TESTS" = 1 ]; then
-  phase "build (gtest binaries)" build-tests.log cmake --build build --target memslim_test_binaries
-fi
 
 # 4. `import memslim` from the venv: the package lives in python/.
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")

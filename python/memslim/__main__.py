@@ -22,6 +22,8 @@ import sys
 import time
 from typing import List, Optional
 
+import torch  # (memslim's package, imported first by `python -m memslim`, imported it)
+
 _T0 = time.perf_counter()
 
 
@@ -44,9 +46,6 @@ def _quiet() -> None:
 
 
 def demo(png: str, rounds: int) -> int:
-    import torch
-
-    import memslim  # noqa: F401
     from memslim import _models, probe
 
     torch.manual_seed(1)
@@ -94,8 +93,8 @@ def _target(row, budget: float) -> Optional[int]:
 
 
 def _verdict(rows) -> int:
-    from memslim.probe import GRAD_FACTOR, GRAD_TOL, beyond_rounding
-    bad = [r for r in rows if r.error or beyond_rounding(r)]
+    from memslim.probe import GRAD_FACTOR, GRAD_TOL, beyond_rounding, refused
+    bad = [r for r in rows if (r.error and not refused(r)) or beyond_rounding(r)]
     for r in bad:
         why = r.error or (
             f"gradient {r.grad_diff:.1e} from eager's (relative L2): beyond rounding "
@@ -142,22 +141,39 @@ def load_factory(spec: str):
 
 
 def _first_tensor(out):
-    import torch
     if isinstance(out, torch.Tensor):
-        return out
-    if hasattr(out, "loss") and getattr(out, "loss") is not None:
+        return out if out.is_floating_point() else None
+    if getattr(out, "loss", None) is not None:  # transformers' ModelOutput given labels
         return out.loss
-    for v in (out.values() if isinstance(out, dict) else out):
-        t = _first_tensor(v) if not isinstance(v, torch.Tensor) else v
-        if t is not None and t.is_floating_point():
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) \
+        else ()
+    for v in items:
+        t = _first_tensor(v)
+        if t is not None:
             return t
     return None
 
 
-def probe_user_model(args) -> int:
-    import torch
+class TensorOut(torch.nn.Module):
+    """The user's model with one tensor out, as every way in can trace it: the model's loss
+    where it returns one (transformers' outputs given labels=), else its first floating-point
+    output. labels: the first input passed as labels= too."""
 
-    import memslim  # noqa: F401
+    def __init__(self, m: torch.nn.Module, labels: bool = False):
+        super().__init__()
+        self.m, self.labels = m, labels
+        if getattr(getattr(m, "config", None), "use_cache", None):
+            m.config.use_cache = False  # a KV cache is no training output
+
+    def forward(self, *xs):
+        out = self.m(*xs, labels=xs[0]) if self.labels else self.m(*xs)
+        t = _first_tensor(out)
+        if t is None:
+            raise UsageError("the model's output holds no floating-point tensor to train on")
+        return t
+
+
+def probe_user_model(args) -> int:
     from memslim import probe
 
     factory = load_factory(args.target)
@@ -175,27 +191,11 @@ def probe_user_model(args) -> int:
                    for s, kind in shapes)
     first = [model]
 
-    def make():  # the probe builds the model once; the factory ran above
-        return first.pop() if first else factory()
-
-    kwargs = {"labels": inputs[0]} if args.labels else {}
-    if kwargs:
-        base = model
-
-        class WithLabels(torch.nn.Module):  # labels as a keyword, as transformers takes them
-            def __init__(self, m):
-                super().__init__()
-                self.m = m
-
-            def forward(self, *xs):
-                return self.m(*xs, labels=xs[0])
-        model = WithLabels(base)
+    def make():  # the model the factory returned above, then new ones
+        return TensorOut(first.pop() if first else factory(), labels=args.labels)
 
     def loss_fn(out, _):
-        t = _first_tensor(out)
-        if t is None:
-            raise UsageError("the model's output holds no floating-point tensor to train on")
-        return t if t.dim() == 0 else t.float().pow(2).mean()
+        return out if out.dim() == 0 else out.float().pow(2).mean()
 
     ways = probe.default_ways(memory_budget=args.memory_budget,
                               torchscript=not args.no_torchscript, export=not args.no_export,

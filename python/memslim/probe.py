@@ -113,6 +113,31 @@ def _records_summary(records) -> tuple:
     return dict(rewrote), kept, notes
 
 
+def rewrote_text(row: "Row") -> str:
+    """The rewrites per pass; under torch.compile, whether Inductor got them (the backend
+    keeps a graph's rewrites only where Inductor's partitioner then keeps fewer bytes)."""
+    text = ", ".join(f"{p} x{n}" for p, n in sorted(row.rewrote.items())) or "nothing"
+    left = sum(n.endswith("graph left to Inductor") for n in row.notes)
+    kept = sum(n.endswith("rewrites kept") for n in row.notes)
+    if left and not kept:
+        return f"none kept ({left} graph(s) left to Inductor, which keeps fewer bytes without)"
+    if left:
+        return text + f"; {left} graph(s) left to Inductor"
+    return text
+
+
+def zero_dropout(model: torch.nn.Module) -> int:
+    """Sets every nn.Dropout's (and torchvision's StochasticDepth's) p to 0; returns how
+    many had p > 0. torch.compile draws its random numbers differently from eager, so the
+    ways' gradients compare only without them."""
+    n = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout) or type(m).__name__ == "StochasticDepth":
+            n += m.p > 0
+            m.p = 0.0
+    return n
+
+
 # --- the ways in ---------------------------------------------------------------------------
 
 def _eager(model, args):
@@ -167,6 +192,8 @@ def default_ways(memory_budget: Optional[float] = None, torchscript: bool = True
 
 
 def _first_line(e: BaseException) -> str:
+    while getattr(e, "inner_exception", None) is not None:  # Dynamo's BackendCompilerFailed
+        e = e.inner_exception
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
 
@@ -247,6 +274,10 @@ def probe(factory: Callable[[], torch.nn.Module], batches: Sequence[tuple],
     torch.manual_seed(0)
     reference = factory()
     reference.train()
+    dropped = zero_dropout(reference)
+    if dropped:
+        progress(f"{dropped} dropout module(s) set to p=0 so that the ways' gradients compare "
+                 "(torch.compile draws other random numbers than eager)")
     init = copy.deepcopy(reference.state_dict())
     rows: List[Row] = []
     live = []  # (row, step)
@@ -331,6 +362,12 @@ def mib(n: Optional[int]) -> str:
     return "-" if n is None else f"{n / 2**20:,.1f} MiB"
 
 
+def refused(r: Row) -> bool:
+    """A memory budget the planner said it cannot meet (BudgetError, naming the smallest
+    reachable figure): an answer, not a failure of the way."""
+    return bool(r.error) and r.error.startswith("BudgetError")
+
+
 def beyond_rounding(r: Row) -> bool:
     """A gradient that moved beyond fp32 rounding: against float64 where there is a float64
     run (grad_excess), else more than GRAD_TOL from eager's."""
@@ -346,7 +383,7 @@ def render(title: str, rows: Sequence[Row]) -> str:
              "rewrote"]
     for r in rows:
         if r.error:
-            lines.append(f"  {r.way:<36} failed: {r.error}")
+            lines.append(f"  {r.way:<36} {'refused' if refused(r) else 'failed'}: {r.error}")
             continue
         rel = lambda a, b: "" if a is None or not b or r is eager else f" {a / b:5.2f}x"
         saved = mib(r.saved) + rel(r.saved, eager.saved)
@@ -354,8 +391,7 @@ def render(title: str, rows: Sequence[Row]) -> str:
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
         grad = "-" if r is eager or r.grad_diff is None else \
             f"{r.grad_diff:.1e}" + (" (!)" if beyond_rounding(r) else "    ")
-        what = ", ".join(f"{p} x{n}" for p, n in sorted(r.rewrote.items())) or \
-            ("(reference)" if r is eager else "nothing")
+        what = "(reference)" if r is eager else rewrote_text(r)
         lines.append(f"  {r.way:<36} {saved:>20} {peak:>20} {ratio:>7} {grad:>12}  {what}")
     return "\n".join(lines)
 
