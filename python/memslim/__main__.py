@@ -63,7 +63,8 @@ def demo(png: str, rounds: int) -> int:
     _say("Llama-style decoder (2 blocks, d 128, 4x128 tokens, loss in the model): building ways")
     decoder = probe.probe(_models.tiny_decoder, [((i, i), None) for i in ids],
                           lambda loss, _: loss,
-                          probe.default_ways(memory_budget=budget), rounds=rounds,
+                          probe.default_ways(memory_budget=budget, torch_compile=True),
+                          rounds=rounds,
                           progress=lambda m: _say("  " + m))
     target = _target(decoder[-1], budget)
     print()
@@ -86,7 +87,7 @@ def demo(png: str, rounds: int) -> int:
 def _target(row, budget: float) -> Optional[int]:
     """The budget's bytes: `budget` of what Inductor's partitioner keeps for the unmodified
     graphs (the memory-budget records' first figure per graph)."""
-    before = [d.bytes_before for d in row.records
+    before = [d.bytes_before for d in row.records or []
               if d.pass_ == "memory-budget" and d.bytes_before is not None
               and d.text.startswith("budget ")]
     return int(budget * sum(before)) if before else None
@@ -199,7 +200,7 @@ def probe_user_model(args) -> int:
 
     ways = probe.default_ways(memory_budget=args.memory_budget,
                               torchscript=not args.no_torchscript, export=not args.no_export,
-                              compile=not args.no_compile)
+                              compile=not args.no_compile, torch_compile=args.torch_compile)
     _say(f"{type(model).__name__}: {len(ways)} ways, inputs "
          + ", ".join("x".join(map(str, s)) for s, _ in shapes))
     rows = probe.probe(make, [(inputs, None)], loss_fn, ways, steps=args.steps,
@@ -249,6 +250,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--no-torchscript", action="store_true")
     ap.add_argument("--no-export", action="store_true")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--torch-compile", action="store_true",
+                    help="also plain torch.compile (at its activation_memory_budget when "
+                         "--memory-budget is given), for reference")
     ap.add_argument("--png", default="memslim-demo.png", help="demo: where the PNG goes")
     args = ap.parse_args(argv)
     _quiet()

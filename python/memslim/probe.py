@@ -53,7 +53,7 @@ class Row:
     rewrote: Dict[str, int] = field(default_factory=dict)
     kept: int = 0
     notes: List[str] = field(default_factory=list)
-    records: list = field(default_factory=list)
+    records: Optional[list] = None  # memslim's decision records (None: a way without memslim)
     error: Optional[str] = None
     times: List[float] = field(default_factory=list)
 
@@ -117,6 +117,10 @@ def rewrote_text(row: "Row") -> str:
     """The rewrites per pass; under torch.compile, whether Inductor got them (the backend
     keeps a graph's rewrites only where Inductor's partitioner then keeps fewer bytes)."""
     text = ", ".join(f"{p} x{n}" for p, n in sorted(row.rewrote.items())) or "nothing"
+    met = [n.split(": met ", 1)[1].split(" (")[0] for n in row.notes
+           if n.startswith("budget ") and ": met " in n]
+    if met:  # the memory-budget planner's way, per graph
+        return "budget met " + "; ".join(dict.fromkeys(met))
     left = sum(n.endswith("graph left to Inductor") for n in row.notes)
     kept = sum(n.endswith("rewrites kept") for n in row.notes)
     if left and not kept:
@@ -176,9 +180,32 @@ def _budget(fraction):
     return build
 
 
+def _torch_compile(fraction: Optional[float]):
+    """Plain torch.compile (Inductor), at torch's own activation_memory_budget where given:
+    the reference a memslim way is held to."""
+    def build(model, args):
+        from torch._functorch import config as functorch_config
+        compiled = torch.compile(model)
+        if fraction is None:
+            return compiled, None
+
+        def run(*a):  # the partitioner reads the budget when the first call compiles
+            with functorch_config.patch(activation_memory_budget=fraction):
+                return compiled(*a)
+        return run, None
+    return build
+
+
 def default_ways(memory_budget: Optional[float] = None, torchscript: bool = True,
-                 export: bool = True, compile: bool = True) -> List[Way]:
+                 export: bool = True, compile: bool = True,
+                 torch_compile: bool = False) -> List[Way]:
+    """eager, then memslim's ways; torch_compile: plain torch.compile too (at torch's
+    activation_memory_budget = memory_budget where one is given), as the reference."""
     ways = [Way("eager", _eager)]
+    if torch_compile:
+        ways.append(Way("torch.compile (no memslim)" if memory_budget is None else
+                        f"torch.compile, its budget {memory_budget:g}",
+                        _torch_compile(memory_budget)))
     if torchscript:
         ways.append(Way("TorchScript: memslim.optimize", _torchscript))
     if export:
@@ -391,7 +418,8 @@ def render(title: str, rows: Sequence[Row]) -> str:
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
         grad = "-" if r is eager or r.grad_diff is None else \
             f"{r.grad_diff:.1e}" + (" (!)" if beyond_rounding(r) else "    ")
-        what = "(reference)" if r is eager else rewrote_text(r)
+        what = "(reference)" if r is eager else "(torch alone)" if r.records is None \
+            else rewrote_text(r)
         lines.append(f"  {r.way:<36} {saved:>20} {peak:>20} {ratio:>7} {grad:>12}  {what}")
     return "\n".join(lines)
 
