@@ -33,7 +33,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr const char* kOp = "memslim::recompute_block";
+constexpr const char* kBlockOp = "memslim::recompute_block";
 using replay::state_vec;
 
 struct Block {
@@ -53,7 +53,7 @@ std::shared_ptr<const Block> block_for(const std::string& text) {
   auto it = cache.find(text);
   if (it != cache.end()) return it->second;
   auto b = std::make_shared<Block>();
-  b->fn = replay::parse_fn(text, kOp, "its function");
+  b->fn = replay::parse_fn(text, kBlockOp, "its function");
   b->id = int64_t(blocks().size());
   blocks().push_back(b);
   cache.emplace(text, b);
@@ -81,17 +81,17 @@ at::Tensor fresh(at::Tensor y, const at::Tensor& x, const std::vector<at::Tensor
 // the strs go (the interpreter would misread a str given for a Tensor).
 void check_arity(const Block& b, size_t state, size_t strs) {
   const auto& in = b.fn.graph->inputs();
-  TORCH_CHECK(state + strs + 1 == in.size(), kOp, ": its function takes ", in.size() - 1,
+  TORCH_CHECK(state + strs + 1 == in.size(), kBlockOp, ": its function takes ", in.size() - 1,
               " state inputs, got ", state, " tensors and ", strs, " strs");
   for (size_t i = 1; i < in.size(); ++i)
-    TORCH_CHECK((in[i]->type()->kind() == c10::TypeKind::StringType) == (i > state), kOp,
+    TORCH_CHECK((in[i]->type()->kind() == c10::TypeKind::StringType) == (i > state), kBlockOp,
                 ": its function's input ", i, " is ", in[i]->type()->str(), " where the op gives ",
                 i > state ? "a str" : "a state tensor");
 }
 
 at::Tensor run_plain(const Block& b, const at::Tensor& x, const std::vector<at::Tensor>& state,
                      const std::vector<std::string>& strs) {
-  return fresh(replay::run_fn(b.fn, x, state, /*replay=*/false, kOp, strs), x, state);
+  return fresh(replay::run_fn(b.fn, x, state, /*replay=*/false, kBlockOp, strs), x, state);
 }
 
 std::vector<std::string> str_vec(const std::optional<c10::List<std::string>>& strs) {
@@ -134,7 +134,7 @@ struct RecomputeBlockFunction : public torch::autograd::Function<RecomputeBlockF
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    TORCH_CHECK(!at::GradMode::is_enabled(), kOp,
+    TORCH_CHECK(!at::GradMode::is_enabled(), kBlockOp,
                 ": double backward is not supported (the block is differentiated on a replay); "
                 "keep such code out of the optimized model");
     std::shared_ptr<const Block> b = block_by_id(ctx->saved_data["block"].toInt());
@@ -174,7 +174,7 @@ struct RecomputeBlockFunction : public torch::autograd::Function<RecomputeBlockF
       at::AutoGradMode grad_mode(true);
       replay::RngReplay keep(rng, x.device());
       y = replay::run_fn(
-          b->fn, x, ext, /*replay=*/true, kOp,
+          b->fn, x, ext, /*replay=*/true, kBlockOp,
           str_vec(c10::impl::toTypedList<std::string>(ctx->saved_data["strs"].toList())));
     }
     if (!y.requires_grad()) return result;

@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/jit/python/pybind_utils.h>
-#include <torch/extension.h>
+#include <torch/python.h>
 
 #include "memslim/activation_spec.h"
 #include "memslim/core/fx_front_end.h"

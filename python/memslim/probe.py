@@ -38,11 +38,13 @@ GRAD_FACTOR = 4.0
 class Way:
     name: str
     build: Callable  # (model, example_args) -> (callable, records or None)
+    short: str = ""  # the picture's label
 
 
 @dataclass
 class Row:
     way: str
+    short: str = ""
     saved: Optional[int] = None
     peak: Optional[int] = None
     ratio: Optional[float] = None
@@ -203,18 +205,20 @@ def default_ways(memory_budget: Optional[float] = None, torchscript: bool = True
     activation_memory_budget = memory_budget where one is given), as the reference."""
     ways = [Way("eager", _eager)]
     if torch_compile:
-        ways.append(Way("torch.compile (no memslim)" if memory_budget is None else
-                        f"torch.compile, its budget {memory_budget:g}",
-                        _torch_compile(memory_budget)))
+        ways.append(Way("torch.compile (no memslim)", _torch_compile(None), "torch.compile")
+                    if memory_budget is None else
+                    Way(f"torch.compile, its budget {memory_budget:g}",
+                        _torch_compile(memory_budget),
+                        f"torch.compile\nits budget {memory_budget:g}"))
     if torchscript:
-        ways.append(Way("TorchScript: memslim.optimize", _torchscript))
+        ways.append(Way("TorchScript: memslim.optimize", _torchscript, "TorchScript\nmemslim"))
     if export:
-        ways.append(Way("torch.export: memslim.fx.optimize", _export))
+        ways.append(Way("torch.export: memslim.fx.optimize", _export, "torch.export\nmemslim"))
     if compile:
-        ways.append(Way('torch.compile(backend="memslim")', _compile))
+        ways.append(Way('torch.compile(backend="memslim")', _compile, "torch.compile\nmemslim"))
     if memory_budget is not None:
         ways.append(Way(f"memslim.compile(memory_budget={memory_budget:g})",
-                        _budget(memory_budget)))
+                        _budget(memory_budget), f"memslim.compile\nbudget {memory_budget:g}"))
     return ways
 
 
@@ -317,7 +321,7 @@ def probe(factory: Callable[[], torch.nn.Module], batches: Sequence[tuple],
         return torch.autocast("cpu", dtype=autocast)
 
     for way in ways:
-        row = Row(way.name)
+        row = Row(way.name, way.short or way.name)
         rows.append(row)
         model = copy.deepcopy(reference)
         model.load_state_dict(init)
@@ -436,19 +440,21 @@ def plot(panels: Sequence[tuple], path: str) -> Optional[str]:
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
     for ax, (title, rows, target) in zip(axes[0], panels):
         ok = [r for r in rows if r.saved is not None]
-        names = [r.way.replace(": ", "\n").replace("(", "\n(", 1) for r in ok]
+        names = [r.short for r in ok]
         vals = [r.saved / 2**20 for r in ok]
-        colors = ["#999999"] + ["#2a7ab9"] * (len(ok) - 1)
+        colors = ["#999999" if r.records is None else "#2a7ab9" for r in ok]  # grey: no memslim
         ax.bar(range(len(ok)), vals, color=colors)
         for i, v in enumerate(vals):
             ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
         if target is not None:
             ax.axhline(target / 2**20, color="#c0392b", linestyle="--",
                        label=f"memory target {target / 2**20:.1f} MiB")
-            ax.legend(fontsize=8)
         ax.set_xticks(range(len(ok)))
         ax.set_xticklabels(names, fontsize=7)
         ax.set_ylabel("saved for backward (MiB)")
+        ax.bar([0], [0], color="#999999", label="without memslim")
+        ax.bar([0], [0], color="#2a7ab9", label="with memslim")
+        ax.legend(fontsize=8)
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
