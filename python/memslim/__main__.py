@@ -1,10 +1,10 @@
 """`python -m memslim`: the main job, and a probe of the user's own model.
 
     python -m memslim demo [--png FILE]
-        Two bundled models trained a few steps, eager against memslim's ways in: a ResNet-18
+        Two bundled models trained a few steps, eager against memslim's ways in: a ResNet-10
         whose activation is a hand-written trainable formula, and a small Llama-style decoder
         with a memory target. Prints a table per model, writes a PNG of saved bytes against
-        the target, exits 1 if a gradient moved beyond fp32 rounding (GRAD_TOL).
+        the target, exits 1 if a gradient moved beyond fp32 rounding or a way failed.
 
     python -m memslim MODULE:FACTORY --input 8x3x224x224 [--input 8x128:int] [--dtype bf16]
                       [--memory-budget 0.5] [--labels] [--no-torchscript] ...
@@ -263,10 +263,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     _quiet()
     try:
+        if args.rounds < 1:
+            raise UsageError("--rounds must be at least 1")
         if args.target == "demo":
             return demo(args.png, args.rounds)
         if not args.input:
             raise UsageError("give the model's input sizes with --input (e.g. 8x3x224x224)")
+        if args.steps < 1 or args.rounds < 1:
+            raise UsageError("--steps and --rounds must be at least 1")
         if args.memory_budget is not None and not 0 < args.memory_budget:
             raise UsageError("--memory-budget must be > 0 (a fraction in (0, 1] or bytes)")
         return probe_user_model(args)

@@ -370,6 +370,9 @@ def probe(factory: Callable[[], torch.nn.Module], batches: Sequence[tuple],
             progress(f"{way.name}: ready in {time.perf_counter() - t0:.1f} s "
                      f"(first step {row.first_step_s:.1f} s)")
         except Exception as e:  # noqa: BLE001  (one way failing must not hide the others)
+            if os.environ.get("MEMSLIM_PROBE_TRACEBACK") == "1":
+                import traceback
+                traceback.print_exc()
             row.error = _first_line(e)
             progress(f"{way.name}: failed: {row.error}")
 
