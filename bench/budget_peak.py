@@ -32,17 +32,10 @@ WARM = 2
 
 
 def step_peak_bytes(step) -> int:
-    """The highest sum of live CPU allocations during step(), from its start."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
-    live = peak = 0
-    for e in events:
-        live += e.nbytes()
-        peak = max(peak, live)
-    return peak
+    """The highest sum of live CPU allocations during step(), from its start (memslim.probe's,
+    imported late: main() sets the allocator's environment before torch loads)."""
+    from memslim.probe import step_peak_bytes as peak
+    return peak(step)
 
 
 def _status_mib(field: str) -> float:
