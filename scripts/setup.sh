@@ -41,29 +41,23 @@ apt_install() {
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@"
 }
 
-# 2. Python environment. torch first (pip reads the 2.14.1 CUDA wheel from this machine's disk:
-#    about a minute, the Debian packages installing meanwhile), then the rest of
-#    requirements.txt beside the build, which needs torch only.
-venv_torch() {
+# 2. Python environment: pip reads torch 2.14.1's CUDA wheel from this machine's disk (about a
+#    minute, one call for all of requirements.txt); the Debian packages install meanwhile.
+#    (pip beside the build instead made the CPU-bound build slower by more than it saved.)
+venv_install() {
   [ -x .venv/bin/python ] || python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check "$(grep -E '^torch==' requirements.txt)"
-}
-venv_rest() {
   .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
 }
-REST=
 if ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest, matplotlib, scikit_build_core; assert torch.__version__.startswith('2.14.1')" 2>/dev/null; then
   if [ ${#need[@]} -gt 0 ]; then
     apt_install "${need[@]}" >"$LOGS/apt.log" 2>&1 &
     APT=$!
   fi
-  phase "torch (.venv)" pip-torch.log venv_torch
+  phase "Python packages (.venv)" pip.log venv_install
   if [ -n "${APT:-}" ]; then
     wait "$APT" || { echo "setup: apt-get install ${need[*]} FAILED:" >&2; tail -20 "$LOGS/apt.log" >&2; exit 1; }
     echo "setup: Debian packages (${need[*]}) installed alongside"
   fi
-  venv_rest >"$LOGS/pip.log" 2>&1 &
-  REST=$!
 elif [ ${#need[@]} -gt 0 ]; then
   phase "Debian packages (${need[*]})" apt.log apt_install "${need[@]}"
 fi
@@ -80,10 +74,6 @@ if [ ! -f build/build.ninja ]; then
   phase "configure (CMake)" configure.log configure
 fi
 phase "build (libraries, _C, memslim-opt)" build.log cmake --build build
-if [ -n "$REST" ]; then
-  wait "$REST" || { echo "setup: pip install -r requirements.txt FAILED:" >&2; tail -20 "$LOGS/pip.log" >&2; exit 1; }
-  echo "setup: the other Python packages installed alongside"
-fi
 
 # 4. `import memslim` from the venv: the package lives in python/.
 SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
