@@ -41,12 +41,14 @@ apt_install() {
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@"
 }
 
-# 2. Python environment: pip reads torch 2.14.1's CUDA wheel from this machine's disk (about a
-#    minute, one call for all of requirements.txt); the Debian packages install meanwhile.
-#    (pip beside the build instead made the CPU-bound build slower by more than it saved.)
+# 2. Python environment: pip reads torch 2.14.1's CUDA wheel from this machine's disk, one call
+#    for all of requirements.txt; the Debian packages install meanwhile. --no-compile: Python
+#    writes the bytecode of what is imported when it is first imported (pip compiling all of
+#    torch's took 28 of its 65 s). (pip beside the build instead made the CPU-bound build
+#    slower by more than it saved.)
 venv_install() {
   [ -x .venv/bin/python ] || python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  .venv/bin/pip install -q --no-compile --disable-pip-version-check -r requirements.txt
 }
 if ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest, matplotlib, scikit_build_core; assert torch.__version__.startswith('2.14.1')" 2>/dev/null; then
   if [ ${#need[@]} -gt 0 ]; then
