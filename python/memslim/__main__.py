@@ -263,14 +263,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     _quiet()
     try:
-        if args.rounds < 1:
-            raise UsageError("--rounds must be at least 1")
+        if args.steps < 1 or args.rounds < 1:
+            raise UsageError("--steps and --rounds must be at least 1")
         if args.target == "demo":
             return demo(args.png, args.rounds)
         if not args.input:
             raise UsageError("give the model's input sizes with --input (e.g. 8x3x224x224)")
-        if args.steps < 1 or args.rounds < 1:
-            raise UsageError("--steps and --rounds must be at least 1")
         if args.memory_budget is not None and not 0 < args.memory_budget:
             raise UsageError("--memory-budget must be > 0 (a fraction in (0, 1] or bytes)")
         return probe_user_model(args)

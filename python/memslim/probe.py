@@ -6,8 +6,9 @@ with memslim's backend, memslim.compile with a memory target), trains each a few
 from the same weights on the same batches, and measures saved-for-backward bytes
 (saved_tensors_hooks: distinct storages, parameters excluded), the step's peak (the
 profiler's memory events from the step's start), step time as a ratio to eager (rounds
-interleaved, medians), the largest step-1 gradient difference to eager (per tensor,
-relative to eager's largest magnitude), and what memslim rewrote (its decision records).
+interleaved, medians), the step-1 gradient difference to eager (relative L2, the worst
+tensor; judged against a float64 run of the same step), and what memslim rewrote (its
+decision records).
 Why: the main job (`python -m memslim demo`) and the probe of a user's own model
 (`python -m memslim MODULE:FACTORY`) print the same table from the same measurements.
 """
@@ -51,10 +52,7 @@ class Row:
     grad_diff: Optional[float] = None  # to eager's, relative L2, the worst tensor
     grad_excess: Optional[float] = None  # error vs fp64 / (GRAD_FACTOR x eager's + GRAD_TOL)
     first_step_s: Optional[float] = None
-    losses: List[float] = field(default_factory=list)
-    rewrote: Dict[str, int] = field(default_factory=dict)
-    kept: int = 0
-    notes: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)  # the records' notes, and the way's own
     records: Optional[list] = None  # memslim's decision records (None: a way without memslim)
     error: Optional[str] = None
     times: List[float] = field(default_factory=list)
@@ -108,17 +106,11 @@ def saved_bytes_of_step(fn, args, loss_fn, params) -> int:
     return sum(rec.storages.values())
 
 
-def _records_summary(records) -> tuple:
-    rewrote = Counter(d.pass_ for d in records if d.verdict == "rewrote")
-    kept = sum(1 for d in records if d.verdict == "kept")
-    notes = [d.text for d in records if d.verdict == "note"]
-    return dict(rewrote), kept, notes
-
-
 def rewrote_text(row: "Row") -> str:
     """The rewrites per pass; under torch.compile, whether Inductor got them (the backend
     keeps a graph's rewrites only where Inductor's partitioner then keeps fewer bytes)."""
-    text = ", ".join(f"{p} x{n}" for p, n in sorted(row.rewrote.items())) or "nothing"
+    rewrote = Counter(d.pass_ for d in row.records or () if d.verdict == "rewrote")
+    text = ", ".join(f"{p} x{n}" for p, n in sorted(rewrote.items())) or "nothing"
     met = [n.split(": met ", 1)[1].split(" (")[0] for n in row.notes
            if n.startswith("budget ") and ": met " in n]
     if met:  # the memory-budget planner's way, per graph
@@ -231,19 +223,16 @@ def _first_line(e: BaseException) -> str:
 
 # --- the probe -----------------------------------------------------------------------------
 
-def _named_grads(fn, model) -> Dict[str, torch.Tensor]:
+def _module_of(fn, model) -> torch.nn.Module:
+    """The module whose parameters a way trains: its own (a ScriptModule, an exported
+    program's module), the compiled module's original, or the model a plain function runs."""
     mod = fn if isinstance(fn, torch.nn.Module) else model
-    if hasattr(mod, "_orig_mod"):
-        mod = mod._orig_mod
+    return getattr(mod, "_orig_mod", mod)
+
+
+def _named_grads(mod: torch.nn.Module) -> Dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in mod.named_parameters()
             if p.grad is not None}
-
-
-def _params(fn, model) -> List[torch.Tensor]:
-    mod = fn if isinstance(fn, torch.nn.Module) else model
-    if hasattr(mod, "_orig_mod"):
-        mod = mod._orig_mod
-    return list(mod.parameters())
 
 
 def _rel(g: torch.Tensor, w: torch.Tensor) -> float:
@@ -284,8 +273,7 @@ def _fp64_grads(model: torch.nn.Module, init, batch, loss_fn) -> Optional[Dict[s
         return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
     try:
         m = copy.deepcopy(model).double()
-        m.load_state_dict(init)
-        m.double()
+        m.load_state_dict(init)  # copies into the float64 parameters
         args, target = batch
         with torch.autocast("cpu", enabled=False):
             loss_fn(m(*[dbl(a) for a in args]), dbl(target)).backward()
@@ -330,7 +318,8 @@ def probe(factory: Callable[[], torch.nn.Module], batches: Sequence[tuple],
             args, target = batches[0]
             with ctx():
                 fn, records = way.build(model, args)
-            params = _params(fn, model)
+            trained = _module_of(fn, model)
+            params = list(trained.parameters())
             opt = torch.optim.SGD(params, lr=lr)
 
             def step(fn=fn, opt=opt, i=0):
@@ -341,22 +330,21 @@ def probe(factory: Callable[[], torch.nn.Module], batches: Sequence[tuple],
                 loss.backward()
                 return loss
 
-            loss = step()
+            step()
             row.first_step_s = time.perf_counter() - t0
-            grads = _named_grads(fn, model)
+            grads = _named_grads(trained)
             if eager_grads is None:
                 eager_grads = grads
             row.grad_diff = grad_difference(grads, eager_grads)
             row.grad_excess = grad_excess(grads, eager_grads, exact)
             opt.step()
-            row.losses.append(loss.item())
             for i in range(1, steps):
-                row.losses.append(step(i=i).item())
+                step(i=i)
                 opt.step()
             recs = records() if callable(records) else records
             if recs is not None:
                 row.records = list(recs)
-                row.rewrote, row.kept, row.notes = _records_summary(recs)
+                row.notes = [d.text for d in recs if d.verdict == "note"]
             note = getattr(fn, "_memslim_note", None)
             if note:
                 row.notes.insert(0, note)

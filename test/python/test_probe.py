@@ -41,7 +41,8 @@ def test_probe_measures_each_way_and_gradients_agree():
     eager, script = rows[0], rows[1]
     assert eager.grad_diff == 0.0
     # memslim.optimize rewrites the GELU after the norm: it keeps less than eager.
-    assert script.rewrote and script.saved < eager.saved, (script.rewrote, script.saved)
+    rewrote = [d for d in script.records if d.verdict == "rewrote"]
+    assert rewrote and script.saved < eager.saved, (script.records, script.saved)
     text = probe.render("small", rows)
     assert "TorchScript: memslim.optimize" in text and "MiB" in text
 

@@ -197,28 +197,13 @@ def test_two_outputs_and_only_scalar_needs_grad(monkeypatch):
         _close(a, b, "two outputs")
 
 
-class HandAct(torch.nn.Module):
-    """A hand-written activation with two trainable 0-dim parameters: x * sigmoid(beta x)
-    for x > 0, alpha (exp(x) - 1) below (smooth enough that fp32 gradients mean something,
-    unlike FracAct's x^(-a) at 0+)."""
-
-    def __init__(self):
-        super().__init__()
-        self.beta = torch.nn.Parameter(torch.tensor(1.2))
-        self.alpha = torch.nn.Parameter(torch.tensor(0.8))
-
-    def forward(self, x):
-        pos = x * torch.sigmoid(self.beta * x)
-        neg = self.alpha * (torch.exp(torch.clamp_max(x, 0.0)) - 1)
-        return torch.where(x > 0, pos, neg)
-
-
 def test_hand_activation_resnet_trains_like_eager():
     import torchvision
 
-    from memslim._models import swap_activation
+    from memslim._models import TrainableAct, swap_activation
     torch.manual_seed(0)
-    ref = swap_activation(torchvision.models.resnet18(num_classes=10), torch.nn.ReLU, HandAct)
+    ref = swap_activation(torchvision.models.resnet18(num_classes=10), torch.nn.ReLU,
+                          TrainableAct)
     ours = memslim.optimize(torch.jit.script(copy.deepcopy(ref)), (torch.randn(4, 3, 32, 32),))
     assert "memslim::recompute_region" in str(ours.graph)
     torch.manual_seed(1)
