@@ -7,6 +7,7 @@ torch.compile with and without an activation memory budget).
 Why here: the driver (suite.py) and the measuring subprocess (_suite_worker.py) must
 build byte-identical models and inputs; both import this file.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,19 @@ from torch.utils.checkpoint import checkpoint
 warnings.filterwarnings("ignore", message=r".*torch\.jit\..*deprecated", category=FutureWarning)
 
 # Order of the columns/rows everywhere; "eager" first: the other workers compare with it.
-VARIANTS = ("eager", "script", "memslim", "ckpt", "compile", "compile_budget", "memslim_export",
-            "memslim_compile", "memslim_compile_budget", "memslim_budget", "memslim_compile_plan")
+VARIANTS = (
+    "eager",
+    "script",
+    "memslim",
+    "ckpt",
+    "compile",
+    "compile_budget",
+    "memslim_export",
+    "memslim_compile",
+    "memslim_compile_budget",
+    "memslim_budget",
+    "memslim_compile_plan",
+)
 # The budget of the *_budget variants (bench/memory_budget.py sets it per run).
 BUDGET = float(os.environ.get("MEMSLIM_SUITE_BUDGET", "0.5"))
 VARIANT_TITLES = {
@@ -44,20 +56,31 @@ VARIANT_TITLES = {
 # Block classes wrapped by the "ckpt" variant: one checkpoint per residual block /
 # inverted-residual block / ConvNeXt block / transformer layer (matched by class name so
 # the transformers classes need no import here).
-CKPT_BLOCKS = {"BasicBlock", "Bottleneck", "MBConv", "InvertedResidual", "CNBlock",
-               "EncoderBlock", "BertLayer", "GPT2Block", "LlamaDecoderLayer", "TinyBlock"}
+CKPT_BLOCKS = {
+    "BasicBlock",
+    "Bottleneck",
+    "MBConv",
+    "InvertedResidual",
+    "CNBlock",
+    "EncoderBlock",
+    "BertLayer",
+    "GPT2Block",
+    "LlamaDecoderLayer",
+    "TinyBlock",
+}
 
 
 @dataclass
 class Spec:
     """One benchmarked model: how to build it, its inputs and its loss."""
+
     name: str
-    build: Callable[[], torch.nn.Module]          # fresh model, seeded: same weights every call
+    build: Callable[[], torch.nn.Module]  # fresh model, seeded: same weights every call
     make_inputs: Callable[[int], Tuple[torch.Tensor, torch.Tensor]]  # batch -> (input, target)
-    batch: int                                    # default batch of the full run
-    shape: str                                    # input description for the tables
-    family: str                                   # "vision" (logits, CE loss) or "hf" (hidden states)
-    needs: str = "torchvision"                    # optional package the builder imports
+    batch: int  # default batch of the full run
+    shape: str  # input description for the tables
+    family: str  # "vision" (logits, CE loss) or "hf" (hidden states)
+    needs: str = "torchvision"  # optional package the builder imports
 
 
 def zero_dropout(model: torch.nn.Module) -> torch.nn.Module:
@@ -77,20 +100,26 @@ def _tv(arch: str, act: str = "relu", **kwargs) -> Callable[[], torch.nn.Module]
     def build():
         if kwargs:  # constructor arguments (vit's image_size): build directly, seeded alike
             import torchvision
+
             torch.manual_seed(0)
             model = getattr(torchvision.models, arch)(**kwargs)
-        else:       # the shared builder, which also swaps the activation ("relu": unchanged)
+        else:  # the shared builder, which also swaps the activation ("relu": unchanged)
             from memslim._models import torchvision_with
+
             model = torchvision_with(arch, act, seed=0)
         return zero_dropout(model)
+
     return build
 
 
 def _image(c: int, hw: int):
     def make(batch: int):
         g = torch.Generator().manual_seed(1234)
-        return (torch.randn(batch, c, hw, hw, generator=g),
-                torch.randint(0, 1000, (batch,), generator=g))
+        return (
+            torch.randn(batch, c, hw, hw, generator=g),
+            torch.randint(0, 1000, (batch,), generator=g),
+        )
+
     return make
 
 
@@ -109,23 +138,37 @@ class HFWrap(torch.nn.Module):
 def _hf(kind: str) -> Callable[[], torch.nn.Module]:
     def build():
         import transformers
+
         transformers.logging.set_verbosity_error()
         torch.manual_seed(0)
         # Dropout off through the configs (p=0), use_cache off: training, and a KV cache
         # would be filled again by checkpointing's recomputation.
         if kind == "bert":
             cfg = transformers.BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-            model = transformers.BertModel(cfg, add_pooling_layer=False)  # pooler unused by the loss
+            model = transformers.BertModel(
+                cfg, add_pooling_layer=False
+            )  # pooler unused by the loss
         elif kind == "gpt2":
-            cfg = transformers.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+            cfg = transformers.GPT2Config(
+                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False
+            )
             model = transformers.GPT2Model(cfg)
         else:  # small Llama: 4 layers, d=512, MLP 4x with SiLU (the config's default act)
-            cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=2048, num_hidden_layers=4,
-                                           num_attention_heads=8, num_key_value_heads=8, vocab_size=32000,
-                                           max_position_embeddings=512, attention_dropout=0.0,
-                                           hidden_act="silu", use_cache=False)
+            cfg = transformers.LlamaConfig(
+                hidden_size=512,
+                intermediate_size=2048,
+                num_hidden_layers=4,
+                num_attention_heads=8,
+                num_key_value_heads=8,
+                vocab_size=32000,
+                max_position_embeddings=512,
+                attention_dropout=0.0,
+                hidden_act="silu",
+                use_cache=False,
+            )
             model = transformers.LlamaModel(cfg)
         return HFWrap(zero_dropout(model))
+
     return build
 
 
@@ -134,6 +177,7 @@ def _tokens(vocab: int, seq: int):
         g = torch.Generator().manual_seed(1234)
         ids = torch.randint(0, vocab, (batch, seq), generator=g)
         return ids, torch.zeros(())  # no target: the loss is on the hidden states
+
     return make
 
 
@@ -181,22 +225,100 @@ def _tiny_inputs(batch: int):
 # suite.py's --img / --hf-seq reach the worker processes through these environment variables.
 IMG = int(os.environ.get("MEMSLIM_SUITE_IMG", "64"))
 HF_SEQ = int(os.environ.get("MEMSLIM_SUITE_HF_SEQ", "64"))
-SPECS: Dict[str, Spec] = {s.name: s for s in [
-    Spec("resnet18", _tv("resnet18"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("resnet50", _tv("resnet50"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("resnet18_gelu", _tv("resnet18", "gelu"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("resnet50_gelu", _tv("resnet50", "gelu"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("resnet18_frac", _tv("resnet18", "frac"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("resnet50_frac", _tv("resnet50", "frac"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("efficientnet_b0", _tv("efficientnet_b0"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("mobilenet_v3_large", _tv("mobilenet_v3_large"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("convnext_tiny", _tv("convnext_tiny"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("vit_b_16", _tv("vit_b_16", image_size=IMG), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
-    Spec("bert", _hf("bert"), _tokens(30522, HF_SEQ), 4, f"4x{HF_SEQ} tokens", "hf", "transformers"),
-    Spec("gpt2", _hf("gpt2"), _tokens(50257, HF_SEQ), 4, f"4x{HF_SEQ} tokens", "hf", "transformers"),
-    Spec("llama_small", _hf("llama"), _tokens(32000, HF_SEQ), 4, f"4x{HF_SEQ} tokens", "hf", "transformers"),
-    Spec("tiny", _tiny, _tiny_inputs, 2, "2x3x16x16", "vision", ""),
-]}
+SPECS: Dict[str, Spec] = {
+    s.name: s
+    for s in [
+        Spec("resnet18", _tv("resnet18"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
+        Spec("resnet50", _tv("resnet50"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"),
+        Spec(
+            "resnet18_gelu",
+            _tv("resnet18", "gelu"),
+            _image(3, IMG),
+            32,
+            f"32x3x{IMG}x{IMG}",
+            "vision",
+        ),
+        Spec(
+            "resnet50_gelu",
+            _tv("resnet50", "gelu"),
+            _image(3, IMG),
+            32,
+            f"32x3x{IMG}x{IMG}",
+            "vision",
+        ),
+        Spec(
+            "resnet18_frac",
+            _tv("resnet18", "frac"),
+            _image(3, IMG),
+            32,
+            f"32x3x{IMG}x{IMG}",
+            "vision",
+        ),
+        Spec(
+            "resnet50_frac",
+            _tv("resnet50", "frac"),
+            _image(3, IMG),
+            32,
+            f"32x3x{IMG}x{IMG}",
+            "vision",
+        ),
+        Spec(
+            "efficientnet_b0",
+            _tv("efficientnet_b0"),
+            _image(3, IMG),
+            32,
+            f"32x3x{IMG}x{IMG}",
+            "vision",
+        ),
+        Spec(
+            "mobilenet_v3_large",
+            _tv("mobilenet_v3_large"),
+            _image(3, IMG),
+            32,
+            f"32x3x{IMG}x{IMG}",
+            "vision",
+        ),
+        Spec(
+            "convnext_tiny", _tv("convnext_tiny"), _image(3, IMG), 32, f"32x3x{IMG}x{IMG}", "vision"
+        ),
+        Spec(
+            "vit_b_16",
+            _tv("vit_b_16", image_size=IMG),
+            _image(3, IMG),
+            32,
+            f"32x3x{IMG}x{IMG}",
+            "vision",
+        ),
+        Spec(
+            "bert",
+            _hf("bert"),
+            _tokens(30522, HF_SEQ),
+            4,
+            f"4x{HF_SEQ} tokens",
+            "hf",
+            "transformers",
+        ),
+        Spec(
+            "gpt2",
+            _hf("gpt2"),
+            _tokens(50257, HF_SEQ),
+            4,
+            f"4x{HF_SEQ} tokens",
+            "hf",
+            "transformers",
+        ),
+        Spec(
+            "llama_small",
+            _hf("llama"),
+            _tokens(32000, HF_SEQ),
+            4,
+            f"4x{HF_SEQ} tokens",
+            "hf",
+            "transformers",
+        ),
+        Spec("tiny", _tiny, _tiny_inputs, 2, "2x3x16x16", "vision", ""),
+    ]
+}
 FULL_MODELS = [n for n in SPECS if n != "tiny"]
 
 
@@ -284,21 +406,28 @@ def make_variant(variant: str, model: torch.nn.Module, x: torch.Tensor):
         return script_or_trace(model, x)
     if variant == "memslim":
         import memslim
+
         scripted, how = script_or_trace(model, x)
         opt = memslim.optimize(scripted, (x,))
         return opt, f"{how}; {_rewrites(memslim, opt)}"
     if variant == "memslim_budget":
         import memslim
         from memslim.measure import saved_bytes_quietly
+
         # The budget in bytes of what eager keeps (the suite's reference; a traced
         # module can keep more than eager: llama_small 1.09x, vit_b_16 1.10x).
         budget = int(BUDGET * saved_bytes_quietly(model, (x,), {}))
         scripted, how = script_or_trace(model, x)
         opt = memslim.optimize(scripted, (x,), memory_budget=budget)
-        chosen = [str(d) for d in memslim.report(opt)
-                  if d.pass_ == "memory-budget" and d.verdict == "note"][:2]
-        return opt, (f"{how}; budget {BUDGET} of eager ({budget:,} B); " +
-                     " / ".join(c.split(": ", 2)[-1] for c in chosen))
+        chosen = [
+            str(d)
+            for d in memslim.report(opt)
+            if d.pass_ == "memory-budget" and d.verdict == "note"
+        ][:2]
+        return opt, (
+            f"{how}; budget {BUDGET} of eager ({budget:,} B); "
+            + " / ".join(c.split(": ", 2)[-1] for c in chosen)
+        )
     if variant == "ckpt":
         n = wrap_blocks(model)
         if n == 0:
@@ -308,16 +437,19 @@ def make_variant(variant: str, model: torch.nn.Module, x: torch.Tensor):
         # The FX front end on torch.export's training IR; the module it gives trains
         # the same Parameter objects.
         import memslim
+
         ep = memslim.fx.optimize(torch.export.export(model, (x,)))
         return ep.module(), _rewrites(memslim, ep)
     if variant in ("compile", "compile_budget", "memslim_compile", "memslim_compile_budget"):
         if variant.endswith("_budget"):
             from torch._functorch import config as functorch_config
+
             # The min-cut partitioner then keeps at most half of what it would save and
             # recomputes the rest (a process-wide setting: one variant per process).
             functorch_config.activation_memory_budget = BUDGET
         if variant.startswith("memslim"):
             import memslim
+
             compiled = memslim.compile(model)
             return compiled, _LazyNote(lambda: _rewrites(memslim, compiled))
         return torch.compile(model), ""
@@ -326,11 +458,17 @@ def make_variant(variant: str, model: torch.nn.Module, x: torch.Tensor):
         # Inductor's partitioner keeps for each graph (torch's activation_memory_budget
         # left at its default), blocks recomputed through recompute tags.
         import memslim
+
         compiled = memslim.compile(model, memory_budget=BUDGET)
 
         def note():
             plans = [d.text for d in memslim.report(compiled) if d.pass_ == "memory-budget"]
-            return (f"memory_budget {BUDGET} of Inductor's partition; " + _rewrites(memslim, compiled)
-                    + "; " + " | ".join(t for t in plans if t.startswith("budget"))[:600])
+            return (
+                f"memory_budget {BUDGET} of Inductor's partition; "
+                + _rewrites(memslim, compiled)
+                + "; "
+                + " | ".join(t for t in plans if t.startswith("budget"))[:600]
+            )
+
         return compiled, _LazyNote(note)
     raise ValueError(f"unknown variant {variant}")

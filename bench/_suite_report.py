@@ -5,6 +5,7 @@ saved_tensors_hooks see torch.compile's saved tensors), suite_breakdown.md (whic
 tensors torch.compile avoids that memslim keeps) and the saved-bytes-vs-batch plots.
 Why separate: rendering is pure (rows in, text out), so it can be re-run on a suite.json.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -16,6 +17,7 @@ Item = Tuple[tuple, str, int]  # (shape, dtype, storage bytes) of one saved stor
 
 
 # ---- cells ---------------------------------------------------------------------------
+
 
 def _mb(b) -> str:
     return f"{b / 1e6:,.1f} MB"
@@ -47,9 +49,11 @@ def _cell(row: Optional[dict], key: str, fmt) -> str:
 
 # ---- suite.md ------------------------------------------------------------------------
 
-FULL_HEADER = ("| model | input | variant | saved bytes | vs eager | peak RSS MiB | step RSS growth MiB "
-               "| first step s | step ms | ratio to eager | grad rel. diff step 1: max tensor / all "
-               "| after 3 steps: max tensor / all (worst) | notes |")
+FULL_HEADER = (
+    "| model | input | variant | saved bytes | vs eager | peak RSS MiB | step RSS growth MiB "
+    "| first step s | step ms | ratio to eager | grad rel. diff step 1: max tensor / all "
+    "| after 3 steps: max tensor / all (worst) | notes |"
+)
 
 
 def _grad(r: dict, key: str) -> str:
@@ -65,7 +69,9 @@ def _grad(r: dict, key: str) -> str:
     return out
 
 
-def full_table(rows: Dict[Tuple[str, str], dict], models: Iterable[str], variants: Iterable[str]) -> List[str]:
+def full_table(
+    rows: Dict[Tuple[str, str], dict], models: Iterable[str], variants: Iterable[str]
+) -> List[str]:
     """Every (model, variant): a number in each column or, in notes, the reason why not."""
     out = [FULL_HEADER, "|" + "---|" * 3 + "---:|" * 9 + "---|"]
     for m in models:
@@ -77,18 +83,33 @@ def full_table(rows: Dict[Tuple[str, str], dict], models: Iterable[str], variant
             growth = None
             if r.get("rss_step_peak_mib") is not None and r.get("rss_base_mib", -1) >= 0:
                 growth = r["rss_step_peak_mib"] - r["rss_base_mib"]
-            grad1, gradn = (_grad(r, "step1"), _grad(r, "last")) if v != "eager" else ("reference",) * 2
+            grad1, gradn = (
+                (_grad(r, "step1"), _grad(r, "last")) if v != "eager" else ("reference",) * 2
+            )
             notes = "; ".join(s for s in (r.get("note", ""), reason(r)) if s)
-            out.append("| " + " | ".join([
-                m, SPECS[m].shape if m in SPECS else "", VARIANT_TITLES[v],
-                _cell(r, "saved_bytes", lambda b: f"{b:,}"),
-                _pct(r["saved_bytes"], eager) if r.get("saved_bytes") is not None and eager else "",
-                _cell(r, "ru_maxrss_mib", lambda x: f"{x:,.0f}"),
-                f"{growth:,.0f}" if growth is not None else "failed",
-                _cell(r, "first_step_s", lambda x: f"{x:.1f}"),
-                _cell(r, "step_ms", lambda x: f"{x:,.0f}"),
-                _cell(r, "step_ratio", lambda x: f"{x:.2f}"),
-                grad1, gradn, notes.replace("|", "/")]) + " |")
+            out.append(
+                "| "
+                + " | ".join(
+                    [
+                        m,
+                        SPECS[m].shape if m in SPECS else "",
+                        VARIANT_TITLES[v],
+                        _cell(r, "saved_bytes", lambda b: f"{b:,}"),
+                        _pct(r["saved_bytes"], eager)
+                        if r.get("saved_bytes") is not None and eager
+                        else "",
+                        _cell(r, "ru_maxrss_mib", lambda x: f"{x:,.0f}"),
+                        f"{growth:,.0f}" if growth is not None else "failed",
+                        _cell(r, "first_step_s", lambda x: f"{x:.1f}"),
+                        _cell(r, "step_ms", lambda x: f"{x:,.0f}"),
+                        _cell(r, "step_ratio", lambda x: f"{x:.2f}"),
+                        grad1,
+                        gradn,
+                        notes.replace("|", "/"),
+                    ]
+                )
+                + " |"
+            )
     return out
 
 
@@ -96,8 +117,10 @@ def headline_table(rows, models) -> List[str]:
     """Per model: saved bytes (change vs eager) and step-time ratio of memslim next to
     torch.compile's (default and budget 0.5) and per-block checkpointing's."""
     cols = ("memslim", "compile", "compile_budget", "ckpt")
-    out = ["| model | eager saved | " + " | ".join(VARIANT_TITLES[c] for c in cols) + " |",
-           "|---|---:|" + "---:|" * len(cols)]
+    out = [
+        "| model | eager saved | " + " | ".join(VARIANT_TITLES[c] for c in cols) + " |",
+        "|---|---:|" + "---:|" * len(cols),
+    ]
     for m in models:
         e = rows.get((m, "eager")) or {}
         cells = [m, _mb(e["saved_bytes"]) if e.get("saved_bytes") else "failed"]
@@ -117,20 +140,26 @@ def headline_table(rows, models) -> List[str]:
 
 def hooks_check_table(rows, models) -> List[str]:
     """saved_tensors_hooks (memslim.saved_bytes) against the autograd-graph walk."""
-    out = ["| model | variant | saved_tensors_hooks | graph walk | equal |", "|---|---|---:|---:|---|"]
+    out = [
+        "| model | variant | saved_tensors_hooks | graph walk | equal |",
+        "|---|---|---:|---:|---|",
+    ]
     for m in models:
         for v in ("eager", "compile", "compile_budget"):
             r = rows.get((m, v)) or {}
             if r.get("saved_bytes") is None:
                 continue
             w = r.get("saved_graph_walk")
-            out.append(f"| {m} | {VARIANT_TITLES[v]} | {r['saved_bytes']:,} | "
-                       f"{'hidden' if w is None else f'{w:,}'} | "
-                       f"{'-' if w is None else ('yes' if w == r['saved_bytes'] else 'NO')} |")
+            out.append(
+                f"| {m} | {VARIANT_TITLES[v]} | {r['saved_bytes']:,} | "
+                f"{'hidden' if w is None else f'{w:,}'} | "
+                f"{'-' if w is None else ('yes' if w == r['saved_bytes'] else 'NO')} |"
+            )
     return out
 
 
 # ---- breakdown -----------------------------------------------------------------------
+
 
 def _items(row) -> Counter:
     """Saved storages of a row as a multiset keyed by (bytes, dtype). Not by shape: the same data
@@ -163,21 +192,35 @@ def _eager_hint(eager_row: Optional[dict]) -> Dict[Tuple[int, str], str]:
     hint: Dict[Tuple[int, str], Counter] = {}
     for node, items in ((eager_row or {}).get("saved_by_node") or {}).items():
         for _, d, b in items:
-            hint.setdefault((b, d), Counter())[node.replace("Backward0", "").replace("Backward1", "")] += 1
-    return {k: ", ".join(f"{n}x{c}" if c > 1 else n for n, c in v.most_common(4)) for k, v in hint.items()}
+            hint.setdefault((b, d), Counter())[
+                node.replace("Backward0", "").replace("Backward1", "")
+            ] += 1
+    return {
+        k: ", ".join(f"{n}x{c}" if c > 1 else n for n, c in v.most_common(4))
+        for k, v in hint.items()
+    }
 
 
 def _diff_lines(diff: Counter, shapes, hint, limit: int = 12) -> List[str]:
-    out = ["| shapes | dtype | bytes each | count | total | saved in eager by |", "|---|---|---:|---:|---:|---|"]
+    out = [
+        "| shapes | dtype | bytes each | count | total | saved in eager by |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     groups = sorted(diff.items(), key=lambda kv: -kv[0][0] * kv[1])
     for (nbytes, dtype), n in groups[:limit]:
-        out.append(f"| {', '.join(shapes.get((nbytes, dtype), [])[:3])} | {dtype} | {nbytes:,} | {n} | "
-                   f"{nbytes * n:,} | {hint.get((nbytes, dtype), '-')} |")
+        out.append(
+            f"| {', '.join(shapes.get((nbytes, dtype), [])[:3])} | {dtype} | {nbytes:,} | {n} | "
+            f"{nbytes * n:,} | {hint.get((nbytes, dtype), '-')} |"
+        )
     if len(groups) > limit:
         rest = groups[limit:]
-        out.append(f"| ({len(rest)} more sizes) | | | {sum(n for _, n in rest)} | "
-                   f"{sum(k[0] * n for k, n in rest):,} | |")
-    out.append(f"| **total** | | | {sum(diff.values())} | {sum(k[0] * n for k, n in diff.items()):,} | |")
+        out.append(
+            f"| ({len(rest)} more sizes) | | | {sum(n for _, n in rest)} | "
+            f"{sum(k[0] * n for k, n in rest):,} | |"
+        )
+    out.append(
+        f"| **total** | | | {sum(diff.values())} | {sum(k[0] * n for k, n in diff.items()):,} | |"
+    )
     return out
 
 
@@ -193,32 +236,50 @@ def breakdown(rows, models, force: bool = False) -> List[str]:
             continue
         keeps, avoids = saved_difference(ms, co)
         hint = _eager_hint(rows.get((m, "eager")))
-        out += [f"## {m} ({SPECS[m].shape if m in SPECS else ''})", "",
+        out += (
+            [
+                f"## {m} ({SPECS[m].shape if m in SPECS else ''})",
+                "",
                 f"memslim.optimize saves {ms['saved_bytes']:,} B in {sum(_items(ms).values())} storages; "
-                f"torch.compile {co['saved_bytes']:,} B in {sum(_items(co).values())}.", "",
-                "Kept by memslim, not by torch.compile:", ""] + _diff_lines(keeps, _shapes(ms), hint) + [
-                "", "Kept by torch.compile, not by memslim:", ""] + _diff_lines(avoids, _shapes(co), hint) + [""]
+                f"torch.compile {co['saved_bytes']:,} B in {sum(_items(co).values())}.",
+                "",
+                "Kept by memslim, not by torch.compile:",
+                "",
+            ]
+            + _diff_lines(keeps, _shapes(ms), hint)
+            + ["", "Kept by torch.compile, not by memslim:", ""]
+            + _diff_lines(avoids, _shapes(co), hint)
+            + [""]
+        )
     return out or ["No model where torch.compile saves fewer bytes than memslim.optimize.", ""]
 
 
 # ---- plots ---------------------------------------------------------------------------
 
+
 def plot_sweep(model: str, sweeps: Dict[str, dict], path: str, shape: str) -> Optional[str]:
     """Saved bytes vs batch size, one line per variant. Returns None or why not plotted."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib not installed"
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     # eager thick and dashed: torch.compile's line can lie on top of it (BERT)
-    styles = {"eager": dict(ls="--", lw=3, alpha=0.6), "compile": dict(ls="-", lw=1.5), "memslim": dict(ls="-", lw=1.5)}
+    styles = {
+        "eager": dict(ls="--", lw=3, alpha=0.6),
+        "compile": dict(ls="-", lw=1.5),
+        "memslim": dict(ls="-", lw=1.5),
+    }
     for v in ("eager", "compile", "memslim"):
         pts = {int(b): n for b, n in ((sweeps.get(v) or {}).get("sweep") or {}).items()}
         if pts:
             bs = sorted(pts)
-            ax.plot(bs, [pts[b] / 1e6 for b in bs], marker="o", label=VARIANT_TITLES[v], **styles[v])
+            ax.plot(
+                bs, [pts[b] / 1e6 for b in bs], marker="o", label=VARIANT_TITLES[v], **styles[v]
+            )
     ax.set_xlabel("batch size")
     ax.set_ylabel("saved for backward (MB)")
     ax.set_title(f"{model}, {shape}")
@@ -230,5 +291,13 @@ def plot_sweep(model: str, sweeps: Dict[str, dict], path: str, shape: str) -> Op
     return None
 
 
-__all__ = ["full_table", "headline_table", "hooks_check_table", "breakdown", "saved_difference",
-           "plot_sweep", "reason", "VARIANTS"]
+__all__ = [
+    "full_table",
+    "headline_table",
+    "hooks_check_table",
+    "breakdown",
+    "saved_difference",
+    "plot_sweep",
+    "reason",
+    "VARIANTS",
+]

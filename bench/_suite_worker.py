@@ -11,6 +11,7 @@ Usage (suite.py calls it): _suite_worker.py MODEL VARIANT --batch N --out FILE.j
   [--grads FILE.pt] (eager writes its gradients there, the others compare with them)
   [--sweep 8,16,32] (only saved bytes, at each batch size)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,13 +33,14 @@ import torch  # noqa: E402
 import memslim  # noqa: E402
 from _suite_models import SPECS, loss_fn, make_variant  # noqa: E402
 
-WARM_STEPS = 2    # a scripted module profiles on its first call and optimizes on the second
+WARM_STEPS = 2  # a scripted module profiles on its first call and optimizes on the second
 STEADY_STEPS = 1  # steps after the warm-up whose RSS high-water mark is the "step" peak
-TIME_REPS = 5     # interleaved timing pairs (variant, eager); medians of these
-LR = 0.01         # plain SGD, no momentum: identical arithmetic in every process
+TIME_REPS = 5  # interleaved timing pairs (variant, eager); medians of these
+LR = 0.01  # plain SGD, no momentum: identical arithmetic in every process
 
 
 # ---- memory of this process ---------------------------------------------------------
+
 
 def _status_kib(field: str) -> int:
     with open("/proc/self/status") as f:
@@ -65,6 +67,7 @@ def _trim_and_reset_peak() -> float:
 
 
 # ---- saved tensors -------------------------------------------------------------------
+
 
 def _key(t: torch.Tensor):
     st = t.untyped_storage()
@@ -105,7 +108,9 @@ def graph_walk_saved(out: torch.Tensor, params):
             continue
         seen.add(node)
         kind = type(node).__name__
-        if kind in ("DifferentiableGraphBackward", "CppFunction") or kind.startswith("CheckpointFunction"):
+        if kind in ("DifferentiableGraphBackward", "CppFunction") or kind.startswith(
+            "CheckpointFunction"
+        ):
             return None
         tensors = []
         if hasattr(node, "saved_tensors"):  # Python autograd.Function: ctx.saved_tensors
@@ -121,12 +126,15 @@ def graph_walk_saved(out: torch.Tensor, params):
             k = _key(t)
             if k not in exclude and k not in storages:
                 storages[k] = k[1]
-                by_node.setdefault(kind, []).append((tuple(t.shape), str(t.dtype).replace("torch.", ""), k[1]))
+                by_node.setdefault(kind, []).append(
+                    (tuple(t.shape), str(t.dtype).replace("torch.", ""), k[1])
+                )
         stack += [f for f, _ in node.next_functions]
     return sum(storages.values()), by_node
 
 
 # ---- training ------------------------------------------------------------------------
+
 
 def _step(fn, spec, params, x, target):
     """One forward + backward; gradients land in p.grad / x.grad (set to None first)."""
@@ -173,7 +181,7 @@ def grad_diff(got, ref):
         r = d / n if n > 0 else d
         if r > worst or where < 0:
             worst, where = r, i
-    return worst, where, (dsq ** 0.5) / (nsq ** 0.5) if nsq > 0 else dsq ** 0.5
+    return worst, where, (dsq**0.5) / (nsq**0.5) if nsq > 0 else dsq**0.5
 
 
 def _fail(res, phase, e):
@@ -191,9 +199,14 @@ def _fail(res, phase, e):
 
 def run(a) -> dict:
     spec = SPECS[a.model]
-    res = {"model": a.model, "variant": a.variant, "batch": a.batch, "threads": torch.get_num_threads(),
-           # the extension's build time: the checkout may be rebuilt while the suite runs
-           "memslim_built": os.path.getmtime(memslim._C.__file__)}
+    res = {
+        "model": a.model,
+        "variant": a.variant,
+        "batch": a.batch,
+        "threads": torch.get_num_threads(),
+        # the extension's build time: the checkout may be rebuilt while the suite runs
+        "memslim_built": os.path.getmtime(memslim._C.__file__),
+    }
     x, target = spec.make_inputs(a.batch)
     if x.is_floating_point():
         x.requires_grad_(True)  # the input gradient is compared too (token ids have none)
@@ -268,8 +281,9 @@ def run(a) -> dict:
         # (By position: checkpoint wrappers rename the variant's keys, not their order.)
         ref_model = spec.build()
         with torch.no_grad():
-            pairs = list(zip(ref_model.parameters(), model.parameters())) + \
-                list(zip(ref_model.buffers(), model.buffers()))
+            pairs = list(zip(ref_model.parameters(), model.parameters())) + list(
+                zip(ref_model.buffers(), model.buffers())
+            )
             if all(a.shape == b.shape and a.dtype == b.dtype for a, b in pairs):
                 for a, b in pairs:
                     a.copy_(b)
@@ -278,7 +292,7 @@ def run(a) -> dict:
         times = {"v": [], "e": []}
         for r in range(TIME_REPS):
             order = (("v", fn, params), ("e", ref_model, ref_params))
-            for tag, f, ps in (order if r % 2 == 0 else order[::-1]):
+            for tag, f, ps in order if r % 2 == 0 else order[::-1]:
                 t = time.perf_counter()
                 _step(f, spec, ps, x, target)
                 times[tag].append(time.perf_counter() - t)

@@ -19,6 +19,7 @@ RSS (without them, 12 MiB apart on `tiny`), and the spread of the repeats is the
 resolution the monotone verdicts use.
 Why: the issue asks for saved bytes *and* peak monotone in the budget.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,6 +36,7 @@ def step_peak_bytes(step) -> int:
     """The highest sum of live CPU allocations during step(), from its start (memslim.probe's,
     imported late: main() sets the allocator's environment before torch loads)."""
     from memslim.probe import step_peak_bytes as peak
+
     return peak(step)
 
 
@@ -55,6 +57,7 @@ def step_rss(step) -> dict:
     follows the step's tensors rather than the heap's history."""
     import ctypes
     import gc
+
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/clear_refs", "w") as f:
@@ -63,8 +66,13 @@ def step_rss(step) -> dict:
     anon, file = _status_mib("RssAnon"), _status_mib("RssFile")  # heap vs mapped files (code)
     step()
     peak = _status_mib("VmHWM")
-    return {"rss_base_mib": base, "rss_peak_mib": peak, "rss_rise_mib": peak - base,
-            "rss_base_anon_mib": anon, "rss_base_file_mib": file}
+    return {
+        "rss_base_mib": base,
+        "rss_peak_mib": peak,
+        "rss_rise_mib": peak - base,
+        "rss_base_anon_mib": anon,
+        "rss_base_file_mib": file,
+    }
 
 
 def cell(model_name, variant, batch, out):
@@ -72,10 +80,12 @@ def cell(model_name, variant, batch, out):
     # cache keeps another resident set than one compiling them (12 MiB apart on `tiny`).
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(os.path.dirname(out), "inductor")
     import torch
+
     torch.set_num_threads(1)
     sys.path.insert(0, HERE)
     import memslim
     from _suite_models import SPECS, loss_fn, make_variant
+
     spec = SPECS[model_name]
     torch.manual_seed(0)
     x, target = spec.make_inputs(batch)
@@ -108,8 +118,20 @@ def cell(model_name, variant, batch, out):
 
 def run(model, variant, batch, budget, timeout):
     from memory_budget import run_json
-    return run_json(lambda out: [sys.executable, os.path.abspath(__file__), "--cell", model,
-                                 variant, str(batch), out], budget, timeout)
+
+    return run_json(
+        lambda out: [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--cell",
+            model,
+            variant,
+            str(batch),
+            out,
+        ],
+        budget,
+        timeout,
+    )
 
 
 def _span(vals, fmt):
@@ -144,15 +166,20 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--cell":
         cell(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
         return
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--models", default="resnet50,bert,gpt2,llama_small")
     ap.add_argument("--budgets", default="0.75,0.5,0.25")
     ap.add_argument("--variants", default="memslim_compile_plan,compile_budget")
     ap.add_argument("--batch-vision", type=int, default=8)
     ap.add_argument("--batch-hf", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="processes per cell: their spread is peak RSS's resolution")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="processes per cell: their spread is peak RSS's resolution",
+    )
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--md", default=os.path.join(HERE, "results", "budget_peak.md"))
     ap.add_argument("--json", default="", help="also write every cell's raw figures here")
@@ -181,25 +208,31 @@ def main():
                         f"{_span([r['peak'] for r in rs], lambda v: f'{v / 1e6:,.1f} MB')} | "
                         f"{_span([r['rss_base_mib'] for r in rs], mib)} MiB | "
                         f"{_span([r['rss_peak_mib'] for r in rs], mib)} MiB | "
-                        f"{_span([r['rss_rise_mib'] for r in rs], mib)} MiB |")
+                        f"{_span([r['rss_rise_mib'] for r in rs], mib)} MiB |"
+                    )
                 print(lines[-1], flush=True)
             if len(cells) > 1:
                 verdicts.append(f"- {model}, {variant}: {_verdicts(cells)}")
                 print(verdicts[-1], flush=True)
     with open(a.md, "w") as f:
-        f.write(f"# Step peak memory against the budget\n\n{start:%Y-%m-%d %H:%M}, "
-                f"`bench/budget_peak.py --models {a.models} --budgets {a.budgets} --variants "
-                f"{a.variants} --repeat {a.repeat}` (batch {a.batch_vision} vision, "
-                f"{a.batch_hf}x64 tokens; one process per cell and repeat, 1 thread). Saved: "
-                "saved_tensors_hooks (distinct storages, parameters excluded). Tensor peak: the "
-                "highest sum of live CPU tensor allocations during one forward + backward after "
-                f"{WARM} warm-up steps, from the step's start (torch.profiler, profile_memory). "
-                "RSS: around one more step, gradients freed, after gc.collect and malloc_trim "
-                "(base), its high-water mark (peak) and the rise between, with glibc's mmap "
-                "threshold fixed at 128 KiB. Where repeats differ, their range.\n\n"
-                "| model | variant | budget | saved | tensor peak | RSS base | peak RSS | rise |\n"
-                "|---|---|---:|---:|---:|---:|---:|---:|\n" +
-                "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n")
+        f.write(
+            f"# Step peak memory against the budget\n\n{start:%Y-%m-%d %H:%M}, "
+            f"`bench/budget_peak.py --models {a.models} --budgets {a.budgets} --variants "
+            f"{a.variants} --repeat {a.repeat}` (batch {a.batch_vision} vision, "
+            f"{a.batch_hf}x64 tokens; one process per cell and repeat, 1 thread). Saved: "
+            "saved_tensors_hooks (distinct storages, parameters excluded). Tensor peak: the "
+            "highest sum of live CPU tensor allocations during one forward + backward after "
+            f"{WARM} warm-up steps, from the step's start (torch.profiler, profile_memory). "
+            "RSS: around one more step, gradients freed, after gc.collect and malloc_trim "
+            "(base), its high-water mark (peak) and the rise between, with glibc's mmap "
+            "threshold fixed at 128 KiB. Where repeats differ, their range.\n\n"
+            "| model | variant | budget | saved | tensor peak | RSS base | peak RSS | rise |\n"
+            "|---|---|---:|---:|---:|---:|---:|---:|\n"
+            + "\n".join(lines)
+            + "\n\n"
+            + "\n".join(verdicts)
+            + "\n"
+        )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)

@@ -15,6 +15,7 @@ masks (Inductor's RNG is not eager's), so the gradient columns compare different
 and only the bytes and times are read.
 Models and sizes: _suite_models.py (MEMSLIM_SUITE_IMG / MEMSLIM_SUITE_HF_SEQ as there).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,6 +40,7 @@ def one(model_name: str, budget: float, reps: int, batch: int, dropout: float = 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     if budget < 1:
         from torch._functorch import config as functorch_config
+
         functorch_config.activation_memory_budget = budget
     spec = SPECS[model_name]
     torch.manual_seed(0)
@@ -51,8 +53,11 @@ def one(model_name: str, budget: float, reps: int, batch: int, dropout: float = 
     if x.is_floating_point():
         x.requires_grad_(True)
     models = {k: copy.deepcopy(base) for k in ("eager", "compile", "memslim")}
-    fns = {"eager": models["eager"], "compile": torch.compile(models["compile"]),
-           "memslim": memslim.compile(models["memslim"])}
+    fns = {
+        "eager": models["eager"],
+        "compile": torch.compile(models["compile"]),
+        "memslim": memslim.compile(models["memslim"]),
+    }
     params = {k: list(m.parameters()) for k, m in models.items()}
     res = {"model": model_name, "budget": budget, "batch": batch or spec.batch, "dropout": dropout}
     grads = {}
@@ -94,21 +99,26 @@ def one(model_name: str, budget: float, reps: int, batch: int, dropout: float = 
 
 
 def table(rows) -> str:
-    out = ["| model | budget | eager | torch.compile | memslim.compile | vs compile | time vs "
-           "compile | grads compile | grads memslim | rewrites compiled / decided / sites |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| model | budget | eager | torch.compile | memslim.compile | vs compile | time vs "
+        "compile | grads compile | grads memslim | rewrites compiled / decided / sites |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['model']} | {r['budget']} | error: {r['error'][:120]} "
-                       "| | | | | | | |")
+            out.append(
+                f"| {r['model']} | {r['budget']} | error: {r['error'][:120]} | | | | | | | |"
+            )
             continue
         mib = lambda b: f"{b / 2**20:.1f} MiB"  # noqa: E731
         rel = r["saved_memslim"] / r["saved_compile"] - 1
-        out.append(f"| {r['model']} | {r['budget']} | {mib(r['saved_eager'])} | "
-                   f"{mib(r['saved_compile'])} | {mib(r['saved_memslim'])} | {rel:+.1%} | "
-                   f"{r['time_ratio']:.3f}x | {r['grad_glob_compile']:.1e} | "
-                   f"{r['grad_glob_memslim']:.1e} | {r.get('rewrites_compiled', '?')} / "
-                   f"{r['rewrites']} / {r['sites']} |")
+        out.append(
+            f"| {r['model']} | {r['budget']} | {mib(r['saved_eager'])} | "
+            f"{mib(r['saved_compile'])} | {mib(r['saved_memslim'])} | {rel:+.1%} | "
+            f"{r['time_ratio']:.3f}x | {r['grad_glob_compile']:.1e} | "
+            f"{r['grad_glob_memslim']:.1e} | {r.get('rewrites_compiled', '?')} / "
+            f"{r['rewrites']} / {r['sites']} |"
+        )
     return "\n".join(out)
 
 
@@ -128,12 +138,24 @@ def main():
         print("RESULT " + json.dumps(one(a.one[0], float(a.one[1]), a.reps, a.batch, a.dropout)))
         return
     from _suite_models import FULL_MODELS
+
     models = a.models.split(",") if a.models else FULL_MODELS
     rows = []
     for budget in a.budget.split(","):
         for m in models:
-            cmd = [sys.executable, __file__, "--one", m, budget, "--reps", str(a.reps),
-                   "--batch", str(a.batch), "--dropout", str(a.dropout)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one",
+                m,
+                budget,
+                "--reps",
+                str(a.reps),
+                "--batch",
+                str(a.batch),
+                "--dropout",
+                str(a.dropout),
+            ]
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                 line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -141,8 +163,11 @@ def main():
                     row = json.loads(line[-1][7:])
                 else:
                     tail = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
-                    row = {"model": m, "budget": float(budget),
-                           "error": (tail or ["no output"])[-1]}
+                    row = {
+                        "model": m,
+                        "budget": float(budget),
+                        "error": (tail or ["no output"])[-1],
+                    }
             except subprocess.TimeoutExpired:
                 row = {"model": m, "budget": float(budget), "error": f"timed out ({a.timeout} s)"}
             rows.append(row)

@@ -24,6 +24,7 @@ and parameter gradients against eager's (max |diff| / max |eager|).
 
   .venv/bin/python bench/couplings.py --out bench/results/couplings.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,9 @@ import warnings
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+)
 import memslim  # noqa: E402
 from memslim._models import AdditiveCoupling, AffineCoupling, RevNet, RevTransformer  # noqa: E402
 
@@ -134,8 +137,11 @@ def run(name: str, batch: int, rounds: int, threads: int, with_compile: bool = F
         for _ in range(3):
             step(m, x)
     recorder.__exit__(None, None, None)
-    decisions += ["drift check: " + str(w.message).split(" (Triggered")[0] for w in caught
-                  if "coupling chain" in str(w.message)]
+    decisions += [
+        "drift check: " + str(w.message).split(" (Triggered")[0]
+        for w in caught
+        if "coupling chain" in str(w.message)
+    ]
     # Saved bytes after the warm-up: what every later step keeps (the chain's first
     # differentiated call keeps every block's input to measure drift).
     xr = x.clone().requires_grad_()
@@ -143,14 +149,17 @@ def run(name: str, batch: int, rounds: int, threads: int, with_compile: bool = F
     times = {k: [] for k in variants}
     order = list(variants)
     for r in range(rounds):
-        for k in order[r % len(order):] + order[:r % len(order)]:
+        for k in order[r % len(order) :] + order[: r % len(order)]:
             t0 = time.perf_counter()
             step(variants[k], x)
             times[k].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     if with_compile:
-        decisions += [str(d) for d in memslim.report(variants["memslim_compile"])
-                      if d.pass_ == "invertible-couplings"]
+        decisions += [
+            str(d)
+            for d in memslim.report(variants["memslim_compile"])
+            if d.pass_ == "invertible-couplings"
+        ]
     return saved, med, drift, decisions
 
 
@@ -161,24 +170,37 @@ def main():
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--compile", action="store_true",
-                    help="add torch.compile and memslim.compile rows")
+    ap.add_argument(
+        "--compile", action="store_true", help="add torch.compile and memslim.compile rows"
+    )
     a = ap.parse_args()
-    lines = ["# Reversible models: saved bytes and step time, side by side", "",
-             "`bench/couplings.py` (git %s), batch %d, %d interleaved rounds, median step time / "
-             "eager's. Gradients: first step, max |diff| / max |eager| over the input and every "
-             "parameter." % (os.popen("git rev-parse --short HEAD").read().strip(), a.batch,
-                             a.rounds), "",
-             "| model | threads | variant | saved bytes | x eager | step time x eager | grad diff |",
-             "|---|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "# Reversible models: saved bytes and step time, side by side",
+        "",
+        "`bench/couplings.py` (git %s), batch %d, %d interleaved rounds, median step time / "
+        "eager's. Gradients: first step, max |diff| / max |eager| over the input and every "
+        "parameter." % (os.popen("git rev-parse --short HEAD").read().strip(), a.batch, a.rounds),
+        "",
+        "| model | threads | variant | saved bytes | x eager | step time x eager | grad diff |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
     notes = []
     for name in a.models.split(","):
         for t in [int(s) for s in a.threads.split(",")]:
             saved, med, drift, decisions = run(name, a.batch, a.rounds, t, a.compile)
             for k in saved:
-                lines.append("| %s | %d | %s | %d | %.3f | %.2f | %.1e |" % (
-                    name, t, k, saved[k], saved[k] / saved["eager"], med[k] / med["eager"],
-                    drift[k]))
+                lines.append(
+                    "| %s | %d | %s | %d | %.3f | %.2f | %.1e |"
+                    % (
+                        name,
+                        t,
+                        k,
+                        saved[k],
+                        saved[k] / saved["eager"],
+                        med[k] / med["eager"],
+                        drift[k],
+                    )
+                )
                 print(lines[-1], flush=True)
             notes += ["- %s: %s" % (name, d) for d in decisions if t == 1]
     lines += ["", "memslim's decisions:", ""] + notes

@@ -10,6 +10,7 @@ against eager over 5 SGD steps (same RNG seed for both models' forward; models
 re-synchronised before each step, as in
 test/python/test_optimize.py::assert_same_training).
 Usage: bench/frac_models.py [--batch 128] [--reps 5] [--threads 1] [--models a,b] [--out FILE]"""
+
 import argparse
 import os
 import datetime
@@ -26,7 +27,7 @@ import memslim
 from memslim._models import torchvision_with
 
 warnings.filterwarnings("ignore", message=r".*torch\.jit\.(script|save|load).*deprecated")
-MiB = 2 ** 20
+MiB = 2**20
 
 
 def step_time(model, x):
@@ -82,7 +83,9 @@ def max_grad_diff(ref, ours, batch, steps=5):
             loss = F.cross_entropy(out, torch.arange(batch) % out.shape[-1])
             loss.backward()
             g = dict((n, p.grad) for n, p in params_of.named_parameters())
-            res.append([loss.detach().reshape(1), xi.grad] + [g[n] for n, _ in ref.named_parameters()])
+            res.append(
+                [loss.detach().reshape(1), xi.grad] + [g[n] for n, _ in ref.named_parameters()]
+            )
         identical += all(torch.allclose(a, b, rtol=0, atol=0, equal_nan=True) for a, b in zip(*res))
         opt.step()
         if not all(bool(torch.isfinite(t).all()) for t in res[0]):
@@ -98,31 +101,48 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--models", default="resnet18,resnet50,efficientnet_b0")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (1: a busy neighbour on this 2-core machine moved 2-thread "
-                         "step times by 2-5x; 1-thread ratios stayed put)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: a busy neighbour on this 2-core machine moved 2-thread "
+        "step times by 2-5x; 1-thread ratios stayed put)",
+    )
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     x = torch.randn(a.batch, 3, 32, 32)
-    lines = [f"FracAct models, {a.batch}x3x32x32 fp32, CPU ({platform.processor() or platform.machine()}, "
-             f"{torch.get_num_threads()} threads); {datetime.date.today()}, torch {torch.__version__}", "",
-             "Saved-for-backward bytes (MiB; distinct storages, parameters excluded):", "",
-             "| model | eager ReLU/SiLU | eager GELU | eager FracAct | scripted FracAct | memslim FracAct | memslim / eager GELU |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    times = ["", f"Step time (forward+backward), ratio to the unmodified eager FracAct model, interleaved, median of {a.reps}:", "",
-             "| model | eager (s) | memslim | memslim, interpreter | scripted | loss, input and parameter gradients vs eager (5 SGD steps): interpreter / fused loop |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"FracAct models, {a.batch}x3x32x32 fp32, CPU ({platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} threads); {datetime.date.today()}, torch {torch.__version__}",
+        "",
+        "Saved-for-backward bytes (MiB; distinct storages, parameters excluded):",
+        "",
+        "| model | eager ReLU/SiLU | eager GELU | eager FracAct | scripted FracAct | memslim FracAct | memslim / eager GELU |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    times = [
+        "",
+        f"Step time (forward+backward), ratio to the unmodified eager FracAct model, interleaved, median of {a.reps}:",
+        "",
+        "| model | eager (s) | memslim | memslim, interpreter | scripted | loss, input and parameter gradients vs eager (5 SGD steps): interpreter / fused loop |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for arch in a.models.split(","):
         base = "silu" if arch.startswith("efficientnet") else "relu"
-        eager = {act: memslim.saved_bytes(torchvision_with(arch, act), x, warmup=0) for act in (base, "gelu", "frac")}
+        eager = {
+            act: memslim.saved_bytes(torchvision_with(arch, act), x, warmup=0)
+            for act in (base, "gelu", "frac")
+        }
         ref = torchvision_with(arch, "frac")
         scripted = torch.jit.script(torchvision_with(arch, "frac"))
         ours = memslim.optimize(torchvision_with(arch, "frac"), (x,))
         s_scripted, s_ours = memslim.saved_bytes(scripted, x), memslim.saved_bytes(ours, x)
-        lines.append(f"| {arch} | {eager[base] / MiB:.1f} | {eager['gelu'] / MiB:.1f} | {eager['frac'] / MiB:.1f} | "
-                     f"{s_scripted / MiB:.1f} | {s_ours / MiB:.1f} | {s_ours / eager['gelu']:.4f}x |")
+        lines.append(
+            f"| {arch} | {eager[base] / MiB:.1f} | {eager['gelu'] / MiB:.1f} | {eager['frac'] / MiB:.1f} | "
+            f"{s_scripted / MiB:.1f} | {s_ours / MiB:.1f} | {s_ours / eager['gelu']:.4f}x |"
+        )
         print(lines[-1], flush=True)
         models = (ref, ours, Interpreted(ours), scripted)
         for m in models:  # warm-up: the scripted executors profile their first calls
@@ -135,9 +155,13 @@ def main():
         grads = []
         for m in (Interpreted(ours), ours):
             diff, compared, identical = max_grad_diff(torchvision_with(arch, "frac"), m, a.batch)
-            grads.append(f"{diff:.1e} over {compared} finite steps, bit-identical in {identical} of 5")
-        times.append(f"| {arch} | {med[0]:.2f} | {med[1] / med[0]:.2f}x | {med[2] / med[0]:.2f}x | "
-                     f"{med[3] / med[0]:.2f}x | {grads[0]} / {grads[1]} |")
+            grads.append(
+                f"{diff:.1e} over {compared} finite steps, bit-identical in {identical} of 5"
+            )
+        times.append(
+            f"| {arch} | {med[0]:.2f} | {med[1] / med[0]:.2f}x | {med[2] / med[0]:.2f}x | "
+            f"{med[3] / med[0]:.2f}x | {grads[0]} / {grads[1]} |"
+        )
         print(times[-1], flush=True)
     text = "\n".join(lines + times) + "\n"
     if a.out:

@@ -14,6 +14,7 @@ error distribution against the bars, and every finding (with --shrink: minimized
 bench/results/fuzz_long_findings/). The quick seeds (0:320) are the ctest's; the long range
 starts at 100000 so the two never overlap.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,7 +58,9 @@ def pct(xs, q):
 def report(results: list, args, wall: float, path: str):
     seeds = sorted(int(r["id"][5:]) for r in results)
     counts = collections.Counter(r["class"] for r in results)
-    stages = collections.Counter((r["class"], r.get("stage", "")) for r in results if r["class"] != "ok")
+    stages = collections.Counter(
+        (r["class"], r.get("stage", "")) for r in results if r["class"] != "ok"
+    )
     valid = [r for r in results if r["class"] != "invalid"]
     cli = collections.Counter()
     for r in valid:
@@ -75,8 +78,9 @@ def report(results: list, args, wall: float, path: str):
             if r.get("rewrites"):
                 feats_rew[f] += 1
     try:
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         commit = "?"
     import torch
@@ -85,51 +89,107 @@ def report(results: list, args, wall: float, path: str):
     w = out.append
     w("# Differential program fuzzer, long mode (`bench/fuzz_long.py`)")
     w("")
-    w("Generated %s on %s (%s), commit %s, torch %s; %d workers." % (
-        datetime.date.today().isoformat(), platform.node() or "?", platform.machine(), commit,
-        torch.__version__, args.jobs))
+    w(
+        "Generated %s on %s (%s), commit %s, torch %s; %d workers."
+        % (
+            datetime.date.today().isoformat(),
+            platform.node() or "?",
+            platform.machine(),
+            commit,
+            torch.__version__,
+            args.jobs,
+        )
+    )
     w("")
     if seeds:
-        w("**Seeds %d..%d: %d programs run** (requested range %d:%d; %s)." % (
-            seeds[0], seeds[-1], len(seeds), args.start, args.start + args.count,
-            "complete" if len(seeds) >= args.count else "PARTIAL: %d of %d" % (len(seeds), args.count)))
+        w(
+            "**Seeds %d..%d: %d programs run** (requested range %d:%d; %s)."
+            % (
+                seeds[0],
+                seeds[-1],
+                len(seeds),
+                args.start,
+                args.start + args.count,
+                "complete"
+                if len(seeds) >= args.count
+                else "PARTIAL: %d of %d" % (len(seeds), args.count),
+            )
+        )
     w("Wall time of the last invocation: %.0f s." % wall)
     w("")
     w("| class | programs |")
     w("|---|---:|")
-    for cls in ("ok", "wrong", "crash", "exception", "timeout", "rng-order", "bf16-rounding", "fp32-rounding", "invalid",
-                "runner-error"):
+    for cls in (
+        "ok",
+        "wrong",
+        "crash",
+        "exception",
+        "timeout",
+        "rng-order",
+        "bf16-rounding",
+        "fp32-rounding",
+        "invalid",
+        "runner-error",
+    ):
         w("| %s | %d |" % (cls, counts.get(cls, 0)))
     w("")
-    w("`invalid`: eager, torch.jit.script or the scripted module failed (the generator's or "
-      "TorchScript's fault; discarded). `rng-order`, `bf16-rounding`, `fp32-rounding`: reported, not failures "
-      "(test/fuzz/runner.py). Not ok, by class and stage:")
+    w(
+        "`invalid`: eager, torch.jit.script or the scripted module failed (the generator's or "
+        "TorchScript's fault; discarded). `rng-order`, `bf16-rounding`, `fp32-rounding`: reported, not failures "
+        "(test/fuzz/runner.py). Not ok, by class and stage:"
+    )
     w("")
     for (c, s), n in sorted(stages.items()):
         w("- %s @ %s: %d" % (c, s, n))
     w("")
-    w("memslim-opt stage (valid programs): " + ", ".join("%s: %d" % kv for kv in sorted(cli.items())))
+    w(
+        "memslim-opt stage (valid programs): "
+        + ", ".join("%s: %d" % kv for kv in sorted(cli.items()))
+    )
     w("")
-    w("Programs with at least one rewrite by memslim.optimize: %d of %d valid." % (
-        sum(1 for r in valid if r.get("rewrites")), len(valid)))
+    w(
+        "Programs with at least one rewrite by memslim.optimize: %d of %d valid."
+        % (sum(1 for r in valid if r.get("rewrites")), len(valid))
+    )
     w("")
     w("## Error (relative L2, worst tensor per program; ok programs that draw no random numbers)")
     w("")
-    w("Scripted drift: the unmodified scripted module against eager (TorchScript's own difference; "
-      "its tail is programs where TorchScript's semantics differ from eager's, e.g. an eval-mode "
-      "dropout whose output is written in place). memslim.optimize: the smaller of its errors "
-      "against eager and against the unmodified scripted module (the judge, test/fuzz/runner.py).")
+    w(
+        "Scripted drift: the unmodified scripted module against eager (TorchScript's own difference; "
+        "its tail is programs where TorchScript's semantics differ from eager's, e.g. an eval-mode "
+        "dropout whose output is written in place). memslim.optimize: the smaller of its errors "
+        "against eager and against the unmodified scripted module (the judge, test/fuzz/runner.py)."
+    )
     w("")
-    w("| dtype | programs | scripted drift p50 / p99 / max | memslim.optimize p50 / p99 / max | bar |")
+    w(
+        "| dtype | programs | scripted drift p50 / p99 / max | memslim.optimize p50 / p99 / max | bar |"
+    )
     w("|---|---:|---|---|---:|")
     for dt in ("float32", "float64", "bfloat16"):
-        rs = [r for r in results if r["class"] == "ok" and r.get("dtype") == dt and not r.get("random")]
+        rs = [
+            r
+            for r in results
+            if r["class"] == "ok" and r.get("dtype") == dt and not r.get("random")
+        ]
         d = [r.get("drift", 0.0) for r in rs]
         e = [r.get("opt_err", 0.0) for r in rs if "opt_err" in r]
-        w("| %s | %d | %.2g / %.2g / %.2g | %.2g / %.2g / %.2g | %.0e, up to %.0f x drift (at most %.0f x)%s |" % (
-            dt, len(rs), pct(d, .5), pct(d, .99), max(d or [math.nan]), pct(e, .5), pct(e, .99),
-            max(e or [math.nan]), runner.BARS[dt], runner.DRIFT_FACTOR, runner.DRIFT_CAP,
-            "; or 4 x eager's error vs fp64" if dt == "bfloat16" else ""))
+        w(
+            "| %s | %d | %.2g / %.2g / %.2g | %.2g / %.2g / %.2g | %.0e, up to %.0f x drift (at most %.0f x)%s |"
+            % (
+                dt,
+                len(rs),
+                pct(d, 0.5),
+                pct(d, 0.99),
+                max(d or [math.nan]),
+                pct(e, 0.5),
+                pct(e, 0.99),
+                max(e or [math.nan]),
+                runner.BARS[dt],
+                runner.DRIFT_FACTOR,
+                runner.DRIFT_CAP,
+                "; or 4 x eager's error vs fp64" if dt == "bfloat16" else "",
+            )
+        )
     w("")
     w("## Feature coverage (valid programs with the feature / of those, with >= 1 rewrite)")
     w("")
@@ -140,7 +200,11 @@ def report(results: list, args, wall: float, path: str):
     w("")
     w("## Findings")
     w("")
-    bad = [r for r in results if r["class"] in FAILING + ("rng-order", "bf16-rounding", "fp32-rounding")]
+    bad = [
+        r
+        for r in results
+        if r["class"] in FAILING + ("rng-order", "bf16-rounding", "fp32-rounding")
+    ]
     if not bad:
         w("None.")
     by_sig = collections.defaultdict(list)
@@ -153,11 +217,13 @@ def report(results: list, args, wall: float, path: str):
         w("")
         w("Seeds: " + ", ".join(r["id"][5:] for r in sorted(rs, key=lambda r: int(r["id"][5:]))))
         w("")
-        for r in sorted(rs, key=lambda r: int(r["id"][5:]))[:args.detail_limit]:
+        for r in sorted(rs, key=lambda r: int(r["id"][5:]))[: args.detail_limit]:
             w("- %s: %s" % (r["id"][5:], r.get("detail", "").replace("|", "/")[:300]))
         w("")
-    w("Reproduce one: `python test/fuzz/fuzz.py show SEED > p.py && python test/fuzz/fuzz.py check p.py`; "
-      "minimize: `python test/fuzz/fuzz.py shrink SEED`.")
+    w(
+        "Reproduce one: `python test/fuzz/fuzz.py show SEED > p.py && python test/fuzz/fuzz.py check p.py`; "
+        "minimize: `python test/fuzz/fuzz.py shrink SEED`."
+    )
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
 
@@ -171,7 +237,9 @@ def first_words(detail: str) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--start", type=int, default=100000)
     ap.add_argument("--count", type=int, default=20000)
     ap.add_argument("--jobs", type=int, default=2)
@@ -190,28 +258,46 @@ def main():
     t0 = time.time()
     if not args.report_only:
         todo = [{"id": i, "seed": int(i[5:])} for i in ids if i not in done]
-        print("fuzz_long: %d programs to run (%d already in %s)" % (len(todo), len(results), args.state), flush=True)
+        print(
+            "fuzz_long: %d programs to run (%d already in %s)"
+            % (len(todo), len(results), args.state),
+            flush=True,
+        )
         state = open(args.state, "a")
-        last = [time.time()]
 
         def on_result(r):
             results.append(r)
             state.write(json.dumps(r) + "\n")
             state.flush()
             if r["class"] in FAILING:
-                print("%s %s@%s %s" % (r["id"], r["class"], r.get("stage", ""), r.get("detail", "")[:200]), flush=True)
+                print(
+                    "%s %s@%s %s"
+                    % (r["id"], r["class"], r.get("stage", ""), r.get("detail", "")[:200]),
+                    flush=True,
+                )
             if len(results) % 200 == 0:
                 report(results, args, time.time() - t0, args.out)
                 print("... %d done, %.0f s" % (len(results), time.time() - t0), flush=True)
 
-        runner.Pool(jobs=args.jobs, memslim_opt=args.memslim_opt, cli=not args.no_cli).run(todo, on_result)
+        runner.Pool(jobs=args.jobs, memslim_opt=args.memslim_opt, cli=not args.no_cli).run(
+            todo, on_result
+        )
         state.close()
     report(results, args, time.time() - t0, args.out)
     print("wrote %s (%d programs)" % (args.out, len(results)))
     if args.shrink:
         fdir = os.path.join(HERE, "results", "fuzz_long_findings")
-        cmd = [sys.executable, os.path.join(REPO, "test", "fuzz", "fuzz.py"), "--jobs", str(args.jobs),
-               "--memslim-opt", args.memslim_opt, "shrink-all", args.state, fdir]
+        cmd = [
+            sys.executable,
+            os.path.join(REPO, "test", "fuzz", "fuzz.py"),
+            "--jobs",
+            str(args.jobs),
+            "--memslim-opt",
+            args.memslim_opt,
+            "shrink-all",
+            args.state,
+            fdir,
+        ]
         subprocess.run(cmd, check=False)
 
 

@@ -21,6 +21,7 @@ Usage: bench/fuzz_opt_inputs.py [--count N] [--seed S] [--jobs J] [--out FILE]
 Each run is limited to 3 GiB of address space (RLIMIT_AS), so a mutated shape
 fails as an allocation error instead of pushing a shared machine into swap.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,47 +50,146 @@ ROOT = Path(__file__).resolve().parents[1]
 OPT = os.environ.get("MEMSLIM_OPT", str(ROOT / "build" / "bin" / "memslim-opt"))
 TIMEOUT_S = 120
 COMMIT_NOTE = os.environ.get("FUZZ_COMMIT_NOTE", "the memslim-opt binary built from it")
-START_COMMIT = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True).stdout.strip()
+START_COMMIT = subprocess.run(
+    ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+).stdout.strip()
 MEM_LIMIT = 3 << 30
 
 # ----------------------------------------------------------------------------
 # IR corpus and mutations
 
-TOKEN_RE = re.compile(r"%[A-Za-z0-9_.]+|[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]+|[A-Za-z_][A-Za-z0-9_]*"
-                      r"|-?\d+\.?\d*(?:e-?\d+)?|\"[^\"\n]*\"|->|[()\[\]{},:=<>?*]")
-TYPES = ["Tensor", "int", "float", "bool", "str", "NoneType", "int[]", "float[]", "Tensor[]",
-         "(Tensor, Tensor)", "Tensor?", "Optional[Tensor]", "Dict(str, Tensor)", "Device", "number",
-         "Float(8, 16, strides=[16, 1], requires_grad=1, device=cpu)",
-         "Double(8, 16, strides=[16, 1], requires_grad=1, device=cpu)",
-         "Long(8, 16, strides=[16, 1], requires_grad=0, device=cpu)",
-         "Bool(8, 16, strides=[16, 1], requires_grad=0, device=cpu)",
-         "Half(8, 16, strides=[16, 1], requires_grad=1, device=cpu)",
-         "BFloat16(4, strides=[1], requires_grad=1, device=cpu)",
-         "Float(requires_grad=1, device=cpu)", "Float(8, 16, device=cpu)",
-         "Float(8, 16, strides=[16, 1], requires_grad=1, device=cuda:0)",
-         "Float(8, 16, strides=[16, 1], requires_grad=1, device=meta)",
-         "QUInt8(8, strides=[1], requires_grad=0, device=cpu)",
-         "ComplexFloat(8, strides=[1], requires_grad=1, device=cpu)",
-         "Float(*, *, requires_grad=1, device=cpu)", "__torch__.Foo", "Future[int]", "Any"]
-OPS = ["aten::relu", "aten::gelu", "aten::silu", "aten::mish", "aten::sigmoid", "aten::tanh",
-       "aten::mul", "aten::add", "aten::add_", "aten::linear", "aten::dropout", "aten::view",
-       "aten::size", "aten::cat", "aten::softplus", "aten::erf", "aten::relu_", "aten::silu_",
-       "aten::frobnicate", "aten::rand_like", "aten::warn", "aten::slice", "aten::select", "aten::copy_",
-       "prim::Constant", "prim::If", "prim::Loop", "prim::ListConstruct", "prim::ListUnpack",
-       "prim::TupleConstruct", "prim::TupleUnpack", "prim::TupleIndex", "prim::DictConstruct",
-       "prim::GetAttr", "prim::SetAttr", "prim::CallMethod", "prim::CallFunction", "prim::Print",
-       "prim::RaiseException", "prim::Uninitialized", "prim::unchecked_cast", "prim::Enter",
-       "prim::Exit", "prim::fork", "prim::DifferentiableGraph", "prim::FusionGroup",
-       "prim::profile", "prim::TypeCheck", "prim::BailOut", "prim::ConstantChunk",
-       "prim::BroadcastSizes", "prim::AutogradZero", "prim::isinstance", "prim::tolist",
-       "prim::PythonOp", "prim::Closure", "prim::awaitable", "prim::NumToTensor",
-       "prim::device", "prim::dtype", "aten::wait", "memslim::gelu", "memslim::silu",
-       "memslim::recompute_region", "memslim::activation_dropout", "memslim::_record_type",
-       "memslim::nope", "foo::bar"]
-CONSTS = ["0", "1", "-1", "0.5", "1e308", "-1e308", "inf", "nan", "9223372036854775807",
-          "-9223372036854775808", "99999999999999999999", "\"none\"", "\"tanh\"", "\"\"",
-          "\"x\\n\\\"y\"", "[1, 2]", "[]", "[0.5]", "[\"a\"]", "1j", "<Tensor>", "Tensor", "int"]
+TOKEN_RE = re.compile(
+    r"%[A-Za-z0-9_.]+|[A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.]+|[A-Za-z_][A-Za-z0-9_]*"
+    r"|-?\d+\.?\d*(?:e-?\d+)?|\"[^\"\n]*\"|->|[()\[\]{},:=<>?*]"
+)
+TYPES = [
+    "Tensor",
+    "int",
+    "float",
+    "bool",
+    "str",
+    "NoneType",
+    "int[]",
+    "float[]",
+    "Tensor[]",
+    "(Tensor, Tensor)",
+    "Tensor?",
+    "Optional[Tensor]",
+    "Dict(str, Tensor)",
+    "Device",
+    "number",
+    "Float(8, 16, strides=[16, 1], requires_grad=1, device=cpu)",
+    "Double(8, 16, strides=[16, 1], requires_grad=1, device=cpu)",
+    "Long(8, 16, strides=[16, 1], requires_grad=0, device=cpu)",
+    "Bool(8, 16, strides=[16, 1], requires_grad=0, device=cpu)",
+    "Half(8, 16, strides=[16, 1], requires_grad=1, device=cpu)",
+    "BFloat16(4, strides=[1], requires_grad=1, device=cpu)",
+    "Float(requires_grad=1, device=cpu)",
+    "Float(8, 16, device=cpu)",
+    "Float(8, 16, strides=[16, 1], requires_grad=1, device=cuda:0)",
+    "Float(8, 16, strides=[16, 1], requires_grad=1, device=meta)",
+    "QUInt8(8, strides=[1], requires_grad=0, device=cpu)",
+    "ComplexFloat(8, strides=[1], requires_grad=1, device=cpu)",
+    "Float(*, *, requires_grad=1, device=cpu)",
+    "__torch__.Foo",
+    "Future[int]",
+    "Any",
+]
+OPS = [
+    "aten::relu",
+    "aten::gelu",
+    "aten::silu",
+    "aten::mish",
+    "aten::sigmoid",
+    "aten::tanh",
+    "aten::mul",
+    "aten::add",
+    "aten::add_",
+    "aten::linear",
+    "aten::dropout",
+    "aten::view",
+    "aten::size",
+    "aten::cat",
+    "aten::softplus",
+    "aten::erf",
+    "aten::relu_",
+    "aten::silu_",
+    "aten::frobnicate",
+    "aten::rand_like",
+    "aten::warn",
+    "aten::slice",
+    "aten::select",
+    "aten::copy_",
+    "prim::Constant",
+    "prim::If",
+    "prim::Loop",
+    "prim::ListConstruct",
+    "prim::ListUnpack",
+    "prim::TupleConstruct",
+    "prim::TupleUnpack",
+    "prim::TupleIndex",
+    "prim::DictConstruct",
+    "prim::GetAttr",
+    "prim::SetAttr",
+    "prim::CallMethod",
+    "prim::CallFunction",
+    "prim::Print",
+    "prim::RaiseException",
+    "prim::Uninitialized",
+    "prim::unchecked_cast",
+    "prim::Enter",
+    "prim::Exit",
+    "prim::fork",
+    "prim::DifferentiableGraph",
+    "prim::FusionGroup",
+    "prim::profile",
+    "prim::TypeCheck",
+    "prim::BailOut",
+    "prim::ConstantChunk",
+    "prim::BroadcastSizes",
+    "prim::AutogradZero",
+    "prim::isinstance",
+    "prim::tolist",
+    "prim::PythonOp",
+    "prim::Closure",
+    "prim::awaitable",
+    "prim::NumToTensor",
+    "prim::device",
+    "prim::dtype",
+    "aten::wait",
+    "memslim::gelu",
+    "memslim::silu",
+    "memslim::recompute_region",
+    "memslim::activation_dropout",
+    "memslim::_record_type",
+    "memslim::nope",
+    "foo::bar",
+]
+CONSTS = [
+    "0",
+    "1",
+    "-1",
+    "0.5",
+    "1e308",
+    "-1e308",
+    "inf",
+    "nan",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "99999999999999999999",
+    '"none"',
+    '"tanh"',
+    '""',
+    '"x\\n\\"y"',
+    "[1, 2]",
+    "[]",
+    "[0.5]",
+    '["a"]',
+    "1j",
+    "<Tensor>",
+    "Tensor",
+    "int",
+]
 
 
 def lit_cases() -> List[Tuple[str, str]]:
@@ -157,7 +257,7 @@ def m_op_change(rng, text, pool):
     if not ops:
         return text
     m = rng.choice(ops)
-    return text[:m.start()] + rng.choice(OPS) + text[m.end():]
+    return text[: m.start()] + rng.choice(OPS) + text[m.end() :]
 
 
 def m_type_change(rng, text, pool):
@@ -165,7 +265,7 @@ def m_type_change(rng, text, pool):
     if not spots:
         return text
     m = rng.choice(spots)
-    return text[:m.start()] + rng.choice(TYPES) + text[m.end():]
+    return text[: m.start()] + rng.choice(TYPES) + text[m.end() :]
 
 
 def m_shape_change(rng, text, pool):
@@ -174,24 +274,36 @@ def m_shape_change(rng, text, pool):
     if not spots:
         return text
     m = rng.choice(spots)
+
     def num():
-        return str(rng.choice([0, 1, 2, 3, 7, 8, 16, 17, 64, 1000, -1, 2 ** 31, 2 ** 40, 2 ** 62]))
+        return str(rng.choice([0, 1, 2, 3, 7, 8, 16, 17, 64, 1000, -1, 2**31, 2**40, 2**62]))
+
     inner = m.group(1)
     r = rng.random()
     if r < 0.4:  # one number changed
         nums = list(re.finditer(r"-?\d+", inner))
         if nums:
             k = rng.choice(nums)
-            inner = inner[:k.start()] + num() + inner[k.end():]
+            inner = inner[: k.start()] + num() + inner[k.end() :]
     elif r < 0.6:  # a dimension added or removed
         dims = [num() for _ in range(rng.randint(0, 4))]
         inner = ", ".join(dims + [p.strip() for p in inner.split(",") if "=" in p])
     elif r < 0.8:  # strides of another rank
-        inner = re.sub(r"strides=\[[^\]]*\]", "strides=[" + ", ".join(num() for _ in range(rng.randint(0, 3))) + "]", inner)
+        inner = re.sub(
+            r"strides=\[[^\]]*\]",
+            "strides=[" + ", ".join(num() for _ in range(rng.randint(0, 3))) + "]",
+            inner,
+        )
     else:  # flags
-        inner = inner.replace("requires_grad=1", "requires_grad=0") if rng.random() < 0.5 else \
-            inner.replace("device=cpu", rng.choice(["device=cuda", "device=meta", "device=xla:0", "device=cpu:5"]))
-    return text[:m.start(1)] + inner + text[m.end(1):]
+        inner = (
+            inner.replace("requires_grad=1", "requires_grad=0")
+            if rng.random() < 0.5
+            else inner.replace(
+                "device=cpu",
+                rng.choice(["device=cuda", "device=meta", "device=xla:0", "device=cpu:5"]),
+            )
+        )
+    return text[: m.start(1)] + inner + text[m.end(1) :]
 
 
 def m_const_change(rng, text, pool):
@@ -199,7 +311,7 @@ def m_const_change(rng, text, pool):
     if not spots:
         return text
     m = rng.choice(spots)
-    return text[:m.start(1)] + rng.choice(CONSTS) + text[m.end(1):]
+    return text[: m.start(1)] + rng.choice(CONSTS) + text[m.end(1) :]
 
 
 def m_name_change(rng, text, pool):
@@ -210,7 +322,7 @@ def m_name_change(rng, text, pool):
     b = rng.choice(names + ["%undefined", "%0", "%x.1"])
     spots = [m for m in re.finditer(re.escape(a) + r"\b", text)]
     m = rng.choice(spots)
-    return text[:m.start()] + b + text[m.end():]
+    return text[: m.start()] + b + text[m.end() :]
 
 
 def m_indent(rng, text, pool):
@@ -218,20 +330,39 @@ def m_indent(rng, text, pool):
     if not lines:  # an earlier mutation left nothing (the long run died here)
         return "\t"
     i = rng.randrange(len(lines))
-    lines[i] = (" " * rng.choice([0, 1, 3, 4, 6, 8]) + lines[i].lstrip(" ")) if rng.random() < 0.8 else \
-        "\t" + lines[i]
+    lines[i] = (
+        (" " * rng.choice([0, 1, 3, 4, 6, 8]) + lines[i].lstrip(" "))
+        if rng.random() < 0.8
+        else "\t" + lines[i]
+    )
     return "".join(lines)
 
 
 def m_truncate(rng, text, pool):
-    return text[:rng.randrange(len(text) + 1)]
+    return text[: rng.randrange(len(text) + 1)]
 
 
 def m_random_bytes(rng, text, pool):
     data = bytearray(text.encode())
     for _ in range(rng.randint(1, 8)):
-        b = rng.choice([0, 0xff, 0x80, 0xc3, ord("\n"), ord("%"), ord("("), ord(")"), ord(":"), ord("="),
-                        ord('"'), ord("["), ord("#"), rng.randrange(256)])
+        b = rng.choice(
+            [
+                0,
+                0xFF,
+                0x80,
+                0xC3,
+                ord("\n"),
+                ord("%"),
+                ord("("),
+                ord(")"),
+                ord(":"),
+                ord("="),
+                ord('"'),
+                ord("["),
+                ord("#"),
+                rng.randrange(256),
+            ]
+        )
         pos = rng.randrange(len(data) + 1)
         if rng.random() < 0.5 and pos < len(data):
             data[pos] = b
@@ -241,10 +372,17 @@ def m_random_bytes(rng, text, pool):
 
 
 IR_MUTATORS = {
-    "drop-lines": m_drop_lines, "dup-swap-lines": m_dup_swap_lines, "token-swap": m_token_swap,
-    "op-change": m_op_change, "type-change": m_type_change, "shape-change": m_shape_change,
-    "const-change": m_const_change, "name-change": m_name_change, "indent": m_indent,
-    "truncate": m_truncate, "random-bytes": m_random_bytes,
+    "drop-lines": m_drop_lines,
+    "dup-swap-lines": m_dup_swap_lines,
+    "token-swap": m_token_swap,
+    "op-change": m_op_change,
+    "type-change": m_type_change,
+    "shape-change": m_shape_change,
+    "const-change": m_const_change,
+    "name-change": m_name_change,
+    "indent": m_indent,
+    "truncate": m_truncate,
+    "random-bytes": m_random_bytes,
 }
 
 
@@ -278,19 +416,24 @@ def random_specs(rng) -> str:
     def one():
         r = rng.random()
         if r < 0.5:
-            return "x".join(str(rng.choice([0, 1, 2, 4, 8, 16, 33])) for _ in range(rng.randint(1, 4)))
+            return "x".join(
+                str(rng.choice([0, 1, 2, 4, 8, 16, 33])) for _ in range(rng.randint(1, 4))
+            )
         if r < 0.6:
             return rng.choice(["100000x100000x100000", "4000000000", "30000x30000", "1x0x5"])
         return rng.choice(["0.5", "1", "true", "false", "none", "scalar", "-3", "1e400", "nan"])
+
     return ",".join(one() for _ in range(rng.randint(1, 4)))
 
 
 def policy_flags(rng) -> List[str]:
     out = []
-    for flag, values in [("--min-bytes", ["0", "1", "1000", "-1", "1.5", "x", "99999999999999999999"]),
-                         ("--max-added-work", ["0", "1", "2.5", "inf", "nan", "-1"]),
-                         ("--assume-numel", ["0", "4096", "1099511627776", "1099511627777", "-5"]),
-                         ("--dropout-mask-bytes", ["0", "1", "7", ""])]:
+    for flag, values in [
+        ("--min-bytes", ["0", "1", "1000", "-1", "1.5", "x", "99999999999999999999"]),
+        ("--max-added-work", ["0", "1", "2.5", "inf", "nan", "-1"]),
+        ("--assume-numel", ["0", "4096", "1099511627776", "1099511627777", "-5"]),
+        ("--dropout-mask-bytes", ["0", "1", "7", ""]),
+    ]:
         if rng.random() < 0.08:
             out.append(f"{flag}={rng.choice(values)}")
     return out
@@ -308,57 +451,77 @@ def pass_flags(rng, passes: List[str]) -> List[str]:
 # ----------------------------------------------------------------------------
 # Archive corpus and mutations
 
+
 class MLP(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.a = torch.nn.Linear(16, 32); self.b = torch.nn.Linear(32, 16)
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 16)
+
     def forward(self, x):
         h = self.b(F.gelu(self.a(x)))
         return h * torch.sigmoid(h)
+
     @torch.jit.export
     def features(self, x):
         return F.gelu(self.a(x))
 
+
 class CNN(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.c = torch.nn.Conv2d(3, 4, 3, padding=1); self.bn = torch.nn.BatchNorm2d(4)
+        self.c = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+
     def forward(self, x):
         return F.relu(self.bn(self.c(x))).mean((2, 3))
+
 
 class Flags(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Linear(16, 16)
+
     def forward(self, x, train: bool, p: float):
         return F.dropout(F.silu(self.a(x)), p, train)
+
 
 class Loop(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Linear(16, 16)
+
     def forward(self, x) -> Tuple[torch.Tensor, torch.Tensor]:
         y = x
         for _ in range(2):
             y = torch.tanh(self.a(y))
         return y, F.gelu(x)
 
+
 class Printer(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.a = torch.nn.Linear(16, 16); self.calls = 0
+        self.a = torch.nn.Linear(16, 16)
+        self.calls = 0
+
     def forward(self, x):
         self.calls += 1
         print("calls", self.calls)
         return F.gelu(self.a(x))
 
 
-ARCHIVES = [("MLP", "8x16"), ("CNN", "2x3x8x8"), ("Flags", "8x16,true,0.5"), ("Loop", "8x16"),
-            ("Printer", "8x16")]
+ARCHIVES = [
+    ("MLP", "8x16"),
+    ("CNN", "2x3x8x8"),
+    ("Flags", "8x16,true,0.5"),
+    ("Loop", "8x16"),
+    ("Printer", "8x16"),
+]
 
 
 def make_archives() -> Dict[str, bytes]:
     import warnings
+
     warnings.filterwarnings("ignore")
     out = {}
     for name, _ in ARCHIVES:
@@ -395,7 +558,7 @@ def a_byte_flips(rng, data):
 
 
 def a_truncate(rng, data):
-    return data[:rng.randrange(len(data))]
+    return data[: rng.randrange(len(data))]
 
 
 def a_entry_removed(rng, data):
@@ -437,13 +600,17 @@ def a_entry_mutated(rng, data):
 
 
 def a_not_an_archive(rng, data):
-    return rng.choice([b"", b"PK\x03\x04", bytes(rng.randrange(256) for _ in range(64)),
-                       data[:30] + bytes(200)])
+    return rng.choice(
+        [b"", b"PK\x03\x04", bytes(rng.randrange(256) for _ in range(64)), data[:30] + bytes(200)]
+    )
 
 
 PT_MUTATORS = {
-    "byte-flips": a_byte_flips, "truncate": a_truncate, "entry-removed": a_entry_removed,
-    "entry-renamed-or-duplicated": a_entry_renamed_or_duplicated, "entry-mutated": a_entry_mutated,
+    "byte-flips": a_byte_flips,
+    "truncate": a_truncate,
+    "entry-removed": a_entry_removed,
+    "entry-renamed-or-duplicated": a_entry_renamed_or_duplicated,
+    "entry-mutated": a_entry_mutated,
     "not-an-archive": a_not_an_archive,
 }
 
@@ -462,8 +629,13 @@ SLOW: List[Tuple[float, str]] = []
 def run_opt(args: List[str], stdin: Optional[bytes] = None):
     t = time.time()
     try:
-        p = subprocess.run([OPT] + args, input=stdin if stdin is not None else b"", capture_output=True,
-                           timeout=TIMEOUT_S, preexec_fn=_limit)
+        p = subprocess.run(
+            [OPT] + args,
+            input=stdin if stdin is not None else b"",
+            capture_output=True,
+            timeout=TIMEOUT_S,
+            preexec_fn=_limit,
+        )
         res = p.returncode, p.stdout, p.stderr.decode("utf-8", "replace")
     except subprocess.TimeoutExpired:
         res = None, b"", ""
@@ -481,14 +653,21 @@ def check(rc, stdout: bytes, stderr: str, flags: List[str], out_path: Optional[P
     if rc not in (0, 1):
         return [f"exit code {rc}"]
     lines = stderr.splitlines()
-    errors = [l for l in lines if l.startswith("memslim-opt: error:")]
+    errors = [ln for ln in lines if ln.startswith("memslim-opt: error:")]
     printing = "--print-ir-after-all" in flags
     if rc == 1:
         if len(errors) != 1 or not lines or lines[-1] != errors[0]:
             f.append("not exactly one error line, last")
         elif not printing:
-            extra = [l for l in lines[:-1] if not (l.startswith("remark: ") or l.startswith("memslim-opt: verify: ok")
-                                                   or l.startswith("memslim-opt: warning: "))]
+            extra = [
+                ln
+                for ln in lines[:-1]
+                if not (
+                    ln.startswith("remark: ")
+                    or ln.startswith("memslim-opt: verify: ok")
+                    or ln.startswith("memslim-opt: warning: ")
+                )
+            ]
             if extra:
                 f.append("other stderr lines before the error")
         if errors and "internal error" in errors[0]:
@@ -507,8 +686,8 @@ def check(rc, stdout: bytes, stderr: str, flags: List[str], out_path: Optional[P
 
 def error_kind(stderr: str) -> str:
     """The error line with numbers, names and quoted text folded, for the tally."""
-    line = next((l for l in stderr.splitlines() if l.startswith("memslim-opt: error:")), "")
-    line = line[len("memslim-opt: error: "):]
+    line = next((ln for ln in stderr.splitlines() if ln.startswith("memslim-opt: error:")), "")
+    line = line[len("memslim-opt: error: ") :]
     line = re.sub(r"'[^']*'", "'…'", line)
     line = re.sub(r"%[\w.]+", "%v", line)
     line = re.sub(r"\d+", "N", line)
@@ -528,7 +707,9 @@ class Stats:
         self.verify_ok = 0
 
 
-def one_case(i: int, seed: int, cases, pool, passes, archives, work: Path, stats: Stats, keep: Path):
+def one_case(
+    i: int, seed: int, cases, pool, passes, archives, work: Path, stats: Stats, keep: Path
+):
     rng = random.Random(seed * 1_000_003 + i)
     d = work / f"c{i}"
     d.mkdir()
@@ -538,7 +719,9 @@ def one_case(i: int, seed: int, cases, pool, passes, archives, work: Path, stats
         muts = [rng.choice(list(IR_MUTATORS)) for _ in range(rng.randint(1, 3))]
         data = text
         for m in muts:
-            data = IR_MUTATORS[m](rng, data if isinstance(data, str) else data.decode("utf-8", "replace"), pool)
+            data = IR_MUTATORS[m](
+                rng, data if isinstance(data, str) else data.decode("utf-8", "replace"), pool
+            )
         raw = data if isinstance(data, bytes) else data.encode()
         kind = "ir:" + "+".join(muts)
         src = d / "in.ir"
@@ -591,8 +774,11 @@ def one_case(i: int, seed: int, cases, pool, passes, archives, work: Path, stats
     if rc == 0 and not findings:
         # With the run's own --input-shapes: they override the signature's types, which
         # the output keeps as they were (a mutated stride of 2^31 is refused without them).
-        back_flags = (["--passes=cleanup"] + (["--split-input-file"] if "--split-input-file" in flags else []) +
-                      [f for f in args + flags if f.startswith("--input-shapes=")])
+        back_flags = (
+            ["--passes=cleanup"]
+            + (["--split-input-file"] if "--split-input-file" in flags else [])
+            + [f for f in args + flags if f.startswith("--input-shapes=")]
+        )
         if kind.startswith("ir:"):
             produced = out_path.read_bytes() if out_path else stdout
             p2 = d / "back.ir"
@@ -617,10 +803,20 @@ def one_case(i: int, seed: int, cases, pool, passes, archives, work: Path, stats
             keep.mkdir(parents=True, exist_ok=True)
             saved = keep / f"{seed}-{i}{src.suffix}"
             saved.write_bytes(raw)
-            stats.findings.append({"i": i, "kind": kind, "origin": origin, "findings": findings,
-                                   "args": " ".join([saved.name if a == str(src) else a for a in args] +
-                                                    [("OUT" if a == str(out_path) else a) for a in flags]),
-                                   "rc": rc, "stderr": stderr[-600:]})
+            stats.findings.append(
+                {
+                    "i": i,
+                    "kind": kind,
+                    "origin": origin,
+                    "findings": findings,
+                    "args": " ".join(
+                        [saved.name if a == str(src) else a for a in args]
+                        + [("OUT" if a == str(out_path) else a) for a in flags]
+                    ),
+                    "rc": rc,
+                    "stderr": stderr[-600:],
+                }
+            )
     shutil.rmtree(d, ignore_errors=True)
 
 
@@ -636,45 +832,75 @@ def main():
         a.count = 300
     cases = lit_cases()
     pool = sorted({text[s:e] for _, text in cases for s, e in _tokens(text)})
-    listed = subprocess.run([OPT, "--list-passes"], capture_output=True, text=True, check=True).stdout
-    passes = [l.split()[0] for l in listed.splitlines() if l.strip() and not l.strip().startswith("pipeline")]
+    listed = subprocess.run(
+        [OPT, "--list-passes"], capture_output=True, text=True, check=True
+    ).stdout
+    passes = [
+        ln.split()[0]
+        for ln in listed.splitlines()
+        if ln.strip() and not ln.strip().startswith("pipeline")
+    ]
     archives = make_archives()
     stats = Stats()
     # Inputs that broke a promise are kept for their repro (quick mode: outside the tree).
-    keep = Path(tempfile.mkdtemp(prefix="fuzz_opt_findings_")) if a.quick else \
-        ROOT / "bench" / "results" / "fuzz_opt_inputs_findings"
+    keep = (
+        Path(tempfile.mkdtemp(prefix="fuzz_opt_findings_"))
+        if a.quick
+        else ROOT / "bench" / "results" / "fuzz_opt_inputs_findings"
+    )
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="fuzz_opt_") as tmp:
         work = Path(tmp)
         with ThreadPoolExecutor(max_workers=a.jobs) as pool_ex:
-            futs = [pool_ex.submit(one_case, i, a.seed, cases, pool, passes, archives, work, stats, keep)
-                    for i in range(a.count)]
+            futs = [
+                pool_ex.submit(
+                    one_case, i, a.seed, cases, pool, passes, archives, work, stats, keep
+                )
+                for i in range(a.count)
+            ]
             gen_errors = 0
             for k, fu in enumerate(futs):
                 try:
                     fu.result()
-                except Exception as e:  # the fuzzer's own bug (a mutator on empty input): not memslim's
+                except (
+                    Exception
+                ) as e:  # the fuzzer's own bug (a mutator on empty input): not memslim's
                     gen_errors += 1
-                    print(f"input {k}: the fuzzer itself failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                    print(
+                        f"input {k}: the fuzzer itself failed: {type(e).__name__}: {e}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 if (k + 1) % 250 == 0:
-                    print(f"{k + 1}/{a.count} inputs, {len(stats.findings)} findings, "
-                          f"{time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+                    print(
+                        f"{k + 1}/{a.count} inputs, {len(stats.findings)} findings, "
+                        f"{time.time() - t0:.0f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     elapsed = time.time() - t0
     if gen_errors:
-        print(f"{gen_errors} inputs not run: the fuzzer's own mutators failed on them", file=sys.stderr)
+        print(
+            f"{gen_errors} inputs not run: the fuzzer's own mutators failed on them",
+            file=sys.stderr,
+        )
     kinds = collections.Counter(f for rec in stats.findings for f in rec["findings"])
-    summary = (f"{stats.n} inputs (seed {a.seed}; {sum(v for k, v in stats.by_kind.items() if k.startswith('ir'))} IR, "
-               f"{sum(v for k, v in stats.by_kind.items() if k.startswith('pt'))} archives) in {elapsed:.0f} s: "
-               f"exit 0: {sum(stats.ok.values())}, exit 1: {sum(stats.err.values())}, "
-               f"findings: {len(stats.findings)}")
+    summary = (
+        f"{stats.n} inputs (seed {a.seed}; {sum(v for k, v in stats.by_kind.items() if k.startswith('ir'))} IR, "
+        f"{sum(v for k, v in stats.by_kind.items() if k.startswith('pt'))} archives) in {elapsed:.0f} s: "
+        f"exit 0: {sum(stats.ok.values())}, exit 1: {sum(stats.err.values())}, "
+        f"findings: {len(stats.findings)}"
+    )
     print(summary)
     for t, args in sorted(SLOW, reverse=True)[:5]:
         print(f"  slowest: {t:.1f} s  {args}")
     for k, v in kinds.most_common():
         print(f"  {v:5d}  {k}")
     for rec in stats.findings[:20]:
-        print(f"  #{rec['i']} {rec['kind']} ({rec['origin']}): {rec['findings']} rc={rec['rc']}\n"
-              f"      memslim-opt {rec['args']}\n      {rec['stderr'].strip()[-300:]}")
+        print(
+            f"  #{rec['i']} {rec['kind']} ({rec['origin']}): {rec['findings']} rc={rec['rc']}\n"
+            f"      memslim-opt {rec['args']}\n      {rec['stderr'].strip()[-300:]}"
+        )
     if stats.findings:
         print(f"inputs of the findings: {keep}")
     if not a.quick:
@@ -683,28 +909,50 @@ def main():
 
 
 def write_report(path: Path, a, stats: Stats, kinds, elapsed, ncases, summary):
-    L = ["# memslim-opt input fuzzing (`bench/fuzz_opt_inputs.py`)", "",
-         f"Run {datetime.date.today().isoformat()} at commit {START_COMMIT} ({COMMIT_NOTE}): "
-         f"`bench/fuzz_opt_inputs.py --count {a.count} --seed {a.seed} "
-         f"--jobs {a.jobs}`, torch {torch.__version__}, {ncases} lit cases and {len(ARCHIVES)} scripted "
-         f"modules as seeds, each run under a {MEM_LIMIT >> 30} GiB address-space limit, {TIMEOUT_S} s timeout.", "",
-         f"**{summary}.**", "",
-         "Checked per run: no signal, exit code 0 or 1, on exit 1 exactly one `memslim-opt: error:` line and "
-         "it is the last stderr line (only remarks, `verify: ok` and one-line warnings before it), no output file (nor `.tmp`) "
-         "left, no `internal error` (terminate handler) and no torch `INTERNAL ASSERT` text; on exit 0 the "
-         "output (stdout or `-o`) is read back by memslim-opt (`--passes=cleanup`).", "",
-         "| finding | runs |", "|---|---:|"]
+    L = [
+        "# memslim-opt input fuzzing (`bench/fuzz_opt_inputs.py`)",
+        "",
+        f"Run {datetime.date.today().isoformat()} at commit {START_COMMIT} ({COMMIT_NOTE}): "
+        f"`bench/fuzz_opt_inputs.py --count {a.count} --seed {a.seed} "
+        f"--jobs {a.jobs}`, torch {torch.__version__}, {ncases} lit cases and {len(ARCHIVES)} scripted "
+        f"modules as seeds, each run under a {MEM_LIMIT >> 30} GiB address-space limit, {TIMEOUT_S} s timeout.",
+        "",
+        f"**{summary}.**",
+        "",
+        "Checked per run: no signal, exit code 0 or 1, on exit 1 exactly one `memslim-opt: error:` line and "
+        "it is the last stderr line (only remarks, `verify: ok` and one-line warnings before it), no output file (nor `.tmp`) "
+        "left, no `internal error` (terminate handler) and no torch `INTERNAL ASSERT` text; on exit 0 the "
+        "output (stdout or `-o`) is read back by memslim-opt (`--passes=cleanup`).",
+        "",
+        "| finding | runs |",
+        "|---|---:|",
+    ]
     L += [f"| {k} | {v} |" for k, v in kinds.most_common()] or ["| (none) | 0 |"]
-    L += ["", f"Successful runs read back: {stats.round_trips} (of which with `--verify`: {stats.verify_ok}).", "",
-          "## Inputs by first mutation", "", "| mutation | runs |", "|---|---:|"]
+    L += [
+        "",
+        f"Successful runs read back: {stats.round_trips} (of which with `--verify`: {stats.verify_ok}).",
+        "",
+        "## Inputs by first mutation",
+        "",
+        "| mutation | runs |",
+        "|---|---:|",
+    ]
     L += [f"| `{k}` | {v} |" for k, v in sorted(stats.by_kind.items())]
-    L += ["", "## Most frequent error lines (numbers and names folded)", "", "| error | runs |", "|---|---:|"]
+    L += [
+        "",
+        "## Most frequent error lines (numbers and names folded)",
+        "",
+        "| error | runs |",
+        "|---|---:|",
+    ]
     L += [f"| `{k.replace('|', '/')}` | {v} |" for k, v in stats.error_kinds.most_common(40)]
     if stats.findings:
         L += ["", "## Findings", ""]
         for rec in stats.findings:
-            L += [f"- #{rec['i']} `{rec['kind']}` from {rec['origin']}: {', '.join(rec['findings'])} (rc {rec['rc']}); "
-                  f"`memslim-opt {rec['args']}`; stderr tail: `{rec['stderr'].strip()[-200:]}`"]
+            L += [
+                f"- #{rec['i']} `{rec['kind']}` from {rec['origin']}: {', '.join(rec['findings'])} (rc {rec['rc']}); "
+                f"`memslim-opt {rec['args']}`; stderr tail: `{rec['stderr'].strip()[-200:]}`"
+            ]
     path.write_text("\n".join(L) + "\n")
     print(f"wrote {path}")
 

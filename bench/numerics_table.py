@@ -8,6 +8,7 @@ min" is |x - x*| <= 0.8. The exact-list column is the fraction of N(0,1)
 inputs kept exactly (guard band) and the bytes per element that adds.
 Usage: bench/numerics_table.py [--out FILE]
 """
+
 import argparse
 import datetime
 import math
@@ -15,7 +16,6 @@ import sys
 
 import torch
 
-import memslim
 from memslim import _numerics as N
 
 DTYPES = [("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)]
@@ -57,7 +57,8 @@ def main() -> int:
                 f"| {name} | {label} | {fmt(r['max_err'])} | {fmt(r['aten_max_err'])} | "
                 f"{fmt(r['near_min_err'] if nonmono else None)} | "
                 f"{fmt(r['aten_near_min_err'] if nonmono else None)} | "
-                f"{'-' if ratio is None else f'{ratio:.2f}x'} | {band} |")
+                f"{'-' if ratio is None else f'{ratio:.2f}x'} | {band} |"
+            )
             print(lines[-1], flush=True)
     if args.out:
         with open(args.out, "w") as f:

@@ -6,6 +6,7 @@ forward + backward with grad_out = 1. aten and memslim steps are interleaved
 (A B A B ...) so both see the same machine state, and the ratio of medians is
 reported. Usage: bench/op_speed.py [--numel N] [--reps R] [--threads T] [--dtype D] [--out FILE]
 """
+
 import argparse
 import datetime
 import platform
@@ -15,14 +16,29 @@ import time
 
 import torch
 
-import memslim
 from memslim import _numerics as N
 
 # The ops and their aten counterparts: memslim._numerics.CASES, one entry per op
 # with default arguments (the parameter variants there are for numerics).
-OPS = [(name, N.CASES[name].aten, N.CASES[name].ours) for name in (
-    "gelu", "gelu_tanh", "silu", "mish", "softplus", "elu", "celu", "selu", "leaky_relu",
-    "hardswish", "hardsigmoid", "sigmoid", "tanh", "relu")]
+OPS = [
+    (name, N.CASES[name].aten, N.CASES[name].ours)
+    for name in (
+        "gelu",
+        "gelu_tanh",
+        "silu",
+        "mish",
+        "softplus",
+        "elu",
+        "celu",
+        "selu",
+        "leaky_relu",
+        "hardswish",
+        "hardsigmoid",
+        "sigmoid",
+        "tanh",
+        "relu",
+    )
+]
 
 
 def step(fn, x, g):
@@ -42,8 +58,11 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated op names")
     ap.add_argument("--out", default="", help="write the markdown table here too")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
-    ap.add_argument("--split", action="store_true",
-                    help="also time forward and backward apart (ns/element each)")
+    ap.add_argument(
+        "--split",
+        action="store_true",
+        help="also time forward and backward apart (ns/element each)",
+    )
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -71,13 +90,18 @@ def main() -> int:
             tm.append(step(ours, x, g))
         a, m = statistics.median(ta) * 1e3, statistics.median(tm) * 1e3
         digits = 1 if a >= 10 else 3
-        line = (f"| {name} | {a:.{digits}f} | {m:.{digits}f} | {m / a:.2f}x | "
-                f"{a * 1e6 / args.numel:.2f} | {m * 1e6 / args.numel:.2f} |")
+        line = (
+            f"| {name} | {a:.{digits}f} | {m:.{digits}f} | {m / a:.2f}x | "
+            f"{a * 1e6 / args.numel:.2f} | {m * 1e6 / args.numel:.2f} |"
+        )
         lines.append(line)
         print(line, flush=True)
     if args.split:
-        lines += ["", "| op | aten fwd ns/el | aten bwd ns/el | memslim fwd ns/el | "
-                  "memslim bwd ns/el |", "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "| op | aten fwd ns/el | aten bwd ns/el | memslim fwd ns/el | memslim bwd ns/el |",
+            "|---|---:|---:|---:|---:|",
+        ]
         print("\n".join(lines[-3:]), flush=True)
         for name, aten, ours in OPS:
             if only and name not in only:
@@ -95,8 +119,10 @@ def main() -> int:
                     fw.append(t1 - t0)
                     bw.append(t2 - t1)
                 parts += [statistics.median(fw), statistics.median(bw)]
-            line = "| %s | %s |" % (name, " | ".join("%.2f" % (t * 1e9 / args.numel)
-                                                    for t in parts))
+            line = "| %s | %s |" % (
+                name,
+                " | ".join("%.2f" % (t * 1e9 / args.numel) for t in parts),
+            )
             lines.append(line)
             print(line, flush=True)
     if args.out:

@@ -25,6 +25,7 @@ compiled variant. The tags are node metadata, which the cache keys do not cover:
 caches on, a tagged compile of a model already compiled untagged got the untagged partition
 (`--with-caches` shows it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,7 +54,8 @@ def tagging_backend(gm, example_inputs):
     for n in gm.graph.nodes:
         stack = n.meta.get("nn_module_stack") or {}
         if n.op in ("call_function", "call_method") and any(
-                "FracAct" in str(t) for _, t in stack.values()):
+            "FracAct" in str(t) for _, t in stack.values()
+        ):
             n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
             n.meta["ac_graph_id"] = 0
     return compile_fx(gm, example_inputs)
@@ -90,8 +92,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--md", default="")
-    ap.add_argument("--with-caches", action="store_true",
-                    help="leave Inductor's and AOTAutograd's caches on")
+    ap.add_argument(
+        "--with-caches", action="store_true", help="leave Inductor's and AOTAutograd's caches on"
+    )
     a = ap.parse_args()
     import memslim
     from memslim.measure import saved_bytes
@@ -101,8 +104,9 @@ def main() -> None:
         torch._inductor.config.fx_graph_cache = False
         torch._functorch.config.enable_autograd_cache = False
     base, x = build(a.batch)
-    models = {k: copy.deepcopy(base) for k in ("eager", "compile", "tagged", "ts", "export",
-                                                "memslim")}
+    models = {
+        k: copy.deepcopy(base) for k in ("eager", "compile", "tagged", "ts", "export", "memslim")
+    }
     fns = {
         "eager": models["eager"],
         "compile": torch.compile(models["compile"]),
@@ -147,9 +151,11 @@ def main() -> None:
     ]
     for k in fns:
         ratio = "1.00x" if k == "compile" else f"{statistics.median(ratios[k]):.2f}x"
-        lines.append(f"| {names[k]} | {saved[k]:,} | {saved[k] / saved['eager'] - 1:+.1%} | "
-                     f"{saved[k] / saved['compile'] - 1:+.1%} | {ratio} | {copies[k]:,} | "
-                     f"{saved[k] - copies[k]:,} |")
+        lines.append(
+            f"| {names[k]} | {saved[k]:,} | {saved[k] / saved['eager'] - 1:+.1%} | "
+            f"{saved[k] / saved['compile'] - 1:+.1%} | {ratio} | {copies[k]:,} | "
+            f"{saved[k] - copies[k]:,} |"
+        )
     md = "\n".join(lines)
     print(md)
     if a.md:

@@ -12,6 +12,7 @@ process. Also lists, per model, the rewrites per pass now and then (from the sui
 note), the predicted bytes, and every `kept` remark whose reason is one of the gate's (an
 over-cautious gate shows up there). Writes bench/results/suite_memslim_recheck.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,15 +30,24 @@ sys.path.insert(0, HERE)
 RESULTS = os.path.join(HERE, "results")
 
 # The gate's refusal reasons (passes/safety_gate.cpp, SafetyGate::refusal and write_observable).
-GATE_REASONS = ("an earlier rewrite changed it", "in different blocks", "inside a loop (not analysed)",
-                "matches no registered schema", "writes in place or has side effects",
-                "in place between its nodes", "later writes", "covers no node")
+GATE_REASONS = (
+    "an earlier rewrite changed it",
+    "in different blocks",
+    "inside a loop (not analysed)",
+    "matches no registered schema",
+    "writes in place or has side effects",
+    "in place between its nodes",
+    "later writes",
+    "covers no node",
+)
 
 
 def worker(model: str, out: str, threads: int) -> None:
     import warnings
+
     warnings.filterwarnings("ignore")
     import torch
+
     torch.set_num_threads(threads)
     import memslim
     from _suite_models import SPECS, make_variant
@@ -55,8 +65,13 @@ def worker(model: str, out: str, threads: int) -> None:
     for _ in range(WARM_STEPS + STEADY_STEPS):
         _step(fn, spec, params, x, target)
         _sgd(params)
-    res = {"model": model, "note": note, "saved_bytes": memslim.saved_bytes(fn, x, warmup=0),
-           "predicted": memslim.predicted_bytes_freed(fn), "remarks": memslim.report(fn)}
+    res = {
+        "model": model,
+        "note": note,
+        "saved_bytes": memslim.saved_bytes(fn, x, warmup=0),
+        "predicted": memslim.predicted_bytes_freed(fn),
+        "remarks": memslim.report(fn),
+    }
     # The same figure after each of 2 more SGD steps: how much it moves with the data alone
     # (the exact guard-band lists of the output-saving ops are data-dependent).
     later = []
@@ -79,7 +94,9 @@ def counts_of(note: str) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--models", default="")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
@@ -93,9 +110,13 @@ def main():
 
     import torch
     from _suite_models import FULL_MODELS
+
     models = [m for m in a.models.split(",") if m] or FULL_MODELS
-    ref = {r["model"]: r for r in json.load(open(os.path.join(RESULTS, "suite.json")))
-           if r.get("variant") == "memslim"}
+    ref = {
+        r["model"]: r
+        for r in json.load(open(os.path.join(RESULTS, "suite.json")))
+        if r.get("variant") == "memslim"
+    }
     tmp = os.path.join(RESULTS, ".suite_recheck.work")
     os.makedirs(tmp, exist_ok=True)
 
@@ -105,46 +126,72 @@ def main():
             os.unlink(out)
         env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
         try:
-            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", model, "--out", out,
-                                "--threads", str(a.threads)], env=env, capture_output=True, text=True,
-                               timeout=a.timeout)
+            p = subprocess.run(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--worker",
+                    model,
+                    "--out",
+                    out,
+                    "--threads",
+                    str(a.threads),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=a.timeout,
+            )
             rc, tail = p.returncode, (p.stdout + p.stderr)[-1500:]
         except subprocess.TimeoutExpired:
             rc, tail = "timeout", ""
         if os.path.exists(out):
             r = json.load(open(out))
         else:
-            r = {"model": model, "error": f"rc {rc}: {tail.strip().splitlines()[-1:] if tail else ''}"}
+            r = {
+                "model": model,
+                "error": f"rc {rc}: {tail.strip().splitlines()[-1:] if tail else ''}",
+            }
         print(model, r.get("saved_bytes"), r.get("error", ""), flush=True)
         return r
 
     with ThreadPoolExecutor(max_workers=a.jobs) as ex:
         rows = list(ex.map(run, models))
 
-    git = subprocess.run(["git", "-C", HERE, "log", "-1", "--format=%h %s"], capture_output=True,
-                         text=True).stdout.strip()[:80]
-    lines = ["# Suite memslim column re-checked after the SafetyGate", "",
-             f"{datetime.datetime.now():%Y-%m-%d %H:%M}, torch {torch.__version__}, memslim git {git}; "
-             f"{a.threads} torch thread(s) per model, {a.jobs} at a time.", "",
-             f"Command: `python bench/suite_memslim_recheck.py {' '.join(sys.argv[1:])}`", "",
-             "Same models, sizes, build and SGD steps as bench/suite.py's memslim variant "
-             "(make_variant('memslim'), WARM_STEPS + STEADY_STEPS steps, then "
-             "memslim.saved_bytes(fn, x, warmup=0)); `suite` = the memslim row of the committed "
-             "bench/results/suite.json / suite.md.", "",
-             "`next 2 steps`: the same measurement after each of 2 more SGD steps (how much the "
-             "figure moves with the data alone: the output-saving ops' exact guard-band lists, 8 B "
-             "per element near the activation's minimum, are data-dependent). `verdict`: `same` = "
-             "same rewrites per pass, same prediction, and the change within that step-to-step range "
-             "or below 0.01%.", "",
-             "| model | suite memslim saved | now | change | next 2 steps | rewrites then | rewrites now | "
-             "predicted then | predicted now | kept by a gate rule | verdict |",
-             "|---|---:|---:|---:|---|---|---|---:|---:|---:|---|"]
+    git = subprocess.run(
+        ["git", "-C", HERE, "log", "-1", "--format=%h %s"], capture_output=True, text=True
+    ).stdout.strip()[:80]
+    lines = [
+        "# Suite memslim column re-checked after the SafetyGate",
+        "",
+        f"{datetime.datetime.now():%Y-%m-%d %H:%M}, torch {torch.__version__}, memslim git {git}; "
+        f"{a.threads} torch thread(s) per model, {a.jobs} at a time.",
+        "",
+        f"Command: `python bench/suite_memslim_recheck.py {' '.join(sys.argv[1:])}`",
+        "",
+        "Same models, sizes, build and SGD steps as bench/suite.py's memslim variant "
+        "(make_variant('memslim'), WARM_STEPS + STEADY_STEPS steps, then "
+        "memslim.saved_bytes(fn, x, warmup=0)); `suite` = the memslim row of the committed "
+        "bench/results/suite.json / suite.md.",
+        "",
+        "`next 2 steps`: the same measurement after each of 2 more SGD steps (how much the "
+        "figure moves with the data alone: the output-saving ops' exact guard-band lists, 8 B "
+        "per element near the activation's minimum, are data-dependent). `verdict`: `same` = "
+        "same rewrites per pass, same prediction, and the change within that step-to-step range "
+        "or below 0.01%.",
+        "",
+        "| model | suite memslim saved | now | change | next 2 steps | rewrites then | rewrites now | "
+        "predicted then | predicted now | kept by a gate rule | verdict |",
+        "|---|---:|---:|---:|---|---|---|---:|---:|---:|---|",
+    ]
     details = []
     for r in rows:
         m = r["model"]
         old = ref.get(m, {})
         if "error" in r:
-            lines.append(f"| {m} | {old.get('saved_bytes', 0):,} | ERROR | | | | | | | | {r['error'][:120]} |")
+            lines.append(
+                f"| {m} | {old.get('saved_bytes', 0):,} | ERROR | | | | | | | | {r['error'][:120]} |"
+            )
             continue
         then, now = old.get("saved_bytes"), r["saved_bytes"]
         change = "" if not then else f"{now - then:+,} B ({(now - then) / then:+.2%})"
@@ -157,15 +204,21 @@ def main():
         p_then = int(pm.group(1).replace(",", "")) if pm else None
         if now < then:
             verdict = "better"
-        elif c_then == c_now and p_then == r["predicted"] and (now - then <= spread or now - then <= 1e-4 * then):
+        elif (
+            c_then == c_now
+            and p_then == r["predicted"]
+            and (now - then <= spread or now - then <= 1e-4 * then)
+        ):
             verdict = "same"
         elif now - then <= spread or now - then <= 1e-4 * then:
             verdict = "same bytes, rewrites differ"
         else:
             verdict = "LOST"
-        lines.append(f"| {m} | {then:,} | {now:,} | {change} | {', '.join(f'{v - now:+,}' for v in later)} | "
-                     f"{fmt(c_then)} | {fmt(c_now)} | {pm.group(1) if pm else ''} | {r['predicted']:,} | "
-                     f"{len(gate)} | {verdict} |")
+        lines.append(
+            f"| {m} | {then:,} | {now:,} | {change} | {', '.join(f'{v - now:+,}' for v in later)} | "
+            f"{fmt(c_then)} | {fmt(c_now)} | {pm.group(1) if pm else ''} | {r['predicted']:,} | "
+            f"{len(gate)} | {verdict} |"
+        )
         if gate:
             details.append((m, gate))
     lines.append("")

@@ -22,6 +22,7 @@ Rows go to a JSON-lines cache (one line per finished model, appended under a loc
 wins), so a run resumes where it stopped and several drivers may share the cache (a model is
 claimed by an O_EXCL file while it runs). The table: bench/results/zoo.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,13 +52,14 @@ DEFAULT_MD = os.path.join(RESULTS, "zoo.md")
 # whichever is larger; GRAD_FLOOR where neither could be measured.
 GRAD_FACTOR = 10.0
 GRAD_FLOOR = 1e-6
-PRED_TOL = 0.05          # prediction "within 5%" of the measured difference
+PRED_TOL = 0.05  # prediction "within 5%" of the measured difference
 SKIP_FP64_PARAMS = 100e6  # no fp64 reference above this many parameters (memory, time)
 # Phases in which a signal / error is memslim's (optimize or running what it produced).
 MEMSLIM_PHASES = ("optimize", "opt_grads", "opt_saved")
 
 
 # ---- worker (one model, its own process) ----------------------------------------------
+
 
 def _outputs(out):
     """Tensors of a model's output (tensor, tuple/list/namedtuple, dict), floating only."""
@@ -86,7 +88,7 @@ def _loss(out):
 
 def _grads(fn, module, inputs):
     """One forward/backward of fn(*inputs): {name: grad} of module's parameters + "input"."""
-    import torch
+
     params = dict(module.named_parameters())
     for p in params.values():
         p.grad = None
@@ -106,6 +108,7 @@ def grad_dist(got, ref):
     (a tensor missing from `got` counts in full), and the per-tensor worst (name, value).
     nan if ref is not finite."""
     import torch
+
     dsq, nsq, worst = 0.0, 0.0, ("", 0.0)
     for k, b in ref.items():
         b = b.double()
@@ -121,7 +124,7 @@ def grad_dist(got, ref):
     extra = [k for k in got if k not in ref]
     if extra:
         return float("inf"), (extra[0], float("inf"))
-    return (dsq ** 0.5) / (nsq ** 0.5) if nsq > 0 else dsq ** 0.5, worst
+    return (dsq**0.5) / (nsq**0.5) if nsq > 0 else dsq**0.5, worst
 
 
 def _one_line(e: BaseException) -> str:
@@ -134,6 +137,7 @@ def _one_line(e: BaseException) -> str:
 
 def worker(name: str, out_path: str, threads: int) -> None:
     import torch
+
     torch.set_num_threads(threads)
     warnings.filterwarnings("ignore")
     import memslim
@@ -141,9 +145,15 @@ def worker(name: str, out_path: str, threads: int) -> None:
     from _zoo_models import registry
 
     spec = registry()[name]
-    res = {"model": name, "source": spec.source, "shape": spec.shape, "phase": "import",
-           "torch": torch.__version__, "threads": threads,
-           "memslim_built": os.path.getmtime(memslim._C.__file__)}
+    res = {
+        "model": name,
+        "source": spec.source,
+        "shape": spec.shape,
+        "phase": "import",
+        "torch": torch.__version__,
+        "threads": threads,
+        "memslim_built": os.path.getmtime(memslim._C.__file__),
+    }
 
     def save():
         tmp = out_path + ".tmp"
@@ -187,7 +197,9 @@ def worker(name: str, out_path: str, threads: int) -> None:
                 except Exception as e:  # scripts, but does not run: trace instead
                     res["script_run_error"] = _one_line(e)
                     scripted = torch.jit.trace(model, tuple(inputs), check_trace=False)
-                    res["how"] = how = f"traced (scripted module failed: {res['script_run_error'][:60]})"
+                    res["how"] = how = (
+                        f"traced (scripted module failed: {res['script_run_error'][:60]})"
+                    )
                     g = _grads(scripted, scripted, inputs)
             else:
                 g = _grads(scripted, scripted, inputs)
@@ -248,6 +260,7 @@ def worker(name: str, out_path: str, threads: int) -> None:
 
 # ---- classification of a row -----------------------------------------------------------
 
+
 def verdict(r: dict) -> dict:
     """Flags of a finished row: crash / refusal / error (memslim's or before it) / more_bytes /
     grad_worse / rewrote / pred_ok."""
@@ -275,7 +288,11 @@ def verdict(r: dict) -> dict:
     if "d_opt" in r and "d_script" in r:
         dopt = max(r["d_opt"])
         dscr = max(r["d_script"])
-        noise = max(x for x in (dscr, r.get("d_eager_fp64", 0.0) or 0.0) if x == x) if dscr == dscr else float("nan")
+        noise = (
+            max(x for x in (dscr, r.get("d_eager_fp64", 0.0) or 0.0) if x == x)
+            if dscr == dscr
+            else float("nan")
+        )
         if dopt != dopt or dscr != dscr:  # nan: eager's own gradients not finite
             v["grad_nonfinite"] = True
         else:
@@ -284,6 +301,7 @@ def verdict(r: dict) -> dict:
 
 
 # ---- driver -----------------------------------------------------------------------------
+
 
 def load_cache(path: str) -> dict:
     rows = {}
@@ -333,10 +351,14 @@ def _claim(claims: str, name: str) -> bool:
 
 def _git_rev() -> str:
     try:
-        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         return rev + (" + uncommitted changes" if dirty else "")
     except OSError:
         return "unknown"
@@ -348,13 +370,25 @@ def run_one(name: str, a, tmpdir: str) -> dict:
     for p in (out,):
         if os.path.exists(p):
             os.unlink(p)
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--worker-out", out,
-           "--threads", str(a.threads)]
+    env = dict(
+        os.environ, OMP_NUM_THREADS=str(a.threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"
+    )
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        name,
+        "--worker-out",
+        out,
+        "--threads",
+        str(a.threads),
+    ]
     t = time.time()
     timeout = False
     with open(log, "w") as lf:
-        p = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        p = subprocess.Popen(
+            cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         try:
             rc = p.wait(timeout=a.timeout)
         except subprocess.TimeoutExpired:
@@ -395,6 +429,7 @@ def fmt_d(x) -> str:
 
 def render(rows: dict, names: list, md_path: str, meta: dict) -> str:
     import torch
+
     rs = [rows[n] for n in names if n in rows]
     vs = {r["model"]: verdict(r) for r in rs}
     cnt = lambda k: sum(1 for r in rs if vs[r["model"]].get(k))  # noqa: E731
@@ -404,40 +439,52 @@ def render(rows: dict, names: list, md_path: str, meta: dict) -> str:
         by_src[src] = by_src.get(src, 0) + 1
     n_rew = cnt("rewrote")
     lines = [
-        "# Zoo run: memslim.optimize over torchvision / transformers / timm models (issue 9)", "",
+        "# Zoo run: memslim.optimize over torchvision / transformers / timm models (issue 9)",
+        "",
         f"{meta['date']}, torch {torch.__version__}, memslim git {meta['git']}; "
         f"{meta['cpu']}, {meta['jobs']} workers x {meta['threads']} torch thread(s) "
-        "(machine shared with other jobs).", "",
-        f"Command: `{meta['command']}`", "",
+        "(machine shared with other jobs).",
+        "",
+        f"Command: `{meta['command']}`",
+        "",
         "Settings: random weights from configs (nothing downloaded, HF_HUB_OFFLINE=1), seed 0, "
         "dropout / drop-path p=0, train mode, batch 2, images 64x64 unless the architecture needs "
         "more (the `input` column), transformers at hidden 128 / 2 layers / 4 heads / 2x32 tokens, "
         "loss = sum of mean squares of every floating output. Each model: script (trace where "
         "scripting fails: `how`), `memslim.optimize(scripted, example_inputs=inputs)`, both run in "
-        "one subprocess per model.", "",
+        "one subprocess per model.",
+        "",
         "Columns: saved bytes = `memslim.saved_bytes` (2 warm-up training steps) of eager, of the "
         "unmodified scripted/traced module and of the optimized one; predicted = "
         "`memslim.predicted_bytes_freed`; measured = unmodified - optimized; gradients: global "
         "relative L2 distance of (input + every parameter) gradients to eager fp32's after one "
         "forward/backward, worst of call 1 (profiling run) and call 3; `eager vs fp64`: eager fp32's "
         "own distance to an fp64 eager run (rounding noise; blank above 100M parameters or where fp64 "
-        "does not run).", "",
+        "does not run).",
+        "",
         f"Criteria: **more bytes**: optimized > unmodified. **gradient worse**: memslim's distance > "
         f"{GRAD_FACTOR:g} x max(unmodified's distance, eager-vs-fp64, {GRAD_FLOOR:g}). **prediction "
         f"within 5%**: |predicted - measured| <= 5% of measured, over models with a rewrite. **crash**: "
         "a signal in optimize or in running its result (a signal before that is torch's, listed "
-        "apart). **refusal**: optimize raised.", "",
+        "apart). **refusal**: optimize raised.",
+        "",
     ]
     revs = {}
     for r in rs:
         revs[r.get("git", "?")] = revs.get(r.get("git", "?"), 0) + 1
     if len(revs) > 1 or (revs and next(iter(revs)) != meta["git"]):
-        lines += ["Rows measured on: " + "; ".join(f"memslim git {g}: {n} models" for g, n in revs.items())
-                  + " (each row's `git` in the JSON-lines cache).", ""]
+        lines += [
+            "Rows measured on: "
+            + "; ".join(f"memslim git {g}: {n} models" for g, n in revs.items())
+            + " (each row's `git` in the JSON-lines cache).",
+            "",
+        ]
     lines += [
-        "## Summary", "",
+        "## Summary",
+        "",
         f"- models run: {len(rs)} of {len(names)} selected ("
-        + ", ".join(f"{k} {v}" for k, v in sorted(by_src.items())) + ")",
+        + ", ".join(f"{k} {v}" for k, v in sorted(by_src.items()))
+        + ")",
         f"- measured end to end (unmodified and optimized saved bytes): {cnt('measured')}",
         f"- **crashes (memslim): {cnt('crash')}**; signals before optimize (torch/model): {cnt('crash_before')}; "
         f"timeouts: {cnt('timeout')}",
@@ -452,36 +499,72 @@ def render(rows: dict, names: list, md_path: str, meta: dict) -> str:
         "",
     ]
     fails = [(r, vs[r["model"]]) for r in rs]
-    flagged = [(r, v) for r, v in fails if any(v.get(k) for k in (
-        "crash", "crash_before", "timeout", "refusal", "opt_error", "setup_error", "more_bytes", "grad_worse"))]
+    flagged = [
+        (r, v)
+        for r, v in fails
+        if any(
+            v.get(k)
+            for k in (
+                "crash",
+                "crash_before",
+                "timeout",
+                "refusal",
+                "opt_error",
+                "setup_error",
+                "more_bytes",
+                "grad_worse",
+            )
+        )
+    ]
     if flagged:
         lines += ["## Failures and errors", ""]
         for r, v in flagged:
-            what = [k for k in ("crash", "crash_before", "timeout", "refusal", "opt_error", "setup_error",
-                                "more_bytes", "grad_worse") if v.get(k)]
+            what = [
+                k
+                for k in (
+                    "crash",
+                    "crash_before",
+                    "timeout",
+                    "refusal",
+                    "opt_error",
+                    "setup_error",
+                    "more_bytes",
+                    "grad_worse",
+                )
+                if v.get(k)
+            ]
             detail = r.get("refused") or r.get("error") or ""
             if r.get("signal"):
                 detail = f"{r['signal']} in phase {r.get('phase')}"
             if v.get("more_bytes"):
-                detail = (f"optimized {r['opt_saved']:,} B > unmodified {r['script_saved']:,} B "
-                          f"(+{r['opt_saved'] - r['script_saved']:,} B; predicted freed {r['predicted']:,} B)")
+                detail = (
+                    f"optimized {r['opt_saved']:,} B > unmodified {r['script_saved']:,} B "
+                    f"(+{r['opt_saved'] - r['script_saved']:,} B; predicted freed {r['predicted']:,} B)"
+                )
             if v.get("grad_worse"):
                 detail += f" gradient distance {max(r['d_opt']):.1e} vs unmodified {max(r['d_script']):.1e}"
             lines.append(f"- `{r['model']}`: {', '.join(what)}: {detail}")
         lines.append("")
     bad_pred = [(r, v) for r, v in fails if v.get("rewrote") and not v.get("pred_ok")]
     if bad_pred:
-        lines += ["## Predictions off by more than 5%", "",
-                  "| model | predicted freed | measured freed | error |", "|---|---:|---:|---:|"]
+        lines += [
+            "## Predictions off by more than 5%",
+            "",
+            "| model | predicted freed | measured freed | error |",
+            "|---|---:|---:|---:|",
+        ]
         for r, v in bad_pred:
             meas = r["script_saved"] - r["opt_saved"]
             err = (r["predicted"] - meas) / meas if meas else float("inf")
             lines.append(f"| {r['model']} | {r['predicted']:,} | {meas:,} | {err:+.1%} |")
         lines.append("")
-    lines += ["## All models", "",
-              "| model | input | how | params | eager saved | unmodified saved | memslim saved | vs unmod. "
-              "| predicted freed | rewrites | grad dist unmod. | grad dist memslim | eager vs fp64 | status |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+    lines += [
+        "## All models",
+        "",
+        "| model | input | how | params | eager saved | unmodified saved | memslim saved | vs unmod. "
+        "| predicted freed | rewrites | grad dist unmod. | grad dist memslim | eager vs fp64 | status |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|",
+    ]
     for n in names:
         r = rows.get(n)
         if r is None:
@@ -491,10 +574,17 @@ def render(rows: dict, names: list, md_path: str, meta: dict) -> str:
         how = r.get("how", "")
         how = "scripted" if how == "scripted" else ("traced" if how.startswith("traced") else how)
         status = []
-        for k, txt in (("crash", "CRASH"), ("crash_before", "signal before optimize"), ("timeout", "timeout"),
-                       ("refusal", "REFUSED"), ("opt_error", "ERROR"), ("setup_error", "setup error"),
-                       ("more_bytes", "MORE BYTES"), ("grad_worse", "GRADIENT WORSE"),
-                       ("grad_nonfinite", "eager grads not finite")):
+        for k, txt in (
+            ("crash", "CRASH"),
+            ("crash_before", "signal before optimize"),
+            ("timeout", "timeout"),
+            ("refusal", "REFUSED"),
+            ("opt_error", "ERROR"),
+            ("setup_error", "setup error"),
+            ("more_bytes", "MORE BYTES"),
+            ("grad_worse", "GRADIENT WORSE"),
+            ("grad_nonfinite", "eager grads not finite"),
+        ):
             if v.get(k):
                 status.append(txt)
         if v.get("rewrote") and not v.get("pred_ok"):
@@ -511,14 +601,17 @@ def render(rows: dict, names: list, md_path: str, meta: dict) -> str:
             f"{fmt_bytes(r.get('opt_saved'))} | {vs_unmod} | {fmt_bytes(r.get('predicted'))} | {rew} | "
             f"{fmt_d(max(r['d_script']) if 'd_script' in r else None)} | "
             f"{fmt_d(max(r['d_opt']) if 'd_opt' in r else None)} | {fmt_d(r.get('d_eager_fp64'))} | "
-            f"{'; '.join(status)} |")
+            f"{'; '.join(status)} |"
+        )
     lines.append("")
     # Why models were traced (grouped: transformers' configs all fail alike) and where fp64 failed.
     traced, fp64 = {}, []
     for n in names:
         r = rows.get(n, {})
         if r.get("how", "").startswith("traced"):
-            why = re.sub(r"\b\w+Config\b", "<Config>", re.sub(r" using inspect\.\w*\)?$", ")", r["how"]))
+            why = re.sub(
+                r"\b\w+Config\b", "<Config>", re.sub(r" using inspect\.\w*\)?$", ")", r["how"])
+            )
             traced.setdefault(why, []).append(n)
         if r.get("fp64_error"):
             fp64.append(f"- `{n}`: no fp64 reference ({r['fp64_error'][:150]})")
@@ -530,7 +623,10 @@ def render(rows: dict, names: list, md_path: str, meta: dict) -> str:
         lines.append("")
     findings = os.path.join(os.path.dirname(md_path), "zoo_findings.md")
     if os.path.exists(findings):
-        lines += [f"Findings, minimal repros and explanations: [zoo_findings.md](zoo_findings.md).", ""]
+        lines += [
+            "Findings, minimal repros and explanations: [zoo_findings.md](zoo_findings.md).",
+            "",
+        ]
     text = "\n".join(lines)
     with open(md_path, "w") as f:
         f.write(text)
@@ -538,18 +634,28 @@ def render(rows: dict, names: list, md_path: str, meta: dict) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="", help="comma list: full or short names, a source ('timm/'), "
-                    "'heavy', 're:<regex>' (default: all)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--models",
+        default="",
+        help="comma list: full or short names, a source ('timm/'), "
+        "'heavy', 're:<regex>' (default: all)",
+    )
     ap.add_argument("--exclude", default="", help="comma list to leave out, as --models")
     ap.add_argument("--quick", action="store_true", help="9 small models of every source")
     ap.add_argument("--rerun", action="store_true", help="run selected models again even if cached")
-    ap.add_argument("--rerun-failed", action="store_true", help="run again the cached rows with a flag")
+    ap.add_argument(
+        "--rerun-failed", action="store_true", help="run again the cached rows with a flag"
+    )
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per model")
     ap.add_argument("--cache", default=DEFAULT_CACHE)
-    ap.add_argument("--md", default="", help="default: bench/results/zoo.md (quick: next to the cache)")
+    ap.add_argument(
+        "--md", default="", help="default: bench/results/zoo.md (quick: next to the cache)"
+    )
     ap.add_argument("--render", action="store_true", help="only rewrite the table from the cache")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
@@ -561,11 +667,13 @@ def main():
         return
 
     from _zoo_models import HEAVY, QUICK, registry
+
     reg = registry()
     names = [n for n in reg if n not in HEAVY] + HEAVY  # the table's order: heavy ones last
 
     def select(names, spec):
         pats = [p.strip() for p in spec.split(",") if p.strip()]
+
         def one(p, n):
             if p == "heavy":
                 return n in HEAVY
@@ -574,7 +682,9 @@ def main():
             if p.endswith("/"):
                 return n.startswith(p)
             return p == n or p == n.split("/", 1)[1]
+
         return lambda n: any(one(p, n) for p in pats)
+
     if a.quick:
         names = QUICK
         if a.cache == DEFAULT_CACHE:
@@ -592,11 +702,22 @@ def main():
     md = a.md or (DEFAULT_MD if a.cache == DEFAULT_CACHE else os.path.splitext(a.cache)[0] + ".md")
     os.makedirs(os.path.dirname(os.path.abspath(a.cache)), exist_ok=True)
     a.git = _git_rev()
-    meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), git=a.git, jobs=a.jobs,
-                threads=a.threads, command="python bench/zoo.py " + " ".join(sys.argv[1:]))
+    meta = dict(
+        date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        git=a.git,
+        jobs=a.jobs,
+        threads=a.threads,
+        command="python bench/zoo.py " + " ".join(sys.argv[1:]),
+    )
     try:
-        meta["cpu"] = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                           if ln.startswith("model name")) + f", {os.cpu_count()} cores"
+        meta["cpu"] = (
+            next(
+                ln.split(":", 1)[1].strip()
+                for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")
+            )
+            + f", {os.cpu_count()} cores"
+        )
     except (OSError, StopIteration):
         meta["cpu"] = "unknown CPU"
 
@@ -605,9 +726,19 @@ def main():
         todo = []
         for n in names:
             r = rows.get(n)
-            flagged = r is not None and any(verdict(r).get(k) for k in (
-                "crash", "crash_before", "timeout", "refusal", "opt_error", "setup_error", "more_bytes",
-                "grad_worse"))
+            flagged = r is not None and any(
+                verdict(r).get(k)
+                for k in (
+                    "crash",
+                    "crash_before",
+                    "timeout",
+                    "refusal",
+                    "opt_error",
+                    "setup_error",
+                    "more_bytes",
+                    "grad_worse",
+                )
+            )
             if a.rerun or r is None or (a.rerun_failed and flagged):
                 todo.append(n)
         claims = a.cache + ".claims"
@@ -624,11 +755,16 @@ def main():
                 row = run_one(n, a, tmpdir)
                 append_row(a.cache, row)
                 v = verdict(row)
-                flags = [k for k, x in v.items() if x and k not in ("measured", "rewrote", "pred_ok")]
-                print(f"{n}: {row.get('wall_s')} s, phase {row.get('phase')}, "
-                      f"unmod {row.get('script_saved')}, opt {row.get('opt_saved')}, "
-                      f"pred {row.get('predicted')} {' '.join(flags)} "
-                      f"{row.get('refused') or row.get('error') or row.get('signal') or ''}", flush=True)
+                flags = [
+                    k for k, x in v.items() if x and k not in ("measured", "rewrote", "pred_ok")
+                ]
+                print(
+                    f"{n}: {row.get('wall_s')} s, phase {row.get('phase')}, "
+                    f"unmod {row.get('script_saved')}, opt {row.get('opt_saved')}, "
+                    f"pred {row.get('predicted')} {' '.join(flags)} "
+                    f"{row.get('refused') or row.get('error') or row.get('signal') or ''}",
+                    flush=True,
+                )
             finally:
                 try:
                     os.unlink(os.path.join(claims, n.replace("/", "__")))

@@ -7,6 +7,7 @@ torch.ops.memslim op (same weights). Prints saved-for-backward bytes of each
 and the largest gradient difference over the input and all parameters,
 relative to the largest gradient magnitude.
 """
+
 import sys
 
 import torch
@@ -15,9 +16,25 @@ import memslim
 from memslim import _numerics as N
 
 # (name, aten function, memslim op) for each op with default arguments.
-ACTS = [(name, N.CASES[name].aten, N.CASES[name].ours) for name in (
-    "gelu", "gelu_tanh", "silu", "mish", "softplus", "elu", "celu", "selu", "leaky_relu",
-    "hardswish", "hardsigmoid", "sigmoid", "tanh", "relu")]
+ACTS = [
+    (name, N.CASES[name].aten, N.CASES[name].ours)
+    for name in (
+        "gelu",
+        "gelu_tanh",
+        "silu",
+        "mish",
+        "softplus",
+        "elu",
+        "celu",
+        "selu",
+        "leaky_relu",
+        "hardswish",
+        "hardsigmoid",
+        "sigmoid",
+        "tanh",
+        "relu",
+    )
+]
 
 
 class Block(torch.nn.Module):
@@ -41,8 +58,12 @@ def grads(model, x):
 def main() -> int:
     torch.manual_seed(0)
     x = torch.randn(256, 512)
-    print(f"torch {torch.__version__}; block Linear(512,1024) -> act -> Linear(1024,512), batch 256, fp32")
-    print(f"{'activation':<12} {'eager saved':>12} {'memslim saved':>14} {'change':>8} {'max grad diff':>14}")
+    print(
+        f"torch {torch.__version__}; block Linear(512,1024) -> act -> Linear(1024,512), batch 256, fp32"
+    )
+    print(
+        f"{'activation':<12} {'eager saved':>12} {'memslim saved':>14} {'change':>8} {'max grad diff':>14}"
+    )
     worst = 0.0
     for name, aten, ours in ACTS:
         ref = Block(aten)
@@ -54,7 +75,9 @@ def main() -> int:
         scale = max(g.abs().max().item() for g in g_ref)
         diff = max((a - b).abs().max().item() for a, b in zip(g_ref, g_opt)) / scale
         worst = max(worst, diff)
-        print(f"{name:<12} {b_ref:>12,} {b_opt:>14,} {100.0 * (b_opt - b_ref) / b_ref:>7.1f}% {diff:>14.2e}")
+        print(
+            f"{name:<12} {b_ref:>12,} {b_opt:>14,} {100.0 * (b_opt - b_ref) / b_ref:>7.1f}% {diff:>14.2e}"
+        )
     print(f"worst relative gradient difference: {worst:.2e}")
     return 0 if worst < 1e-4 else 1
 

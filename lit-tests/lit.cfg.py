@@ -5,10 +5,13 @@ import os
 
 import lit.formats
 
+config = config  # noqa: F821  (lit defines `config` before it runs this file)
 config.name = "memslim"
 config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".ir"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.memslim_build_dir, "lit-tests")
 config.substitutions.append(("%memslim-opt", os.path.join(config.memslim_bin_dir, "memslim-opt")))
-config.environment["PATH"] = os.pathsep.join([config.llvm_tools_dir, config.environment.get("PATH", "")])
+config.environment["PATH"] = os.pathsep.join(
+    [config.llvm_tools_dir, config.environment.get("PATH", "")]
+)

@@ -53,10 +53,14 @@ std::optional<ActivationInfo> activation_info(c10::Symbol kind) {
 
 const char* keeps_name(Keeps k) {
   switch (k) {
-  case Keeps::Input: return "input";
-  case Keeps::Output: return "output";
-  case Keeps::OutputAndBits: return "output + bits";
-  case Keeps::Bits: return "bits";
+    case Keeps::Input:
+      return "input";
+    case Keeps::Output:
+      return "output";
+    case Keeps::OutputAndBits:
+      return "output + bits";
+    case Keeps::Bits:
+      return "bits";
   }
   return "?";
 }

@@ -12,10 +12,9 @@
 // random ops keeps the RNG stream what the original graph draws.
 //
 //===----------------------------------------------------------------------===//
-#include "memslim/passes/graph_iterator.h"
-
 #include <unordered_set>
 
+#include "memslim/passes/graph_iterator.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 

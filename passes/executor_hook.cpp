@@ -9,12 +9,12 @@
 // works for training.
 //
 //===----------------------------------------------------------------------===//
+#include "memslim/passes/executor_hook.h"
+
 #include <torch/csrc/jit/passes/pass_manager.h>
 
 #include <atomic>
 #include <mutex>
-
-#include "memslim/passes/executor_hook.h"
 
 namespace memslim {
 

@@ -17,11 +17,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/jit/runtime/autodiff.h>
-#include "memslim/passes/graph_iterator.h"
 
 #include <algorithm>
 
 #include "memslim/core/functionalize.h"
+#include "memslim/passes/graph_iterator.h"
 #include "memslim/passes/jit_graph_view.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/safety_gate.h"

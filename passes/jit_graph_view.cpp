@@ -3,6 +3,7 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/runtime/autodiff.h>
+
 #include "memslim/passes/graph_iterator.h"
 
 namespace memslim {

@@ -7,7 +7,6 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
-#include "memslim/passes/graph_iterator.h"
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/library.h>
 
@@ -17,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "memslim/passes/graph_iterator.h"
 #include "memslim/passes/recompute_blocks.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
@@ -37,9 +37,9 @@ namespace {
 // Nodes without outputs whose only effect is outside the program (printing,
 // warnings, files, statistics): left out of the recording copy.
 bool inert_in_recording(const Node* n) {
-  static const c10::Symbol kinds[] = {
-      c10::prim::Print, c10::aten::warn, c10::Symbol::fromQualString("aten::save"),
-      c10::prim::AddStatValue, c10::prim::TimePoint};
+  static const c10::Symbol kinds[] = {c10::prim::Print, c10::aten::warn,
+                                      c10::Symbol::fromQualString("aten::save"),
+                                      c10::prim::AddStatValue, c10::prim::TimePoint};
   if (!n->outputs().empty()) return false;
   for (c10::Symbol k : kinds)
     if (n->kind() == k) return true;
@@ -88,8 +88,8 @@ void record_shapes(const std::shared_ptr<Graph>& graph, const std::vector<c10::I
   // their generic type (and their sites are priced "unknown shape").
   std::shared_ptr<Graph> rec = graph->copy();
   std::vector<Value*> recorded;
-  std::vector<std::pair<Node*, Value*>> probes;  // (node in copy, its output to record)
-  std::vector<Node*> inert;                      // side-effect nodes of the copy
+  std::vector<std::pair<Node*, Value*>> probes; // (node in copy, its output to record)
+  std::vector<Node*> inert;                     // side-effect nodes of the copy
   {
     std::shared_ptr<Graph> g_mut = graph;
     torch::jit::DepthFirstGraphNodeIterator o(g_mut);
@@ -143,8 +143,8 @@ void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
   TORCH_CHECK(args.size() == graph->inputs().size(),
               "memslim.optimize: forward's schema and graph differ");
   const size_t want = args.size() - 1;
-  TORCH_CHECK(example_inputs.size() <= want, "memslim.optimize: forward takes ", want, " inputs, got ",
-              example_inputs.size(), " example inputs");
+  TORCH_CHECK(example_inputs.size() <= want, "memslim.optimize: forward takes ", want,
+              " inputs, got ", example_inputs.size(), " example inputs");
   std::vector<c10::IValue> inputs{module._ivalue()};
   inputs.insert(inputs.end(), example_inputs.begin(), example_inputs.end());
   std::unordered_map<std::string, c10::IValue> kw = kwargs;
@@ -190,7 +190,8 @@ ModuleStateGuard::ModuleStateGuard(const Module& module) {
     for (size_t i = 0; i < obj->slots().size(); ++i) {
       const c10::IValue& v = obj->getSlot(i);
       Slot s{obj, i, v, {}};
-      if (v.isTensor() && v.toTensor().defined() && !(i < cls->numAttributes() && cls->is_parameter(i)))
+      if (v.isTensor() && v.toTensor().defined() &&
+          !(i < cls->numAttributes() && cls->is_parameter(i)))
         s.contents = v.toTensor().detach().clone();
       slots_.push_back(std::move(s));
       if (v.isObject() && v.toObjectRef().type()->is_module()) todo.push_back(v.toObject());

@@ -1,12 +1,11 @@
 //===- pass_registry.cpp - the explicit list of passes and pipelines -------===//
-#include "memslim/passes/pass.h"
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <stdexcept>
 
-#include "memslim/passes/safety_gate.h"
-
-#include <torch/csrc/jit/runtime/graph_executor.h>
 #include "memslim/passes/graph_iterator.h"
+#include "memslim/passes/pass.h"
+#include "memslim/passes/safety_gate.h"
 
 namespace memslim {
 
@@ -31,7 +30,8 @@ bool inside_loop(const torch::jit::Node* n) {
 CostPolicy resolved(CostPolicy p) {
   // Measured (README, TransformerEncoder): with the executor's optimisations on,
   // scripted dropout keeps an (8,128,1024) bool mask where eager keeps float noise.
-  if (p.dropout_mask_bytes < 0) p.dropout_mask_bytes = torch::jit::getGraphExecutorOptimize() ? 1 : 0;
+  if (p.dropout_mask_bytes < 0)
+    p.dropout_mask_bytes = torch::jit::getGraphExecutorOptimize() ? 1 : 0;
   return p;
 }
 

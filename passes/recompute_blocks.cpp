@@ -17,11 +17,10 @@
 //===----------------------------------------------------------------------===//
 #include "memslim/passes/recompute_blocks.h"
 
-#include "memslim/passes/graph_iterator.h"
-
 #include <algorithm>
 #include <unordered_set>
 
+#include "memslim/passes/graph_iterator.h"
 #include "memslim/passes/graph_text.h"
 #include "memslim/passes/jit_graph_view.h"
 #include "memslim/passes/safety_gate.h"

@@ -78,7 +78,8 @@ std::string rewrite(Graph& g, const JitRegion& r, Node* point) {
     // rolls the pass back).
     TORCH_INTERNAL_ASSERT(is_scalar_constant(v), "recompute region: %", v->debugName(),
                           " is neither a region input nor a constant");
-    Node* c = sub->appendNode(sub->createClone(v->node(), [](Value*) -> Value* { return nullptr; }));
+    Node* c =
+        sub->appendNode(sub->createClone(v->node(), [](Value*) -> Value* { return nullptr; }));
     env[v] = c->output();
     return c->output();
   };
@@ -95,8 +96,8 @@ std::string rewrite(Graph& g, const JitRegion& r, Node* point) {
   torch::jit::WithInsertPoint guard(point);
   Value* list = g.insertNode(g.createList(c10::TensorType::get(), r.inputs))->output();
   Value* text = g.insertConstant(c10::IValue(ir));
-  Node* op = g.insertNode(g.create(c10::Symbol::fromQualString("memslim::recompute_region"),
-                                   {list, text}, 1));
+  Node* op = g.insertNode(
+      g.create(c10::Symbol::fromQualString("memslim::recompute_region"), {list, text}, 1));
   op->output()->setType(c10::ListType::ofTensors());
   Node* unpack = g.insertNode(g.createListUnpack(op->output(), r.outputs.size()));
   for (size_t i = 0; i < r.outputs.size(); ++i) {

@@ -9,7 +9,6 @@
 #include "memslim/passes/safety_gate.h"
 
 #include <torch/csrc/jit/runtime/autodiff.h>
-#include "memslim/passes/graph_iterator.h"
 
 #include <algorithm>
 #include <functional>
@@ -18,6 +17,7 @@
 
 #include "memslim/core/view_gate.h"
 #include "memslim/passes/activation_table.h"
+#include "memslim/passes/graph_iterator.h"
 #include "memslim/passes/jit_graph_view.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/saved_tensor_analysis.h"
@@ -155,7 +155,7 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
   // unsqueeze -> sigmoid -> softplus, which the executor merged into a graph
   // keeping softplus's output, then written by dropout_).
   std::unordered_map<const Node*, size_t> pos;
-  std::unordered_map<const Value*, std::vector<size_t>> writes_at;  // storage root -> writers
+  std::unordered_map<const Value*, std::vector<size_t>> writes_at; // storage root -> writers
   {
     std::shared_ptr<Graph> g = graph;
     torch::jit::DepthFirstGraphNodeIterator it(g);
@@ -167,12 +167,12 @@ std::vector<const Node*> executor_chain(const std::vector<Node*>& covers,
     }
   }
   auto link = [&](const Value* v, const Node* consumer) {
-    if (v->node()->kind() == c10::aten::chunk) return true;  // its pieces' list
+    if (v->node()->kind() == c10::aten::chunk) return true; // its pieces' list
     if (!v->type()->cast<c10::TensorType>()) return false;
     const auto w = writes_at.find(SavedTensorAnalysis::storage_root(v));
     if (w == writes_at.end()) return true;
     const auto p = pos.find(v->node());
-    const size_t lo = p == pos.end() ? 0 : p->second;  // graph inputs: from the start
+    const size_t lo = p == pos.end() ? 0 : p->second; // graph inputs: from the start
     const auto c = pos.find(consumer);
     const size_t hi = c == pos.end() ? std::numeric_limits<size_t>::max() : c->second;
     for (size_t at : w->second)
@@ -203,7 +203,8 @@ std::string module_state_path(const Value* v) {
   const Node* p = v->node();
   if (p->kind() == c10::prim::GetAttr) {
     const Value* obj = p->input(0);
-    const std::string base = obj->node()->kind() == c10::prim::Param ? "self" : module_state_path(obj);
+    const std::string base =
+        obj->node()->kind() == c10::prim::Param ? "self" : module_state_path(obj);
     return base.empty() ? "" : base + "." + p->s(c10::attr::name);
   }
   if (SavedTensorAnalysis::is_view_of_input(p, 0)) return module_state_path(p->input(0));
@@ -263,7 +264,7 @@ void drop_all_uses(Block* b) {
 
 void restore_graph(Graph& g, Graph& src) {
   Block* b = g.block();
-  drop_all_uses(b);  // a broken graph may read values before they are made
+  drop_all_uses(b); // a broken graph may read values before they are made
   std::vector<Node*> nodes(b->nodes().begin(), b->nodes().end());
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) (*it)->destroy();
   while (!b->inputs().empty()) b->eraseInput(b->inputs().size() - 1);
@@ -573,8 +574,10 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
       if (!value->type()->cast<c10::TensorType>()) return;
       for (Value* v : same_tensor_closure(value)) {
         const std::string path = module_state_path(v);
-        if (path.empty()) plain.insert(v);
-        else state.emplace_back(path, v);
+        if (path.empty())
+          plain.insert(v);
+        else
+          state.emplace_back(path, v);
       }
     }
   } between, after;
@@ -640,7 +643,7 @@ std::optional<std::string> SafetyGate::refusal(const Proposal& p) {
         m->inputs().size() > 4)
       for (size_t i : {3, 4})
         if (m->input(i)->type()->cast<c10::TensorType>()) written.push_back(m->input(i));
-    if (written.empty()) {  // no schema-declared write; prim ops that write (SetAttr...)
+    if (written.empty()) { // no schema-declared write; prim ops that write (SetAttr...)
       // An If / Loop writes what its blocks' nodes write: the walk visits those.
       if (!m->blocks().empty()) return nullptr;
       if (w.plain.empty() || !alias().writesToAlias(m, w.plain)) return nullptr;

@@ -44,7 +44,8 @@ bool SavedTensorAnalysis::kept_by_other(const Value* v, const Node* except, std:
   return kept_by_other(v, std::unordered_set<const Node*>{except}, who);
 }
 
-bool SavedTensorAnalysis::kept_by_other(const Value* v, const std::unordered_set<const Node*>& except,
+bool SavedTensorAnalysis::kept_by_other(const Value* v,
+                                        const std::unordered_set<const Node*>& except,
                                         std::string* who) {
   saved::NodeSet ex;
   for (const Node* n : except) ex.insert(JitGraphView::ref(n));
@@ -133,7 +134,7 @@ const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dro
   if (through_dropout) *through_dropout = false;
   for (;;) {
     const Node* p = v->node();
-    const bool dropout = may_return_input(p);  // a fresh mask's output is its own
+    const bool dropout = may_return_input(p); // a fresh mask's output is its own
     if (is_view_of_input(p, 0) || dropout || may_fold_to_input(p)) {
       if (dropout && through_dropout) *through_dropout = true;
       if (dropout && dropouts) dropouts->push_back(p);
@@ -182,8 +183,8 @@ bool SavedTensorAnalysis::may_return_input(const Node* d) {
 bool SavedTensorAnalysis::draws_random(const Node* n) {
   static const c10::Symbol fused = c10::Symbol::fromQualString("memslim::activation_dropout");
   if (n->kind() == fused) {
-    const auto train = n->inputs().size() > 4 ? torch::jit::constant_as<bool>(n->input(4))
-                                              : std::optional<bool>();
+    const auto train =
+        n->inputs().size() > 4 ? torch::jit::constant_as<bool>(n->input(4)) : std::optional<bool>();
     return !train || *train;
   }
   return n->isNondeterministic();

@@ -69,21 +69,54 @@ bool needs_subgraph(c10::Symbol k) {
 bool executor_internal(c10::Symbol k) {
   static const std::vector<c10::Symbol> kinds = [] {
     std::vector<c10::Symbol> out;
-    for (const char* name :
-         {"prim::profile", "prim::profile_ivalue", "prim::TypeCheck", "prim::RequiresGradCheck",
-          "prim::BailOut", "prim::BailoutTemplate", "prim::Guard", "prim::FusionGroup",
-          "prim::CudaFusionGroup", "prim::CudaFusionGuard", "prim::oneDNNFusionGroup",
-          "prim::oneDNNFusionGuard", "prim::DifferentiableGraph", "prim::TensorExprGroup",
-          "prim::TensorExprDynamicGroup", "prim::TensorExprDynamicGuard", "prim::StaticSubgraph",
-          "prim::FunctionalGraph", "prim::MKLDNNGroup", "prim::FallbackGraph", "prim::AutogradZero",
-          "prim::AutogradAdd", "prim::AutogradAnyNonZero", "prim::AutogradAllNonZero",
-          "prim::AutogradAllZero", "prim::FusedConcat", "prim::ConstantChunk",
-          "prim::BroadcastingChunk", "prim::ChunkSizes", "prim::BroadcastSizes",
-          "prim::ReductionSizes", "prim::MMTreeReduce", "prim::MMBatchSide", "prim::Load",
-          "prim::Store", "prim::Drop", "prim::PythonOp", "prim::IgnoredPythonOp", "prim::GradOf",
-          "prim::ConstantMKLDNNTensor", "prim::BroadcastMKLDNNTensors",
-          "prim::StaticRuntimeCopyOuts", "prim::Param", "prim::Return", "prim::Closure",
-          "prim::FunctionalGraph", "prim::EmptyListLiteral", "prim::Guard"})
+    for (const char* name : {"prim::profile",
+                             "prim::profile_ivalue",
+                             "prim::TypeCheck",
+                             "prim::RequiresGradCheck",
+                             "prim::BailOut",
+                             "prim::BailoutTemplate",
+                             "prim::Guard",
+                             "prim::FusionGroup",
+                             "prim::CudaFusionGroup",
+                             "prim::CudaFusionGuard",
+                             "prim::oneDNNFusionGroup",
+                             "prim::oneDNNFusionGuard",
+                             "prim::DifferentiableGraph",
+                             "prim::TensorExprGroup",
+                             "prim::TensorExprDynamicGroup",
+                             "prim::TensorExprDynamicGuard",
+                             "prim::StaticSubgraph",
+                             "prim::FunctionalGraph",
+                             "prim::MKLDNNGroup",
+                             "prim::FallbackGraph",
+                             "prim::AutogradZero",
+                             "prim::AutogradAdd",
+                             "prim::AutogradAnyNonZero",
+                             "prim::AutogradAllNonZero",
+                             "prim::AutogradAllZero",
+                             "prim::FusedConcat",
+                             "prim::ConstantChunk",
+                             "prim::BroadcastingChunk",
+                             "prim::ChunkSizes",
+                             "prim::BroadcastSizes",
+                             "prim::ReductionSizes",
+                             "prim::MMTreeReduce",
+                             "prim::MMBatchSide",
+                             "prim::Load",
+                             "prim::Store",
+                             "prim::Drop",
+                             "prim::PythonOp",
+                             "prim::IgnoredPythonOp",
+                             "prim::GradOf",
+                             "prim::ConstantMKLDNNTensor",
+                             "prim::BroadcastMKLDNNTensors",
+                             "prim::StaticRuntimeCopyOuts",
+                             "prim::Param",
+                             "prim::Return",
+                             "prim::Closure",
+                             "prim::FunctionalGraph",
+                             "prim::EmptyListLiteral",
+                             "prim::Guard"})
       out.push_back(c10::Symbol::fromQualString(name));
     return out;
   }();
@@ -154,7 +187,7 @@ std::string check_prim(const Node* n) {
     return "needs a Subgraph attribute";
   if (k == prim::Constant) {
     if (ni != 0 || no != 1) return "takes no inputs and has one output";
-    if (n->output()->type()->cast<c10::FunctionType>()) return "";  // a function to call
+    if (n->output()->type()->cast<c10::FunctionType>()) return ""; // a function to call
     if (!n->hasAttribute(c10::attr::value)) {
       if (n->output()->type()->kind() != c10::TypeKind::NoneType)
         return "without a value must be NoneType, not " + n->output()->type()->repr_str();
@@ -218,7 +251,8 @@ std::string check_prim(const Node* n) {
     for (const torch::jit::Use& u : n->output()->uses()) {
       const auto uk = u.user->kind();
       if (uk == prim::Return || (uk == prim::Loop && u.offset >= 2)) continue;
-      return std::string("its value is read by ") + uk.toQualString() + "; an uninitialized value may only leave a block (a prim::If or "
+      return std::string("its value is read by ") + uk.toQualString() +
+             "; an uninitialized value may only leave a block (a prim::If or "
              "prim::Loop output, or a loop-carried value)";
     }
     return "";
@@ -313,8 +347,9 @@ std::optional<std::string> check_block(const Block* b, bool executor_nodes) {
       if (!n->blocks().empty()) return here() + "cannot have blocks";
     } else if (torch::jit::aliasAnalysisHasSpecialCaseFor(k)) {
       if (!executor_nodes)
-        return here() + "an internal node of the JIT (made by the graph executor, or needing a "
-                        "Python object or a subgraph), not accepted in an input graph";
+        return here() +
+               "an internal node of the JIT (made by the graph executor, or needing a "
+               "Python object or a subgraph), not accepted in an input graph";
       if (needs_subgraph(k) && !n->hasAttribute(c10::attr::Subgraph))
         return here() + "needs a Subgraph attribute";
     } else {
@@ -335,7 +370,7 @@ std::optional<std::string> check_block(const Block* b, bool executor_nodes) {
   return std::nullopt;
 }
 
-}  // namespace
+} // namespace
 
 std::optional<std::string> validate_graph(const std::shared_ptr<Graph>& graph,
                                           bool executor_nodes) {
@@ -354,4 +389,4 @@ void check_graph(const std::shared_ptr<Graph>& graph, bool executor_nodes) {
   if (auto bad = validate_graph(graph, executor_nodes)) TORCH_CHECK(false, *bad);
 }
 
-}  // namespace memslim
+} // namespace memslim

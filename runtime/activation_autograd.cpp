@@ -23,8 +23,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-using ForwardOp = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
-    const at::Tensor&, c10::string_view, at::ArrayRef<double>, bool);
+using ForwardOp = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&,
+                                                                             c10::string_view,
+                                                                             at::ArrayRef<double>,
+                                                                             bool);
 using BackwardOp = at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&,
                               const at::Tensor&, const at::Tensor&, const at::Tensor&,
                               c10::string_view, at::ArrayRef<double>);
@@ -96,8 +98,7 @@ struct ActivationFunction : public torch::autograd::Function<ActivationFunction>
 
 at::Tensor activation_with_autograd(const at::Tensor& x, const ActSpec& spec) {
   check_dtype(x, spec.op);
-  if (at::GradMode::is_enabled() && x.requires_grad())
-    return ActivationFunction::apply(x, spec);
+  if (at::GradMode::is_enabled() && x.requires_grad()) return ActivationFunction::apply(x, spec);
   // Nothing to differentiate: run the plain forward below autograd.
   at::AutoDispatchBelowADInplaceOrView guard;
   return std::get<0>(call_activation_forward(x, spec, /*save=*/false));
@@ -109,10 +110,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_activation_forwa
 }
 
 at::Tensor call_activation_backward(at::Tensor g, c10::SymIntArrayRef sizes,
-                                    c10::SymIntArrayRef strides,
-                                    const at::Tensor& out, const at::Tensor& bits,
-                                    const at::Tensor& exact_idx, const at::Tensor& exact_val,
-                                    const std::string& act, const std::vector<double>& params) {
+                                    c10::SymIntArrayRef strides, const at::Tensor& out,
+                                    const at::Tensor& bits, const at::Tensor& exact_idx,
+                                    const at::Tensor& exact_val, const std::string& act,
+                                    const std::vector<double>& params) {
   if (!strides.empty() && g.sym_strides() != strides)
     g = at::empty_strided_symint(sizes, strides, g.options()).copy_(g);
   // Undefined saved tensors (an op that keeps no bits or exact list) go in as

@@ -33,7 +33,7 @@ at::Tensor memory_order(const at::Tensor& t) {
   return t.as_strided_symint({t.sym_numel()}, {1}, t.sym_storage_offset());
 }
 
-at::Tensor pack_bits(const at::Tensor& keep_flat) {  // bool [n] -> uint8 [ceil(n/8)]
+at::Tensor pack_bits(const at::Tensor& keep_flat) { // bool [n] -> uint8 [ceil(n/8)]
   const c10::SymInt n = keep_flat.sym_numel(), ng = (n + 7) / 8;
   at::Tensor padded = at::zeros_symint({ng * 8}, keep_flat.options().dtype(at::kByte));
   padded.narrow_symint(0, 0, n).copy_(keep_flat);
@@ -41,14 +41,15 @@ at::Tensor pack_bits(const at::Tensor& keep_flat) {  // bool [n] -> uint8 [ceil(
   return padded.view_symint({ng, 8}).mul(weights).sum(1, false, at::kByte);
 }
 
-at::Tensor unpack_bits(const at::Tensor& bits, const c10::SymInt& n) {  // uint8 -> 0/1 [n]
+at::Tensor unpack_bits(const at::Tensor& bits, const c10::SymInt& n) { // uint8 -> 0/1 [n]
   at::Tensor shifts = at::arange(8, bits.options());
-  return bits.unsqueeze(1).bitwise_right_shift(shifts).bitwise_and(1).flatten().narrow_symint(
-      0, 0, n);
+  return bits.unsqueeze(1).bitwise_right_shift(shifts).bitwise_and(1).flatten().narrow_symint(0, 0,
+                                                                                              n);
 }
 
 struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDropoutFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const ActSpec& spec, double p) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const ActSpec& spec,
+                            double p) {
     at::AutoDispatchBelowADInplaceOrView guard;
     // The activation forward learns the factor its output is saved with
     // (params[3], ActParams::out_scale): kept elements whose y / (1 - p)
@@ -93,7 +94,7 @@ struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDr
     at::Tensor noise = at::empty_like(out);
     memory_order(noise).copy_(unpack_bits(saved[4], out.sym_numel()));
     noise.mul_(scale);
-    const at::Tensor gm = g.mul(noise);  // conformed to out's layout by the call below
+    const at::Tensor gm = g.mul(noise); // conformed to out's layout by the call below
     at::Tensor gi = call_activation_backward(
         gm, out.sym_sizes(), out.sym_strides(), out.div(scale), saved[1], saved[2], saved[3],
         ctx->saved_data["act"].toStringRef(), ctx->saved_data["params"].toDoubleVector());
@@ -103,15 +104,17 @@ struct ActivationDropoutFunction : public torch::autograd::Function<ActivationDr
 
 ActSpec spec_from(c10::string_view act, at::ArrayRef<double> params) {
   const std::string a(act);
-  check_param_count("activation_dropout", a, params.size());  // and the name
+  check_param_count("activation_dropout", a, params.size()); // and the name
   return {"activation_dropout", a, params.vec()};
 }
 
 at::Tensor activation_dropout_autograd(const at::Tensor& x, c10::string_view act,
                                        at::ArrayRef<double> params, double p, bool train,
                                        int64_t /*instance*/) {
-  TORCH_CHECK(p >= 0 && p <= 1, "memslim::activation_dropout: dropout probability has to be "
-              "between 0 and 1, but got ", p);
+  TORCH_CHECK(p >= 0 && p <= 1,
+              "memslim::activation_dropout: dropout probability has to be "
+              "between 0 and 1, but got ",
+              p);
   const ActSpec spec = spec_from(act, params);
   const kernels::SaveKind kind = kernels::save_kind(act_from_name(spec.act));
   TORCH_CHECK(kind != kernels::SaveKind::Mask, "memslim::activation_dropout: '", spec.act,
@@ -124,8 +127,8 @@ at::Tensor activation_dropout_autograd(const at::Tensor& x, c10::string_view act
   return at::dropout(activation_with_autograd(x, spec), p, train);
 }
 
-at::Tensor activation_dropout_meta(const at::Tensor& x, c10::string_view act,
-                                   at::ArrayRef<double>, double, bool, int64_t) {
+at::Tensor activation_dropout_meta(const at::Tensor& x, c10::string_view act, at::ArrayRef<double>,
+                                   double, bool, int64_t) {
   check_dtype(x, std::string(act));
   return at::empty_like(x);
 }
@@ -137,11 +140,11 @@ TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
 }
 // Below autograd (inference_mode) the same composition runs per device.
 TORCH_LIBRARY_IMPL(memslim, CompositeExplicitAutograd, m) {
-  m.impl("activation_dropout", [](const at::Tensor& x, c10::string_view act,
-                                  at::ArrayRef<double> params, double p, bool train,
-                                  int64_t /*instance*/) {
-    return at::dropout(activation_with_autograd(x, spec_from(act, params)), p, train);
-  });
+  m.impl("activation_dropout",
+         [](const at::Tensor& x, c10::string_view act, at::ArrayRef<double> params, double p,
+            bool train, int64_t /*instance*/) {
+           return at::dropout(activation_with_autograd(x, spec_from(act, params)), p, train);
+         });
 }
 TORCH_LIBRARY_IMPL(memslim, Meta, m) {
   m.impl("activation_dropout", TORCH_FN(activation_dropout_meta));

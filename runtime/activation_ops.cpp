@@ -26,11 +26,16 @@ using kernels::Act;
 
 kernels::DType to_kernel_dtype(at::ScalarType t) {
   switch (t) {
-  case at::kFloat: return kernels::DType::Float;
-  case at::kDouble: return kernels::DType::Double;
-  case at::kHalf: return kernels::DType::Half;
-  case at::kBFloat16: return kernels::DType::BFloat16;
-  default: TORCH_CHECK(false, "memslim: unsupported dtype ", t);
+    case at::kFloat:
+      return kernels::DType::Float;
+    case at::kDouble:
+      return kernels::DType::Double;
+    case at::kHalf:
+      return kernels::DType::Half;
+    case at::kBFloat16:
+      return kernels::DType::BFloat16;
+    default:
+      TORCH_CHECK(false, "memslim: unsupported dtype ", t);
   }
 }
 
@@ -110,7 +115,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> run_forward(const at:
     L.forward(a, dt, args);
     return {y, bits, idx, val};
   }
-  TORCH_CHECK(n <= INT32_MAX, "memslim::", act, ": tensors over 2^31-1 elements are not "
+  TORCH_CHECK(n <= INT32_MAX, "memslim::", act,
+              ": tensors over 2^31-1 elements are not "
               "supported yet (exact-list indices are int32)");
   int64_t cap = exact_capacity_guess(n, x.scalar_type());
   // On the CPU the count lives on the stack and the list is copied to its
@@ -147,7 +153,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> run_forward(const at:
       }
       break;
     }
-    cap = c;  // too small: rerun with the measured length
+    cap = c; // too small: rerun with the measured length
   }
   return {y, bits, idx, val};
 }
@@ -201,8 +207,9 @@ at::Tensor activation_backward_impl(const at::Tensor& grad, const std::optional<
   args.act = p;
   L.backward(a, dt, args);
   if (exact_idx.numel() > 0) {
-    TORCH_CHECK(exact_idx.scalar_type() == at::kInt && exact_val.scalar_type() == grad.scalar_type(),
-                "memslim::activation_backward: exact list has the wrong dtype");
+    TORCH_CHECK(
+        exact_idx.scalar_type() == at::kInt && exact_val.scalar_type() == grad.scalar_type(),
+        "memslim::activation_backward: exact list has the wrong dtype");
     kernels::FixupArgs f;
     const at::Tensor ei = exact_idx.contiguous(), ev = exact_val.contiguous();
     f.idx = ei.const_data_ptr<int32_t>();
@@ -228,8 +235,10 @@ at::Tensor activation_meta(const at::Tensor& x, const ActSpec& spec) {
 
 namespace {
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cpu(
-    const at::Tensor& self, c10::string_view act, at::ArrayRef<double> params, bool save) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cpu(const at::Tensor& self,
+                                                                       c10::string_view act,
+                                                                       at::ArrayRef<double> params,
+                                                                       bool save) {
   return activation_forward_impl(self, act, params, save, cpu_launchers());
 }
 at::Tensor backward_cpu(const at::Tensor& grad, const std::optional<at::Tensor>& out,

@@ -12,7 +12,12 @@ using kernels::Act;
 
 namespace {
 // params: how many the op takes, and their names for messages.
-struct NameEntry { const char* name; Act act; size_t params; const char* param_names; };
+struct NameEntry {
+  const char* name;
+  Act act;
+  size_t params;
+  const char* param_names;
+};
 constexpr NameEntry kNames[] = {
 #define MEMSLIM_ACT(ENUM, NAME, SAVE, NPARAMS, PARAM_NAMES) {NAME, Act::ENUM, NPARAMS, PARAM_NAMES},
 #include "memslim/kernels/activation_table.def"
@@ -28,11 +33,11 @@ Act act_from_name(const std::string& act) {
 void check_param_count(const char* op, const std::string& act, size_t n) {
   for (const auto& e : kNames)
     if (act == e.name) {
-      TORCH_CHECK(n == e.params, "memslim::", op, ": '", act, "' takes ", e.params,
-                  " parameters (", e.param_names, "), got ", n);
+      TORCH_CHECK(n == e.params, "memslim::", op, ": '", act, "' takes ", e.params, " parameters (",
+                  e.param_names, "), got ", n);
       return;
     }
-  act_from_name(act);  // unknown: its error
+  act_from_name(act); // unknown: its error
 }
 
 const char* act_name(Act a) {
@@ -52,13 +57,16 @@ double guard_band(Act a, at::ScalarType t) {
   // error there is small (f' is small, so its rounding is).
   const bool gelu = a == Act::Gelu || a == Act::GeluTanh;
   switch (t) {
-  case at::kDouble: return 1e-6;
-  case at::kFloat: return 2e-3;
-  case at::kHalf:
-    return gelu ? 0.1 : a == Act::Silu ? 0.4 : a == Act::Mish ? 0.4 : 0.5;
-  case at::kBFloat16:
-    return gelu ? 0.1 : a == Act::Silu ? 0.3 : a == Act::Mish ? 0.4 : 0.5;
-  default: return 0.0;
+    case at::kDouble:
+      return 1e-6;
+    case at::kFloat:
+      return 2e-3;
+    case at::kHalf:
+      return gelu ? 0.1 : a == Act::Silu ? 0.4 : a == Act::Mish ? 0.4 : 0.5;
+    case at::kBFloat16:
+      return gelu ? 0.1 : a == Act::Silu ? 0.3 : a == Act::Mish ? 0.4 : 0.5;
+    default:
+      return 0.0;
   }
 }
 
@@ -66,10 +74,14 @@ namespace {
 // Largest finite value of a floating dtype (others: no overflow to consider).
 double dtype_max(at::ScalarType t) {
   switch (t) {
-  case at::kHalf: return 65504.0;
-  case at::kBFloat16: return 3.3895313892515355e38;
-  case at::kFloat: return 3.4028234663852886e38;
-  default: return 1.7976931348623157e308;
+    case at::kHalf:
+      return 65504.0;
+    case at::kBFloat16:
+      return 3.3895313892515355e38;
+    case at::kFloat:
+      return 3.4028234663852886e38;
+    default:
+      return 1.7976931348623157e308;
   }
 }
 
@@ -77,9 +89,12 @@ double dtype_max(at::ScalarType t) {
 // largest finite value); inf where compute and storage share the format.
 double rounds_to_inf_from(at::ScalarType t) {
   switch (t) {
-  case at::kHalf: return 65520.0;
-  case at::kBFloat16: return 3.3961514220786001e38;  // 0x7f7f8000
-  default: return INFINITY;
+    case at::kHalf:
+      return 65520.0;
+    case at::kBFloat16:
+      return 3.3961514220786001e38; // 0x7f7f8000
+    default:
+      return INFINITY;
   }
 }
 
@@ -92,8 +107,8 @@ kernels::ActParams params_for(Act a, const std::vector<double>& params, double o
   p.p2 = params.size() > 2 ? params[2] : 0.0;
   p.out_scale = params.size() > 3 ? params[3] : 1.0;
   p.bits = kernels::act_uses_bits(a, p.p0, p.p1, p.p2);
-  p.keep_overflow = a == Act::Elu && kernels::elu_may_overflow(p.p0, p.p1, p.p2,
-                                                                out_max / std::fabs(p.out_scale));
+  p.keep_overflow = a == Act::Elu &&
+                    kernels::elu_may_overflow(p.p0, p.p1, p.p2, out_max / std::fabs(p.out_scale));
   return p;
 }
 } // namespace
@@ -123,8 +138,10 @@ bool act_keeps_exact_list(const std::string& act, const std::vector<double>& par
 void check_dtype(const at::Tensor& x, const std::string& op) {
   const auto t = x.scalar_type();
   TORCH_CHECK(t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16,
-              "memslim::", op, ": expected a floating-point tensor (float, double, half or "
-              "bfloat16), got ", t);
+              "memslim::", op,
+              ": expected a floating-point tensor (float, double, half or "
+              "bfloat16), got ",
+              t);
 }
 
 ActSpec spec_gelu(c10::string_view approximate) {
@@ -150,7 +167,8 @@ ActSpec spec_celu(const c10::Scalar& alpha) {
 }
 
 ActSpec spec_selu() {
-  return {"selu", "elu", {1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0}};
+  return {
+      "selu", "elu", {1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0}};
 }
 
 ActSpec spec_leaky_relu(const c10::Scalar& negative_slope) {

@@ -71,7 +71,7 @@ struct Chain {
   int64_t id = 0;
   std::vector<Fn> fns;          // F_1, G_1, ..., F_K, G_K
   std::vector<int64_t> combine; // per function: 0 x + f, 1 x * m + t, 2 (x + t) * m
-  std::mutex mu;       // guards the two fields below
+  std::mutex mu;                // guards the two fields below
   bool checked = false;
   std::vector<bool> drift_anchor; // blocks whose rebuilt input drifted on the first call
 };

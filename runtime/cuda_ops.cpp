@@ -27,8 +27,10 @@ void cuda_fixup(kernels::Act a, kernels::DType t, const kernels::FixupArgs& args
   kernels::fixup_cuda(a, t, args, stream());
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(
-    const at::Tensor& self, c10::string_view act, at::ArrayRef<double> params, bool save) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_cuda(const at::Tensor& self,
+                                                                        c10::string_view act,
+                                                                        at::ArrayRef<double> params,
+                                                                        bool save) {
   c10::cuda::CUDAGuard guard(self.device());
   return activation_forward_impl(self, act, params, save, cuda_launchers());
 }

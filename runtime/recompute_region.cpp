@@ -71,11 +71,11 @@ std::shared_ptr<const Region> region_for(const std::string& ir) {
                 msg.substr(0, msg.find('\n')));
   }
   for (const torch::jit::Value* v : r->graph->inputs())
-    TORCH_CHECK(v->type()->cast<c10::TensorType>(),
-                "memslim::recompute_region: graph input %", v->debugName(), " is not a Tensor");
+    TORCH_CHECK(v->type()->cast<c10::TensorType>(), "memslim::recompute_region: graph input %",
+                v->debugName(), " is not a Tensor");
   for (const torch::jit::Value* v : r->graph->outputs())
-    TORCH_CHECK(v->type()->cast<c10::TensorType>(),
-                "memslim::recompute_region: graph output %", v->debugName(), " is not a Tensor");
+    TORCH_CHECK(v->type()->cast<c10::TensorType>(), "memslim::recompute_region: graph output %",
+                v->debugName(), " is not a Tensor");
   r->code = std::make_unique<torch::jit::Code>(r->graph, "memslim_recompute_region");
   cache.emplace(ir, r);
   return r;
@@ -99,10 +99,10 @@ struct RecomputeRegionFunction : public torch::autograd::Function<RecomputeRegio
     auto region = region_for(ir);
     std::vector<at::Tensor> outs;
     {
-      at::AutoDispatchBelowADInplaceOrView guard;  // no autograd graph for the region
+      at::AutoDispatchBelowADInplaceOrView guard; // no autograd graph for the region
       outs = run_region(*region, inputs);
     }
-    ctx->save_for_backward(inputs.vec());  // the only tensors kept: the region's inputs
+    ctx->save_for_backward(inputs.vec()); // the only tensors kept: the region's inputs
     ctx->saved_data["graph"] = ir;
     // An output nobody differentiates keeps an undefined gradient (not zeros):
     // differentiating it anyway gave its inputs a zero gradient, which sent
@@ -124,7 +124,7 @@ struct RecomputeRegionFunction : public torch::autograd::Function<RecomputeRegio
                 "differentiated on detached inputs); keep such code out of the optimized model");
     auto saved = ctx->get_saved_variables();
     auto region = region_for(ctx->saved_data["graph"].toStringRef());
-    variable_list result(saved.size() + 1);  // + the graph string
+    variable_list result(saved.size() + 1); // + the graph string
     std::vector<at::Tensor> leaves, wrt;
     std::vector<size_t> wrt_index;
     for (size_t i = 0; i < saved.size(); ++i) {

@@ -58,8 +58,9 @@ TORCH_LIBRARY(memslim, m) {
   // (Registering the op as one with effects also stops CSE, but makes AliasDb
   // assume it writes every input: the executor then grouped differentiable
   // nodes differently and backward failed on a fuzzer program.)
-  m.def("activation_dropout(Tensor self, str act, float[] params, float p, bool train, "
-        "int instance=0) -> Tensor");
+  m.def(
+      "activation_dropout(Tensor self, str act, float[] params, float p, bool train, "
+      "int instance=0) -> Tensor");
 
   // A region of elementwise ops (what recompute-pointwise-regions cuts out), as
   // TorchScript IR text taking `inputs` in order and returning the outputs.
@@ -101,12 +102,14 @@ TORCH_LIBRARY(memslim, m) {
   // packed bits, exact-list indices
   // (int32, memory order), exact-list input values); with save=False the last
   // three are empty. The exact list has a data-dependent length.
-  m.def("activation_forward(Tensor self, str act, float[] params, bool save) -> "
-        "(Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "activation_forward(Tensor self, str act, float[] params, bool save) -> "
+      "(Tensor, Tensor, Tensor, Tensor)");
   // Internal: dL/dx from dL/dy, the saved output (None for mask-only
   // activations), bits and exact list. grad and out share one dense layout.
-  m.def("activation_backward(Tensor grad, Tensor? out, Tensor bits, Tensor exact_idx, "
-        "Tensor exact_val, str act, float[] params) -> Tensor");
+  m.def(
+      "activation_backward(Tensor grad, Tensor? out, Tensor bits, Tensor exact_idx, "
+      "Tensor exact_val, str act, float[] params) -> Tensor");
   // Internal: the channels (affine elements) of a norm whose gamma cannot be
   // inverted within the error bound for `out_dtype` (int32 indices) and x_hat
   // there, (A, k, S) in opmath, A the dims before the affine ones and S those

@@ -22,6 +22,7 @@ In piece p with local coordinate s in [-1, 1], f' = sum_k coef[k][p] s^k
 largest error, float32 Horner against float64, is <= TARGET.
 Run: .venv/bin/python tools/gen_derivative_tables.py > kernels/include/memslim/kernels/derivative_tables.h
 """
+
 import math
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -46,7 +47,7 @@ def dsilu(x):
 
 
 def dgelu_tanh(x):
-    u = K * (x + 0.044715 * x ** 3)
+    u = K * (x + 0.044715 * x**3)
     s2 = 1 / (1 + math.exp(-2 * u)) if u > -350 else 0.0
     du = K * (1 + 3 * 0.044715 * x * x)
     return s2 + 2 * x * s2 * (1 - s2) * du
@@ -62,7 +63,15 @@ def dmish(x):
 # name, f, f', x*, y*, left-branch end (x), left-tail end (x): inverse_fits.h's ranges
 ACTS = [
     ("Gelu", gelu, dgelu, -0.75179152469356445747, -0.16997120747990366169, -2.0, -8.0),
-    ("GeluTanh", gelu_tanh, dgelu_tanh, -0.75246142207101625849, -0.17004075057125405064, -2.0, -6.0),
+    (
+        "GeluTanh",
+        gelu_tanh,
+        dgelu_tanh,
+        -0.75246142207101625849,
+        -0.17004075057125405064,
+        -2.0,
+        -6.0,
+    ),
     ("Silu", silu, dsilu, -1.2784645427610737951, -0.27846454276107379511, -4.0, -30.0),
     ("Mish", mish, dmish, -1.1924312145154952121, -0.30884341301725040663, -4.0, -30.0),
 ]
@@ -140,7 +149,7 @@ def best_table(job):
             errs[br] = {n: fit_branch(smp[br], n, deg) for n in range(1, pieces - 1)}
         best = None
         for r in range(1, pieces - 1):
-            for l in range(1, pieces - r):
+            for l in range(1, pieces - r):  # noqa: E741
                 t = pieces - r - l
                 fits = [errs["right"][r], errs["left"][l], errs["tail"][t]]
                 err = max(e for _, e in fits)
@@ -157,7 +166,7 @@ def f32(v):
 
 def emit(out, act, pieces, smp, deg, best):
     name, f, df, xs, ys, xl, xt = act
-    err, (r, l, t), fits = best
+    err, (r, l, t), fits = best  # noqa: E741  (l: the left pieces, as in the docstring)
     right_y = f(smp["x_end"])
     left_y = f(xl)
     coef = [[0.0] * pieces for _ in range(deg + 1)]
@@ -171,16 +180,22 @@ def emit(out, act, pieces, smp, deg, best):
     v1 = [smp["tr"], smp["tl"], smp["wb"]]
     n = [r, l, t]
     scale = [n[b] / (v1[b] - v0[b]) for b in range(3)]
-    out.append(f"// {name}, {pieces} pieces: right x in [x*, {smp['x_end']}] ({r}), left x in [{xl}, x*] ({l}),")
-    out.append(f"// tail x in [{xt}, {xl}] ({t}, times y); degree {deg}, max error {err:.2e} (float32 Horner).")
+    out.append(
+        f"// {name}, {pieces} pieces: right x in [x*, {smp['x_end']}] ({r}), left x in [{xl}, x*] ({l}),"
+    )
+    out.append(
+        f"// tail x in [{xt}, {xl}] ({t}, times y); degree {deg}, max error {err:.2e} (float32 Horner)."
+    )
     cname = f"k{name}Coef{pieces}"
     # The coefficients once, as a macro; the host array and CUDA's __device__ copy
     # (device code cannot index a constexpr array) both read it.
     macro = f"MEMSLIM_{name.upper()}_COEF{pieces}"
     out.append(f"// [k * {pieces} + p]: the coefficient of s^k in piece p.")
     out.append(f"#define {macro} \\")
-    out += ["  " + ", ".join(f32(c) for c in coef[k]) + ("," if k < deg else "") + " \\"
-            for k in range(deg + 1)]
+    out += [
+        "  " + ", ".join(f32(c) for c in coef[k]) + ("," if k < deg else "") + " \\"
+        for k in range(deg + 1)
+    ]
     out[-1] = out[-1][:-2]
     out.append(f"constexpr float {cname}[] = {{{macro}}};")
     out.append("#if defined(__CUDACC__)")
@@ -191,11 +206,15 @@ def emit(out, act, pieces, smp, deg, best):
     out.append(f"  static constexpr int kPieces = {pieces};")
     out.append(f"  static constexpr int kDegree = {deg};")
     out.append(f"  static constexpr float kRightEnd = {f32(right_y)};  // y beyond: f' = 1")
-    out.append(f"  static constexpr float kLeftEnd = {f32(left_y)};  // left branch, y above: the tail")
+    out.append(
+        f"  static constexpr float kLeftEnd = {f32(left_y)};  // left branch, y above: the tail"
+    )
     out.append("  // Per branch: variable start, pieces per unit of it, pieces, first piece.")
     for b, bn in enumerate(("Right", "Left", "Tail")):
-        out.append(f"  static constexpr float kV0{bn} = {f32(v0[b])}, kScale{bn} = {f32(scale[b])}, "
-                   f"kPieces{bn} = {n[b]}.f, kBase{bn} = {[0, r, r + l][b]}.f;")
+        out.append(
+            f"  static constexpr float kV0{bn} = {f32(v0[b])}, kScale{bn} = {f32(scale[b])}, "
+            f"kPieces{bn} = {n[b]}.f, kBase{bn} = {[0, r, r + l][b]}.f;"
+        )
     out.append(f"  static constexpr const float* kCoef = {cname};")
     out.append("  MEMSLIM_HD static float coef(int i) {")
     out.append("#if defined(__CUDA_ARCH__)")
@@ -212,16 +231,23 @@ def main():
     jobs = [(act, pieces) for act in ACTS for pieces in PIECE_COUNTS]
     with ProcessPoolExecutor(max_workers=2) as ex:
         results = list(ex.map(best_table, jobs))
-    out = preamble("derivative_tables.h - f'(x) from the saved output, fp32 (generated)", [
-        "Generated by tools/gen_derivative_tables.py; do not edit. For each",
-        "non-monotonic activation, f'(x) as a piecewise polynomial of the saved",
-        "output y and the branch bit (see the generator for the layout). Evaluated",
-        "by derivative_from_table (activations.h) and, 8 or 16 lanes at a time, by",
-        "the AVX2 (8 pieces) / AVX-512 (32) CPU loops.",
-    ], "tables")
+    out = preamble(
+        "derivative_tables.h - f'(x) from the saved output, fp32 (generated)",
+        [
+            "Generated by tools/gen_derivative_tables.py; do not edit. For each",
+            "non-monotonic activation, f'(x) as a piecewise polynomial of the saved",
+            "output y and the branch bit (see the generator for the layout). Evaluated",
+            "by derivative_from_table (activations.h) and, 8 or 16 lanes at a time, by",
+            "the AVX2 (8 pieces) / AVX-512 (32) CPU loops.",
+        ],
+        "tables",
+    )
     for act, pieces, smp, deg, best in results:
         emit(out, act, pieces, smp, deg, best)
-        print(f"{act[0]} ({pieces}): degree {deg}, pieces {best[1]}, max error {best[0]:.2e}", file=sys.stderr)
+        print(
+            f"{act[0]} ({pieces}): degree {deg}, pieces {best[1]}, max error {best[0]:.2e}",
+            file=sys.stderr,
+        )
     out += closing("tables")
     print("\n".join(out))
 

@@ -28,7 +28,7 @@ namespace memslim {
 namespace kernels {
 namespace MEMSLIM_CPU_NS {
 
-constexpr int64_t kChunk = 512;  // elements per pass; a multiple of 8
+constexpr int64_t kChunk = 512; // elements per pass; a multiple of 8
 
 // Storage <-> compute type for a block. 16-bit storage converts 8 at a time
 // with F16C where the build has it (hd.h's to_half / to_float element by
@@ -68,7 +68,8 @@ void store_block(const C* __restrict src, S* __restrict dst, int64_t n) {
 }
 
 // The activations whose fp32 backward evaluates derivative_tables.h.
-template <Act A> constexpr bool has_fast_inverse() {
+template <Act A>
+constexpr bool has_fast_inverse() {
   return A == Act::Gelu || A == Act::GeluTanh || A == Act::Silu || A == Act::Mish;
 }
 
@@ -660,7 +661,7 @@ void backward_range(const BackwardParams<S>& p, int64_t gb, int64_t ge) {
   using C = typename compute_type<S>::type;
   int64_t begin = gb * 8;
   const int64_t end = ge * 8 < p.n ? ge * 8 : p.n;
-  const ActParams act = p.act;  // see forward_range
+  const ActParams act = p.act; // see forward_range
 #if defined(__AVX2__)
   // fp32 storage: one pass from y, bits and grad to grad_in; the chunks below
   // take what is left (fewer than kLanes elements).

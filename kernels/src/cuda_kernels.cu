@@ -34,8 +34,8 @@ __global__ void backward_kernel(BackwardParams<S> p) {
 }
 template <Act A, typename S>
 __global__ void fixup_kernel(FixupParams<S> p) {
-  fixup_body<A, S>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x,
-                   int64_t(gridDim.x) * blockDim.x, p);
+  fixup_body<A, S>(int64_t(blockIdx.x) * blockDim.x + threadIdx.x, int64_t(gridDim.x) * blockDim.x,
+                   p);
 }
 
 int blocks_for(int64_t work) {
@@ -47,8 +47,8 @@ int blocks_for(int64_t work) {
 void check_launch(const char* what) {
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
-    throw std::runtime_error(std::string("memslim: CUDA launch of ") + what + " failed: " +
-                             cudaGetErrorString(err));
+    throw std::runtime_error(std::string("memslim: CUDA launch of ") + what +
+                             " failed: " + cudaGetErrorString(err));
 }
 
 struct ForwardLaunch {

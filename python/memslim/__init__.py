@@ -4,6 +4,7 @@ Importing memslim loads the runtime library, which registers the
 ``torch.ops.memslim.*`` activation ops (aten signatures; autograd keeps the
 output plus packed bits, or only a mask, instead of the input).
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,18 @@ from .backend import _BY_MODEL as _COMPILED  # noqa: E402
 from .optimize import optimize  # noqa: E402
 from .optimize import report as _script_report  # noqa: E402
 
-__all__ = ["activation_table", "library_path", "saved_bytes", "optimize", "compile", "fx",
-           "predicted_bytes_freed", "report", "compiled_decisions", "OPS"]
+__all__ = [
+    "activation_table",
+    "library_path",
+    "saved_bytes",
+    "optimize",
+    "compile",
+    "fx",
+    "predicted_bytes_freed",
+    "report",
+    "compiled_decisions",
+    "OPS",
+]
 
 # torch.compile(model, backend="memslim")
 _register_backend()
@@ -42,8 +53,11 @@ def report(optimized):
 
 def predicted_bytes_freed(optimized) -> int:
     """The cost model's total: the bytes every applied rewrite's record frees."""
-    return sum(d.freed_bytes for d in report(optimized)
-               if d.verdict == "rewrote" and d.freed_bytes is not None)
+    return sum(
+        d.freed_bytes
+        for d in report(optimized)
+        if d.verdict == "rewrote" and d.freed_bytes is not None
+    )
 
 
 def _hashable(o) -> bool:
@@ -52,6 +66,7 @@ def _hashable(o) -> bool:
         return True
     except TypeError:
         return False
+
 
 # Public ops with their aten counterparts (the rewrite targets), from the one table.
 OPS = tuple(op["name"] for op in activation_table()["ops"])

@@ -1,17 +1,18 @@
 """`python -m memslim`: the main job, and a probe of the user's own model.
 
-    python -m memslim demo [--png FILE]
-        Two bundled models trained a few steps, eager against memslim's ways in: a ResNet-10
-        whose activation is a hand-written trainable formula, and a small Llama-style decoder
-        with a memory target. Prints a table per model, writes a PNG of saved bytes against
-        the target, exits 1 if a gradient moved beyond fp32 rounding or a way failed.
+python -m memslim demo [--png FILE]
+    Two bundled models trained a few steps, eager against memslim's ways in: a ResNet-10
+    whose activation is a hand-written trainable formula, and a small Llama-style decoder
+    with a memory target. Prints a table per model, writes a PNG of saved bytes against
+    the target, exits 1 if a gradient moved beyond fp32 rounding or a way failed.
 
-    python -m memslim MODULE:FACTORY --input 8x3x224x224 [--input 8x128:int] [--dtype bf16]
-                      [--memory-budget 0.5] [--labels] [--no-torchscript] ...
-        MODULE is imported from the current directory (as `uvicorn module:app`), FACTORY()
-        returns the nn.Module. One training step per way, the same table, and the decision
-        records' summary per pass. Bad input: one line on stderr, exit 1.
+python -m memslim MODULE:FACTORY --input 8x3x224x224 [--input 8x128:int] [--dtype bf16]
+                  [--memory-budget 0.5] [--labels] [--no-torchscript] ...
+    MODULE is imported from the current directory (as `uvicorn module:app`), FACTORY()
+    returns the nn.Module. One training step per way, the same table, and the decision
+    records' summary per pass. Bad input: one line on stderr, exit 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,11 +38,14 @@ class UsageError(Exception):
 
 # --- the main job --------------------------------------------------------------------------
 
+
 def _quiet() -> None:
     import logging
     import warnings
-    warnings.filterwarnings("ignore", message=r".*torch\.jit\.\w+.*deprecated",
-                            category=FutureWarning)
+
+    warnings.filterwarnings(
+        "ignore", message=r".*torch\.jit\.\w+.*deprecated", category=FutureWarning
+    )
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
@@ -57,32 +61,48 @@ def demo(png: str, rounds: int) -> int:
     # TorchScript and torch.export: the CNN's torch.compile costs a minute of Inductor's cold
     # compile here (the probe runs it: python -m memslim MODULE:FACTORY); the decoder below
     # goes through torch.compile.
-    resnet = probe.probe(_models.custom_act_resnet, list(zip(imgs, labels)), ce,
-                         probe.default_ways(compile=False), rounds=rounds,
-                         progress=lambda m: _say("  " + m))
+    resnet = probe.probe(
+        _models.custom_act_resnet,
+        list(zip(imgs, labels)),
+        ce,
+        probe.default_ways(compile=False),
+        rounds=rounds,
+        progress=lambda m: _say("  " + m),
+    )
     # The decoder: 4 sequences of 128 tokens, next-token loss; a memory target of half
     # of what torch.compile keeps.
     vocab, budget = 2048, 0.5
     ids = [torch.randint(0, vocab, (4, 128)) for _ in range(2)]
     _say("Llama-style decoder (2 blocks, d 128, 4x128 tokens, loss in the model): building ways")
-    decoder = probe.probe(_models.tiny_decoder, [((i, i), None) for i in ids],
-                          lambda loss, _: loss,
-                          probe.default_ways(memory_budget=budget, torch_compile=True),
-                          rounds=rounds,
-                          progress=lambda m: _say("  " + m))
+    decoder = probe.probe(
+        _models.tiny_decoder,
+        [((i, i), None) for i in ids],
+        lambda loss, _: loss,
+        probe.default_ways(memory_budget=budget, torch_compile=True),
+        rounds=rounds,
+        progress=lambda m: _say("  " + m),
+    )
     target = _target(decoder[-1], budget)
     print()
-    print(probe.render("ResNet-10, hand-written trainable activation (saved, peak: x eager)",
-                       resnet))
+    print(
+        probe.render("ResNet-10, hand-written trainable activation (saved, peak: x eager)", resnet)
+    )
     print()
     print(probe.render("Llama-style decoder, 2 blocks", decoder))
     last = decoder[-1]
     if target is not None and last.saved is not None:
         verdict = "met" if last.saved <= target else "MISSED"
-        print(f"  memory target: {budget:g} of what torch.compile keeps for the decoder = "
-              f"{probe.mib(target)}; {last.way} keeps {probe.mib(last.saved)}: {verdict}")
-    path = probe.plot([("ResNet-10, hand-written activation", resnet, None),
-                       ("Llama-style decoder", decoder, target)], png)
+        print(
+            f"  memory target: {budget:g} of what torch.compile keeps for the decoder = "
+            f"{probe.mib(target)}; {last.way} keeps {probe.mib(last.saved)}: {verdict}"
+        )
+    path = probe.plot(
+        [
+            ("ResNet-10, hand-written activation", resnet, None),
+            ("Llama-style decoder", decoder, target),
+        ],
+        png,
+    )
     if path:
         print(f"\nsaved bytes against the memory target: {path}")
     else:
@@ -93,23 +113,31 @@ def demo(png: str, rounds: int) -> int:
 def _target(row, budget: float) -> Optional[int]:
     """The budget's bytes: `budget` of what Inductor's partitioner keeps for the unmodified
     graphs (the memory-budget records' first figure per graph)."""
-    before = [d.bytes_before for d in row.records or []
-              if d.pass_ == "memory-budget" and d.bytes_before is not None
-              and d.text.startswith("budget ")]
+    before = [
+        d.bytes_before
+        for d in row.records or []
+        if d.pass_ == "memory-budget"
+        and d.bytes_before is not None
+        and d.text.startswith("budget ")
+    ]
     return int(budget * sum(before)) if before else None
 
 
 def _verdict(rows) -> int:
     from memslim.probe import GRAD_FACTOR, GRAD_TOL, beyond_rounding, refused
+
     bad = [r for r in rows if (r.error and not refused(r)) or beyond_rounding(r)]
     for r in bad:
         why = r.error or (
             f"gradient {r.grad_diff:.1e} from eager's (relative L2): beyond rounding "
-            f"(its error against float64 is over {GRAD_FACTOR:g}x eager's own + {GRAD_TOL:g})")
+            f"(its error against float64 is over {GRAD_FACTOR:g}x eager's own + {GRAD_TOL:g})"
+        )
         print(f"memslim: FAILED: {r.way}: {why}", file=sys.stderr)
     if not bad:
-        print(f"gradients: every way within rounding of eager's ({GRAD_FACTOR:g}x eager's own "
-              f"error against a float64 run + {GRAD_TOL:g}; grad diff: relative L2 to eager)")
+        print(
+            f"gradients: every way within rounding of eager's ({GRAD_FACTOR:g}x eager's own "
+            f"error against a float64 run + {GRAD_TOL:g}; grad diff: relative L2 to eager)"
+        )
     return 1 if bad else 0
 
 
@@ -122,8 +150,9 @@ def parse_input(text: str):
     """'8x3x224x224' -> ((8, 3, 224, 224), 'float'); '8x128:int' -> ((8, 128), 'int')."""
     m = _SHAPE.match(text.strip())
     if not m:
-        raise UsageError(f"--input {text!r}: expected sizes joined by 'x', e.g. 8x3x224x224 "
-                         "or 8x128:int")
+        raise UsageError(
+            f"--input {text!r}: expected sizes joined by 'x', e.g. 8x3x224x224 or 8x128:int"
+        )
     shape = tuple(int(s) for s in m.group(1).split("x"))
     return shape, "int" if m.group(2) in ("int", "long") else "float"
 
@@ -152,8 +181,7 @@ def _first_tensor(out):
         return out if out.is_floating_point() else None
     if getattr(out, "loss", None) is not None:  # transformers' ModelOutput given labels
         return out.loss
-    items = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) \
-        else ()
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
     for v in items:
         t = _first_tensor(v)
         if t is not None:
@@ -194,8 +222,9 @@ def probe_user_model(args) -> int:
         raise UsageError(f"{args.target}() returned {type(model).__name__}, not an nn.Module")
     high = args.high or getattr(getattr(model, "config", None), "vocab_size", None) or 100
     torch.manual_seed(1)
-    inputs = tuple(torch.randint(0, high, s) if kind == "int" else torch.randn(*s)
-                   for s, kind in shapes)
+    inputs = tuple(
+        torch.randint(0, high, s) if kind == "int" else torch.randn(*s) for s, kind in shapes
+    )
     first = [model]
 
     def make():  # the model the factory returned above, then new ones
@@ -204,13 +233,27 @@ def probe_user_model(args) -> int:
     def loss_fn(out, _):
         return out if out.dim() == 0 else out.float().pow(2).mean()
 
-    ways = probe.default_ways(memory_budget=args.memory_budget,
-                              torchscript=not args.no_torchscript, export=not args.no_export,
-                              compile=not args.no_compile, torch_compile=args.torch_compile)
-    _say(f"{type(model).__name__}: {len(ways)} ways, inputs "
-         + ", ".join("x".join(map(str, s)) for s, _ in shapes))
-    rows = probe.probe(make, [(inputs, None)], loss_fn, ways, steps=args.steps,
-                       rounds=args.rounds, autocast=dtype, progress=lambda m: _say("  " + m))
+    ways = probe.default_ways(
+        memory_budget=args.memory_budget,
+        torchscript=not args.no_torchscript,
+        export=not args.no_export,
+        compile=not args.no_compile,
+        torch_compile=args.torch_compile,
+    )
+    _say(
+        f"{type(model).__name__}: {len(ways)} ways, inputs "
+        + ", ".join("x".join(map(str, s)) for s, _ in shapes)
+    )
+    rows = probe.probe(
+        make,
+        [(inputs, None)],
+        loss_fn,
+        ways,
+        steps=args.steps,
+        rounds=args.rounds,
+        autocast=dtype,
+        progress=lambda m: _say("  " + m),
+    )
     print()
     print(probe.render(f"{args.target} ({args.dtype})", rows))
     for r in rows[1:]:
@@ -231,34 +274,64 @@ def summary_line(records) -> str:
             p[2] += d.freed_bytes or 0
         else:
             p[1] += 1
-    return "; ".join(f"{name}: {r} rewritten, {k} kept, {f / 2**20:.1f} MiB freed"
-                     for name, (r, k, f) in sorted(per.items())) or "no site found"
+    return (
+        "; ".join(
+            f"{name}: {r} rewritten, {k} kept, {f / 2**20:.1f} MiB freed"
+            for name, (r, k, f) in sorted(per.items())
+        )
+        or "no site found"
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m memslim", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n", 1)[1])
+    ap = argparse.ArgumentParser(
+        prog="python -m memslim",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 1)[1],
+    )
     ap.add_argument("target", help="'demo', or MODULE:FACTORY")
-    ap.add_argument("--input", action="append", default=[],
-                    help="an input's sizes, e.g. 8x3x224x224 or 8x128:int (repeat per input)")
-    ap.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
-                    help="autocast dtype of the step (default fp32: no autocast)")
-    ap.add_argument("--memory-budget", type=float, default=None,
-                    help="also run memslim.compile(memory_budget=...)")
-    ap.add_argument("--labels", action="store_true",
-                    help="pass the first input as labels= too (transformers' language models)")
-    ap.add_argument("--high", type=int, default=None,
-                    help="integer inputs are drawn from [0, HIGH) (default: the model's "
-                         "config.vocab_size, else 100)")
+    ap.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        help="an input's sizes, e.g. 8x3x224x224 or 8x128:int (repeat per input)",
+    )
+    ap.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16", "fp16"),
+        default="fp32",
+        help="autocast dtype of the step (default fp32: no autocast)",
+    )
+    ap.add_argument(
+        "--memory-budget",
+        type=float,
+        default=None,
+        help="also run memslim.compile(memory_budget=...)",
+    )
+    ap.add_argument(
+        "--labels",
+        action="store_true",
+        help="pass the first input as labels= too (transformers' language models)",
+    )
+    ap.add_argument(
+        "--high",
+        type=int,
+        default=None,
+        help="integer inputs are drawn from [0, HIGH) (default: the model's "
+        "config.vocab_size, else 100)",
+    )
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--no-torchscript", action="store_true")
     ap.add_argument("--no-export", action="store_true")
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--torch-compile", action="store_true",
-                    help="also plain torch.compile (at its activation_memory_budget when "
-                         "--memory-budget is given), for reference")
+    ap.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="also plain torch.compile (at its activation_memory_budget when "
+        "--memory-budget is given), for reference",
+    )
     ap.add_argument("--png", default="memslim-demo.png", help="demo: where the PNG goes")
     args = ap.parse_args(argv)
     _quiet()

@@ -1,4 +1,5 @@
 """Locating and loading the memslim runtime library, and its fake kernels."""
+
 from __future__ import annotations
 
 import ctypes
@@ -66,7 +67,8 @@ def load_library() -> None:
     if not path.is_file():
         raise ImportError(
             f"memslim: runtime library not found at {path}; build it first "
-            "(scripts/setup.sh) or set MEMSLIM_LIBRARY")
+            "(scripts/setup.sh) or set MEMSLIM_LIBRARY"
+        )
     torch.ops.load_library(str(path))
     _register_fakes()
     _LOADED = True
@@ -74,6 +76,7 @@ def load_library() -> None:
 
 def _is_fake(t: torch.Tensor) -> bool:
     from torch._subclasses.fake_tensor import is_fake
+
     return is_fake(t)
 
 
@@ -86,6 +89,7 @@ def _ignorable_in_dynamo(size) -> None:
     # Same pattern as torch.distributed's device_mesh ops.
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
+
         in_dynamo = InstructionTranslator.current_tx() is not None
     except (ImportError, AttributeError):
         in_dynamo = False
@@ -101,6 +105,7 @@ def _register_fakes() -> None:
     @torch.library.register_fake("memslim::activation_forward")
     def _(self, act, params, save):
         from . import _C  # the C++ rule for what the forward keeps (loaded by now)
+
         out = torch.empty_like(self)
         n = self.numel()
         out_max = torch.finfo(self.dtype).max if self.dtype.is_floating_point else math.inf
@@ -124,13 +129,11 @@ def _register_fakes() -> None:
         shape = list(input.shape)
         trailing = norm in ("layer_norm", "rms_norm")  # else: channels, dim 1
         first, count = (len(shape) - normalized_dims, normalized_dims) if trailing else (1, 1)
-        a, s = math.prod(shape[:first]), math.prod(shape[first + count:])
+        a, s = math.prod(shape[:first]), math.prod(shape[first + count :])
         opmath = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
         if weight is not None and _is_fake(input):
             k = torch.library.get_ctx().new_dynamic_size()
             _ignorable_in_dynamo(k)
         else:
             k = 0
-        return (input.new_empty((k,), dtype=torch.int32),
-                input.new_empty((a, k, s), dtype=opmath))
-
+        return (input.new_empty((k,), dtype=torch.int32), input.new_empty((a, k, s), dtype=opmath))

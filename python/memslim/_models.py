@@ -1,4 +1,5 @@
 """Model builders shared by tests and bench/ (torchvision / transformers code, random weights)."""
+
 from __future__ import annotations
 
 import math
@@ -25,7 +26,9 @@ class FracAct(torch.nn.Module):
 
     __constants__ = ["alpha", "lam", "h"]
 
-    def __init__(self, alpha: float = 1.6732, lam: float = 1.0507, h: float = 1.0, init: float = 0.3):
+    def __init__(
+        self, alpha: float = 1.6732, lam: float = 1.0507, h: float = 1.0, init: float = 0.3
+    ):
         super().__init__()
         self.alpha, self.lam, self.h = alpha, lam, h
         # init 0.3 keeps every Gamma argument away from the poles (1-2+a = 0.13).
@@ -44,16 +47,21 @@ class FracAct(torch.nn.Module):
         acc = top / (self.gamma_consts[0] * torch.exp(torch.lgamma(1 - n + a))) * torch.pow(-1, n)
         n = self.n_consts[1]
         top = (1 - torch.exp(neg - n * self.h)) * g1a
-        acc = acc + top / (self.gamma_consts[1] * torch.exp(torch.lgamma(1 - n + a))) * torch.pow(-1, n)
+        acc = acc + top / (self.gamma_consts[1] * torch.exp(torch.lgamma(1 - n + a))) * torch.pow(
+            -1, n
+        )
         n = self.n_consts[2]
         top = (1 - torch.exp(neg - n * self.h)) * g1a
-        acc = acc + top / (self.gamma_consts[2] * torch.exp(torch.lgamma(1 - n + a))) * torch.pow(-1, n)
+        acc = acc + top / (self.gamma_consts[2] * torch.exp(torch.lgamma(1 - n + a))) * torch.pow(
+            -1, n
+        )
         neg = self.alpha * self.lam / torch.pow(self.h, a) * acc
         return torch.where(x > 0, pos, neg)
 
 
-def swap_activation(module: torch.nn.Module, old: Type[torch.nn.Module],
-                    factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+def swap_activation(
+    module: torch.nn.Module, old: Type[torch.nn.Module], factory: Callable[[], torch.nn.Module]
+) -> torch.nn.Module:
     """Replaces every `old` module in `module` (recursively, in place) by factory()."""
     for name, child in module.named_children():
         if isinstance(child, old):
@@ -169,27 +177,38 @@ class RevNet(torch.nn.Module):
     `coupling`: "additive", or "affine" / "glow" for AffineCoupling blocks (F and G ending in
     a 1x1 conv to (s, t))."""
 
-    def __init__(self, widths=(32, 64, 128), blocks=(6, 6, 6), classes: int = 10,
-                 coupling: str = "additive"):
+    def __init__(
+        self, widths=(32, 64, 128), blocks=(6, 6, 6), classes: int = 10, coupling: str = "additive"
+    ):
         super().__init__()
         layers = [torch.nn.Conv2d(3, widths[0], 3, padding=1, bias=False)]
         for i, (w, n) in enumerate(zip(widths, blocks)):
             if i:
-                layers += [torch.nn.BatchNorm2d(widths[i - 1]), torch.nn.ReLU(),
-                           torch.nn.Conv2d(widths[i - 1], w, 3, stride=2, padding=1, bias=False)]
+                layers += [
+                    torch.nn.BatchNorm2d(widths[i - 1]),
+                    torch.nn.ReLU(),
+                    torch.nn.Conv2d(widths[i - 1], w, 3, stride=2, padding=1, bias=False),
+                ]
             if coupling == "additive":
-                layers += [AdditiveCoupling(RevResidualFn(w // 2), RevResidualFn(w // 2))
-                           for _ in range(n)]
+                layers += [
+                    AdditiveCoupling(RevResidualFn(w // 2), RevResidualFn(w // 2)) for _ in range(n)
+                ]
             elif coupling in ("affine", "glow"):
                 kind = GlowCoupling if coupling == "glow" else AffineCoupling
-                layers += [kind(AffineResidualFn(w // 2), AffineResidualFn(w // 2))
-                           for _ in range(n)]
+                layers += [
+                    kind(AffineResidualFn(w // 2), AffineResidualFn(w // 2)) for _ in range(n)
+                ]
             else:
-                raise ValueError(f"RevNet: coupling must be additive, affine or glow, "
-                                 f"not {coupling!r}")
-        layers += [torch.nn.BatchNorm2d(widths[-1]), torch.nn.ReLU(),
-                   torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                   torch.nn.Linear(widths[-1], classes)]
+                raise ValueError(
+                    f"RevNet: coupling must be additive, affine or glow, not {coupling!r}"
+                )
+        layers += [
+            torch.nn.BatchNorm2d(widths[-1]),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(widths[-1], classes),
+        ]
         self.net = torch.nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -239,12 +258,16 @@ class RevTransformer(torch.nn.Module):
     coupling over the last dim with attention as F and the MLP as G; a LayerNorm and a linear
     head after the stack."""
 
-    def __init__(self, dim: int = 128, heads: int = 4, depth: int = 6, p: float = 0.1,
-                 classes: int = 10):
+    def __init__(
+        self, dim: int = 128, heads: int = 4, depth: int = 6, p: float = 0.1, classes: int = 10
+    ):
         super().__init__()
-        self.blocks = torch.nn.Sequential(*[
-            AdditiveCoupling(RevAttention(dim, heads, p), RevMLP(dim, 4 * dim, p), dim=-1)
-            for _ in range(depth)])
+        self.blocks = torch.nn.Sequential(
+            *[
+                AdditiveCoupling(RevAttention(dim, heads, p), RevMLP(dim, 4 * dim, p), dim=-1)
+                for _ in range(depth)
+            ]
+        )
         self.norm = torch.nn.LayerNorm(2 * dim)
         self.head = torch.nn.Linear(2 * dim, classes)
 
@@ -278,8 +301,9 @@ def custom_act_resnet(classes: int = 10, seed: int = 0, blocks=(1, 1, 1, 1)) -> 
     from torchvision.models.resnet import BasicBlock, ResNet
 
     torch.manual_seed(seed)
-    return swap_activation(ResNet(BasicBlock, list(blocks), num_classes=classes), torch.nn.ReLU,
-                           TrainableAct)
+    return swap_activation(
+        ResNet(BasicBlock, list(blocks), num_classes=classes), torch.nn.ReLU, TrainableAct
+    )
 
 
 class RMSNorm(torch.nn.Module):
@@ -327,13 +351,19 @@ class TinyDecoder(torch.nn.Module):
     logits; forward(ids, targets) the next-token cross-entropy (as transformers' models do
     with labels=), so the loss head is part of the model's graph."""
 
-    def __init__(self, vocab: int = 2048, dim: int = 128, depth: int = 2, heads: int = 4,
-                 hidden: int = 352, seq: int = 128):
+    def __init__(
+        self,
+        vocab: int = 2048,
+        dim: int = 128,
+        depth: int = 2,
+        heads: int = 4,
+        hidden: int = 352,
+        seq: int = 128,
+    ):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, dim)
         self.pos = torch.nn.Parameter(torch.randn(seq, dim) * 0.02)
-        self.blocks = torch.nn.ModuleList([DecoderBlock(dim, heads, hidden)
-                                           for _ in range(depth)])
+        self.blocks = torch.nn.ModuleList([DecoderBlock(dim, heads, hidden) for _ in range(depth)])
         self.norm = RMSNorm(dim)
         self.head = torch.nn.Linear(dim, vocab, bias=False)
 
@@ -345,7 +375,8 @@ class TinyDecoder(torch.nn.Module):
         if targets is None:
             return logits
         return torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.shape[-1]), targets[:, 1:].reshape(-1))
+            logits[:, :-1].reshape(-1, logits.shape[-1]), targets[:, 1:].reshape(-1)
+        )
 
 
 def tiny_decoder(seed: int = 0, **kwargs) -> torch.nn.Module:

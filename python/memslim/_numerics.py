@@ -5,6 +5,7 @@ Errors are input-gradient errors relative to |grad_out| (grad_out = 1), i.e.
 the same (rounded) input values; aten's own error at the tested dtype is
 measured the same way, so a 16-bit figure can be read next to aten's.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,17 +29,20 @@ class Case(NamedTuple):
 
 CASES: Dict[str, Case] = {
     "gelu": Case(lambda x: M.gelu(x), lambda x: F.gelu(x), _X_MIN["gelu"]),
-    "gelu_tanh": Case(lambda x: M.gelu(x, "tanh"), lambda x: F.gelu(x, approximate="tanh"),
-                      _X_MIN["gelu_tanh"]),
+    "gelu_tanh": Case(
+        lambda x: M.gelu(x, "tanh"), lambda x: F.gelu(x, approximate="tanh"), _X_MIN["gelu_tanh"]
+    ),
     "silu": Case(lambda x: M.silu(x), F.silu, _X_MIN["silu"]),
     "mish": Case(lambda x: M.mish(x), F.mish, _X_MIN["mish"]),
     "hardswish": Case(lambda x: M.hardswish(x), F.hardswish, _X_MIN["hardswish"]),
     "softplus": Case(lambda x: M.softplus(x), F.softplus, None),
-    "softplus_b2_t1": Case(lambda x: M.softplus(x, 2.0, 1.0),
-                           lambda x: F.softplus(x, beta=2.0, threshold=1.0), None),
+    "softplus_b2_t1": Case(
+        lambda x: M.softplus(x, 2.0, 1.0), lambda x: F.softplus(x, beta=2.0, threshold=1.0), None
+    ),
     "elu": Case(lambda x: M.elu(x), F.elu, None),
-    "elu_a05_s2_i15": Case(lambda x: M.elu(x, 0.5, 2.0, 1.5),
-                           lambda x: torch.ops.aten.elu(x, 0.5, 2.0, 1.5), None),
+    "elu_a05_s2_i15": Case(
+        lambda x: M.elu(x, 0.5, 2.0, 1.5), lambda x: torch.ops.aten.elu(x, 0.5, 2.0, 1.5), None
+    ),
     "elu_neg_alpha": Case(lambda x: M.elu(x, -0.5), lambda x: torch.ops.aten.elu(x, -0.5), None),
     "celu": Case(lambda x: M.celu(x, 0.7), lambda x: F.celu(x, 0.7), None),
     "selu": Case(lambda x: M.selu(x), F.selu, None),

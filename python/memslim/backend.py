@@ -21,6 +21,7 @@ name "memslim" when memslim is imported, and through the
 If memslim fails on a graph, the graph is compiled by Inductor unchanged and a
 warning says why (strict=True, or MEMSLIM_STRICT=1 as the tests set, raises).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,9 +76,9 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs):
     if any(f is None for f in fakes):  # not from Dynamo: fake the example inputs
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
         mode = detect_fake_mode(example_inputs) or FakeTensorMode(shape_env=ShapeEnv())
-        fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
-                 for t in example_inputs]
+        fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
     mode = detect_fake_mode(fakes)
     with _dynamic_output_shapes(mode):
         return make_fx(gm, tracing_mode="symbolic", pre_dispatch=True)(*fakes), mode, fakes
@@ -95,6 +96,7 @@ def _storage(val):
     if not isinstance(val, torch.Tensor):
         return None
     from torch.multiprocessing.reductions import StorageWeakRef
+
     try:
         return StorageWeakRef(val.untyped_storage())
     except Exception:  # noqa: BLE001  (a tensor without storage: count it by itself)
@@ -138,11 +140,19 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
     def partition(joint, joint_inputs, **kwargs):
         fw, bw = partition_fn(joint, joint_inputs, **kwargs)
         skipped = {f"primals_{i + 1}" for i in skip}
-        params = {_storage(n.meta.get("val")) for n in joint.graph.find_nodes(op="placeholder")
-                  if n.name in skipped} - {None}
+        params = {
+            _storage(n.meta.get("val"))
+            for n in joint.graph.find_nodes(op="placeholder")
+            if n.name in skipped
+        } - {None}
         box["bytes"] = _distinct_storage_bytes(
-            [n.meta.get("val") for n in bw.graph.find_nodes(op="placeholder")
-             if not n.name.startswith("tangents")], params)
+            [
+                n.meta.get("val")
+                for n in bw.graph.find_nodes(op="placeholder")
+                if not n.name.startswith("tangents")
+            ],
+            params,
+        )
         return fw, bw
 
     from torch._guards import detect_fake_mode
@@ -152,11 +162,15 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
     # FakeTensors with it), which compile_fx installs and a dry run must too.
     # The compile's joint passes, the tags' too (_keyed_by_tags), so the dry run
     # partitions what the compile will.
-    with V.set_fake_mode(detect_fake_mode(fakes)), _keyed_by_tags(graph), \
-            _forget_fx_sources(graph):
-        aot_module_simplified(graph, fakes, fw_compiler=lambda g, _: g,
-                              bw_compiler=lambda g, _: g, partition_fn=partition,
-                              decompositions=select_decomp_table())
+    with V.set_fake_mode(detect_fake_mode(fakes)), _keyed_by_tags(graph), _forget_fx_sources(graph):
+        aot_module_simplified(
+            graph,
+            fakes,
+            fw_compiler=lambda g, _: g,
+            bw_compiler=lambda g, _: g,
+            partition_fn=partition,
+            decompositions=select_decomp_table(),
+        )
     return box.get("bytes", 0)
 
 
@@ -171,6 +185,7 @@ def _forget_fx_sources(keep: torch.fx.GraphModule):
     (resnet50 at 0.25: 32 sources, 6 MiB, where torch.compile leaves 11, 1.9 MiB;
     test_compile_budget.py counts them)."""
     import linecache
+
     loader = getattr(torch.fx.graph_module, "_loader", None)
     cache = getattr(loader, "eval_cache", None)
     if not isinstance(cache, dict):  # another torch: nothing to forget
@@ -180,8 +195,11 @@ def _forget_fx_sources(keep: torch.fx.GraphModule):
     try:
         yield
     finally:
-        live = {getattr(getattr(m.forward, "__code__", None), "co_filename", None)
-                for m in keep.modules() if isinstance(m, torch.fx.GraphModule)}
+        live = {
+            getattr(getattr(m.forward, "__code__", None), "co_filename", None)
+            for m in keep.modules()
+            if isinstance(m, torch.fx.GraphModule)
+        }
         for key in set(cache) - before - live:
             cache.pop(key, None)
             linecache.cache.pop(key, None)
@@ -194,6 +212,7 @@ def _compile_passes() -> List[str]:
     ViT-B/16 with dropout 0.1, -4.1% saved bytes at 1.61x torch.compile's step time;
     bench/results/compile_side_by_side.md)."""
     from . import _C
+
     return [p for p in _C.fx_default_passes() if p != "fuse-activation-dropout"]
 
 
@@ -248,8 +267,12 @@ def _untag_placeholders():
 def _region_digest(graph: torch.fx.GraphModule) -> str:
     """Which nodes of `graph` carry recompute tags, as a hash (the cache key's part)."""
     import hashlib
-    tags = [f"{n.name}:{n.meta['recompute']}:{n.meta.get('ac_graph_id')}"
-            for n in graph.graph.nodes if "recompute" in n.meta]
+
+    tags = [
+        f"{n.name}:{n.meta['recompute']}:{n.meta.get('ac_graph_id')}"
+        for n in graph.graph.nodes
+        if "recompute" in n.meta
+    ]
     return hashlib.sha256("\n".join(tags).encode()).hexdigest() if tags else ""
 
 
@@ -268,31 +291,44 @@ def _keyed_by_tags(graph: torch.fx.GraphModule):
         user = getattr(config, slot)
         return list(user) if isinstance(user, (list, tuple)) else ([user] if user else [])
 
-    with config.patch(joint_custom_pre_pass=[*users("joint_custom_pre_pass"),
-                                             _region_tags_key(digest)],
-                      joint_custom_post_pass=[*users("joint_custom_post_pass"),
-                                              _untag_placeholders()]):
+    with config.patch(
+        joint_custom_pre_pass=[*users("joint_custom_pre_pass"), _region_tags_key(digest)],
+        joint_custom_post_pass=[*users("joint_custom_post_pass"), _untag_placeholders()],
+    ):
         yield
 
 
 def _leaf_grad(aten: torch.fx.GraphModule, example_inputs) -> dict:
     """Whether each placeholder requires grad: Dynamo guards on it, so it is known."""
     placeholders = list(aten.graph.find_nodes(op="placeholder"))
-    return {p.name: bool(t.requires_grad) for p, t in zip(placeholders, example_inputs)
-            if isinstance(t, torch.Tensor)}
+    return {
+        p.name: bool(t.requires_grad)
+        for p, t in zip(placeholders, example_inputs)
+        if isinstance(t, torch.Tensor)
+    }
 
 
 def _parameters(aten: torch.fx.GraphModule, example_inputs) -> set:
     """The placeholders Dynamo lifted from the module's parameters (kept by the module)."""
     placeholders = list(aten.graph.find_nodes(op="placeholder"))
-    return {p.name for p, t in zip(placeholders, example_inputs)
-            if isinstance(t, torch.nn.Parameter)}
+    return {
+        p.name for p, t in zip(placeholders, example_inputs) if isinstance(t, torch.nn.Parameter)
+    }
 
 
 def _note(text: str, before, after, pass_: str = "inductor-partition") -> Decision:
-    return Decision({"pass": pass_, "verdict": "note", "site": "", "text": text,
-                     "line": f"remark: {pass_}: " + text, "bytes_before": before,
-                     "bytes_after": after, "added_work": None})
+    return Decision(
+        {
+            "pass": pass_,
+            "verdict": "note",
+            "site": "",
+            "text": text,
+            "line": f"remark: {pass_}: " + text,
+            "bytes_before": before,
+            "bytes_after": after,
+            "added_work": None,
+        }
+    )
 
 
 class BudgetError(ValueError):
@@ -305,9 +341,11 @@ class BudgetError(ValueError):
 # first plan its activation_memory_budget tries), which let the min-cut re-run any
 # fusible op however far its use, however long its chain, and where the backward
 # would materialise it. The dry runs and the compile use the same options.
-FUSED_RECOMPUTE = {"ban_recompute_used_far_apart": False,
-                   "ban_recompute_long_fusible_chains": False,
-                   "ban_recompute_materialized_backward": False}
+FUSED_RECOMPUTE = {
+    "ban_recompute_used_far_apart": False,
+    "ban_recompute_long_fusible_chains": False,
+    "ban_recompute_materialized_backward": False,
+}
 
 
 # torch.compile's own partitioner options (the defaults FUSED_RECOMPUTE turns off), for
@@ -366,23 +404,40 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
     CPU, so on tiny graphs they can rise by that much along it). Returns whether the
     graph was rewritten and the partitioner options to compile it with; raises
     BudgetError naming the smallest reachable figure."""
+
     def note(text, before=None, after=None):
         decisions.append(_note(text, before, after, "memory-budget"))
 
     before = _partitioned_saved_bytes(aten, fakes, skip)
     target = int(budget * before) if budget <= 1 else int(budget)
-    head = (f"budget {target:,} B of the {before:,} B Inductor's partitioner keeps for the "
-            "unmodified graph (parameters excluded)")
+    head = (
+        f"budget {target:,} B of the {before:,} B Inductor's partitioner keeps for the "
+        "unmodified graph (parameters excluded)"
+    )
     if before <= target:
         note(head + ": met as it is, nothing rewritten", before, before)
         return False, {}
     from torch._functorch import config as functorch_config
+
     options = dict(FUSED_RECOMPUTE)  # way 2 sets torch.compile's own
     # Probes tag and retag `aten` (each a recompile) and dry-run it: of the sources FX
     # keeps, only aten's last one is still used.
     with functorch_config.patch(**FUSED_RECOMPUTE), _forget_fx_sources(aten):
-        return _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note,
-                                  decisions, before, target, head, options), options
+        return _meet_budget_fused(
+            aten,
+            fakes,
+            apply,
+            ladder,
+            plain,
+            budget,
+            skip,
+            note,
+            decisions,
+            before,
+            target,
+            head,
+            options,
+        ), options
 
 
 # Way 2's fractions below the user's: multiples of 1 / KNAPSACK_GRID above 0 (at most
@@ -426,10 +481,12 @@ def _torch_knapsack(aten, fakes, skip, frac, before, target, note):
         # choose_saved_values_set returns the default min-cut at every fraction above 0
         # where that min-cut's size estimate is at most the graph inputs', which count
         # the parameters (bert, gpt2, llama_small).
-        note(f"torch's activation_memory_budget knapsack (way 2) keeps {got:,} B at "
-             f"{frac:.3g}, its default min-cut's bytes: torch's budget does nothing on "
-             "this graph (as where its size estimate of the graph inputs, parameters "
-             "included, is above the min-cut's); smaller fractions not tried")
+        note(
+            f"torch's activation_memory_budget knapsack (way 2) keeps {got:,} B at "
+            f"{frac:.3g}, its default min-cut's bytes: torch's budget does nothing on "
+            "this graph (as where its size estimate of the graph inputs, parameters "
+            "included, is above the min-cut's); smaller fractions not tried"
+        )
         return None, got, got
     # Bisection over the fractions k / GRID, 1 <= k, below the user's: keeps(grid[lo])
     # meets the target, keeps(frac) does not. A grid the same for every budget keeps
@@ -464,8 +521,9 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
     except a dropout with a constant p of 0 or train False and an attention with a
     constant dropout_p of 0 (the transformers models call both with p=0.0 when their
     configs set the rates to 0: bert's graph skipped way 2 for draws it never makes)."""
-    if node.op != "call_function" or \
-            torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+    if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in getattr(
+        node.target, "tags", ()
+    ):
         return False
     if node.target in _DROPOUTS and len(node.args) >= 3:
         p, train = node.args[1], node.args[2]
@@ -479,8 +537,9 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
     return True
 
 
-def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, decisions,
-                       before, target, head, options) -> bool:
+def _meet_budget_fused(
+    aten, fakes, apply, ladder, plain, budget, skip, note, decisions, before, target, head, options
+) -> bool:
     """_meet_budget's ways, under FUSED_RECOMPUTE; whether the graph was rewritten. Way
     2 sets `options` to torch.compile's own (TORCH_KNAPSACK and the fraction)."""
 
@@ -497,16 +556,21 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
         lad.tag(k)
         kept, peak, flops = lad.steps[k][:3]
         runs = lad.steps[k][4]
-        note(head + f": {what}; ladder step {k} of {len(lad.steps) - 1}: "
-             f"{len(runs) - lad.skipped} recomputed run(s) ({lad.segments} blocks), measured "
-             f"{measured[k]:,} B; predicted backward peak {peak:,} B (from "
-             f"{lad.steps[0][1]:,} B), added forward work {flops / 1e9:.3g} GFLOP; steps "
-             "measured: " + ", ".join(f"{j}: {b:,} B" for j, b in sorted(measured.items())),
-             before, measured[k])
+        note(
+            head + f": {what}; ladder step {k} of {len(lad.steps) - 1}: "
+            f"{len(runs) - lad.skipped} recomputed run(s) ({lad.segments} blocks), measured "
+            f"{measured[k]:,} B; predicted backward peak {peak:,} B (from "
+            f"{lad.steps[0][1]:,} B), added forward work {flops / 1e9:.3g} GFLOP; steps "
+            "measured: " + ", ".join(f"{j}: {b:,} B" for j, b in sorted(measured.items())),
+            before,
+            measured[k],
+        )
         for j in range(1, k + 1):
-            note(f"step {j}: {lad.steps[j][3]} -> predicted {lad.steps[j][0]:,} B, peak "
-                 f"{lad.steps[j][1]:,} B" + ("" if lad.steps[j][5] else
-                                            " (re-runs a convolution or matrix product)"))
+            note(
+                f"step {j}: {lad.steps[j][3]} -> predicted {lad.steps[j][0]:,} B, peak "
+                f"{lad.steps[j][1]:,} B"
+                + ("" if lad.steps[j][5] else " (re-runs a convolution or matrix product)")
+            )
         if lad.skipped:
             note(f"{lad.skipped} run(s) left out: they overlap the model's own checkpointing")
 
@@ -542,20 +606,28 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
     if usable(plain):
         light = max(k for k, step in enumerate(plain.steps) if step[5])
         if light >= 1:
-            reached.append((measure(plain, light, measured), "re-running norms and "
-                            "activations"))
+            reached.append((measure(plain, light, measured), "re-running norms and activations"))
     best = min((light, 0), key=lambda k: (measured[k], k))
     if measured[best] <= target:
         if best == 0:
             if plain is not None:
                 plain.tag(0)  # the light end's tags, measured above, off again
-            note(head + f": met by Inductor's partitioner re-running every fusible op "
-                 f"(keeps {fused:,} B; the light end of memslim's pieces ladder: "
-                 f"{measured[light]:,} B)", before, fused)
+            note(
+                head + f": met by Inductor's partitioner re-running every fusible op "
+                f"(keeps {fused:,} B; the light end of memslim's pieces ladder: "
+                f"{measured[light]:,} B)",
+                before,
+                fused,
+            )
             return False
-        take(plain, light, measured, unmodified + ", every re-run that holds no "
-             "convolution or matrix product (Inductor fuses them into the backward's "
-             f"kernels), taken whole (the partitioner alone: {fused:,} B)")
+        take(
+            plain,
+            light,
+            measured,
+            unmodified + ", every re-run that holds no "
+            "convolution or matrix product (Inductor fuses them into the backward's "
+            f"kernels), taken whole (the partitioner alone: {fused:,} B)",
+        )
         return True
     if plain is not None:
         plain.tag(0)  # the light end's tags off for torch's knapsack
@@ -565,19 +637,33 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
     # ladders' recompute tags keep the generator's state).
     seeded = next((n for n in aten.graph.nodes if _draws_random_numbers(n)), None)
     user = budget if budget <= 1 else target / before  # the fraction torch.compile gets
-    frac, got, at_user = (None, None, None) if seeded is not None else \
-        _torch_knapsack(aten, fakes, skip, user, before, target, note)
+    frac, got, at_user = (
+        (None, None, None)
+        if seeded is not None
+        else _torch_knapsack(aten, fakes, skip, user, before, target, note)
+    )
     if seeded is not None:
-        note(f"torch's knapsack (way 2) not tried: the graph draws random numbers "
-             f"({seeded.target}), which its plan may draw again in backward")
+        note(
+            f"torch's knapsack (way 2) not tried: the graph draws random numbers "
+            f"({seeded.target}), which its plan may draw again in backward"
+        )
     if frac is not None:
         options.update(TORCH_KNAPSACK, activation_memory_budget=frac)
-        lower = "" if frac == user else (
-            f", the largest fraction found whose plan meets the target (at {user:.3g}, "
-            f"torch.compile's own plan keeps {at_user:,} B)")
-        note(head + f": met by torch's own activation_memory_budget knapsack at {frac:.6g}"
-             f"{lower} (keeps {got:,} B; the partitioner alone: {fused:,} B, with memslim's "
-             f"norm and activation re-runs: {measured[light]:,} B)", before, got)
+        lower = (
+            ""
+            if frac == user
+            else (
+                f", the largest fraction found whose plan meets the target (at {user:.3g}, "
+                f"torch.compile's own plan keeps {at_user:,} B)"
+            )
+        )
+        note(
+            head + f": met by torch's own activation_memory_budget knapsack at {frac:.6g}"
+            f"{lower} (keeps {got:,} B; the partitioner alone: {fused:,} B, with memslim's "
+            f"norm and activation re-runs: {measured[light]:,} B)",
+            before,
+            got,
+        )
         return False
     if got is not None:
         reached.append((got, "torch's activation_memory_budget knapsack"))
@@ -591,23 +677,28 @@ def _meet_budget_fused(aten, fakes, apply, ladder, plain, budget, skip, note, de
     if piped <= target:
         note(head + f": met by the pipeline's rewrites (keeps {piped:,} B)", before, piped)
         return True
-    if usable(ladder) and walk(ladder, 0, {0: piped}, f"the pipeline's rewrites keep "
-                               f"{piped:,} B") is not None:
+    if (
+        usable(ladder)
+        and walk(ladder, 0, {0: piped}, f"the pipeline's rewrites keep {piped:,} B") is not None
+    ):
         return True
     lad = ladder if ladder is not None else plain
     if not reached:
         why = lad.why if lad is not None and lad.why else "no block to recompute"
         raise BudgetError(
             f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
-            f"cannot be met: {why} ({lad.segments if lad is not None else 0} blocks found" +
-            (f"; refused: {'; '.join(lad.refused[:3])}" if lad and lad.refused else "") + ")")
+            f"cannot be met: {why} ({lad.segments if lad is not None else 0} blocks found"
+            + (f"; refused: {'; '.join(lad.refused[:3])}" if lad and lad.refused else "")
+            + ")"
+        )
     best, how = min(reached)
     raise BudgetError(
         f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
         f"cannot be met: the smallest reachable is {best:,} B ({best / before:.3f} of the "
         f"unmodified; {how}, the whole ladder of "
         f"{lad.segments if lad is not None else 0} blocks without raising the "
-        "predicted backward peak)")
+        "predicted backward peak)"
+    )
 
 
 class _ChainPiece(torch.nn.Module):
@@ -623,8 +714,9 @@ class _ChainPiece(torch.nn.Module):
     fails, the aten piece runs as it is for that signature and a warning says why
     (strict: raises), as the backend does for a graph it cannot rewrite."""
 
-    def __init__(self, gm: torch.fx.GraphModule, policy: dict, records: List[Decision],
-                 strict: bool = False):
+    def __init__(
+        self, gm: torch.fx.GraphModule, policy: dict, records: List[Decision], strict: bool = False
+    ):
         super().__init__()
         self.gm = gm
         self.policy = policy
@@ -634,19 +726,25 @@ class _ChainPiece(torch.nn.Module):
 
     @staticmethod
     def _signature(args):
-        return tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
-                     if isinstance(a, torch.Tensor) else repr(a) for a in args)
+        return tuple(
+            (tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
+            if isinstance(a, torch.Tensor)
+            else repr(a)
+            for a in args
+        )
 
     def _build(self, args):
         from .optimize import optimize, report
+
         clones = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
         devices = sorted({a.device.index or 0 for a in args if a.device.type == "cuda"})
         with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.jit's deprecation
             traced = torch.jit.trace(self.gm, clones, check_trace=False, strict=False)
         keep = ("min_bytes", "max_added_work", "assume_numel", "dropout_mask_bytes")
-        opt = optimize(traced, clones, **{k: v for k, v in self.policy.items()
-                                          if k in keep and v is not None})
+        opt = optimize(
+            traced, clones, **{k: v for k, v in self.policy.items() if k in keep and v is not None}
+        )
         found = report(opt)
         if self.records is not None:
             self.records.extend(found)
@@ -664,8 +762,7 @@ class _ChainPiece(torch.nn.Module):
             except Exception as e:  # noqa: BLE001  (the user's training must go on)
                 if self.strict or os.environ.get("MEMSLIM_STRICT") == "1":
                     raise
-                warnings.warn(f"memslim: a coupling chain runs unchanged: {type(e).__name__}: "
-                              f"{e}")
+                warnings.warn(f"memslim: a coupling chain runs unchanged: {type(e).__name__}: {e}")
                 fn = self.gm
             self.by_signature[sig] = fn
         return fn(*args)
@@ -686,8 +783,10 @@ class _Compiled(torch.nn.Module):
         # A gradient the compiled piece would drop is a wrong result: refuse it loudly.
         for a, g in zip(args, self.grads):
             if not g and isinstance(a, torch.Tensor) and a.requires_grad:
-                raise RuntimeError("memslim: internal error: a graph piece compiled without "
-                                   "gradient for an input that requires grad")
+                raise RuntimeError(
+                    "memslim: internal error: a graph piece compiled without "
+                    "gradient for an input that requires grad"
+                )
         out = self.fn(*args)  # as Dynamo calls what a backend returns
         return out[0] if self.single else out
 
@@ -712,6 +811,7 @@ def _chain_levels(aten: torch.fx.GraphModule, chains):
     (a write through a view is not an edge of the graph: review of 2026-11-27). None
     when a chain would read a value placed after it."""
     import operator
+
     owner = {}
     for k, (nodes, _, _) in enumerate(chains):
         for n in nodes:
@@ -735,9 +835,12 @@ def _chain_levels(aten: torch.fx.GraphModule, chains):
             return n.op in ("placeholder", "get_attr")
         if n.target is operator.getitem:
             return True
-        return schema is not None and not schema.is_mutable and \
-            not getattr(n.target, "is_nondeterministic", False) and \
-            torch.Tag.nondeterministic_seeded not in getattr(n.target, "tags", ())
+        return (
+            schema is not None
+            and not schema.is_mutable
+            and not getattr(n.target, "is_nondeterministic", False)
+            and torch.Tag.nondeterministic_seeded not in getattr(n.target, "tags", ())
+        )
 
     level, floor, wrote = {}, 0, False
     for n in aten.graph.nodes:
@@ -763,8 +866,9 @@ def _chain_levels(aten: torch.fx.GraphModule, chains):
     return level
 
 
-def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisions, *,
-                         strict, records, policy):
+def _compile_with_chains(
+    aten, mode, fakes, example_inputs, chains, chain_decisions, *, strict, records, policy
+):
     """Dynamo's graph with coupling chains: `aten` split around them (split_module), each
     chain a _ChainPiece run eagerly through the TorchScript pass (the FX graph has no op
     that carries F and G as graphs), every other piece compiled by this backend as a
@@ -786,7 +890,8 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
 
     def static(val):
         return isinstance(val, torch.Tensor) and all(
-            isinstance(d, int) for d in (*val.shape, *val.stride()))
+            isinstance(d, int) for d in (*val.shape, *val.stride())
+        )
 
     def switches_mode(n):  # grad mode or autocast: split_module keeps them in order only
         name = getattr(n.target, "__name__", str(n.target))
@@ -799,10 +904,14 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         # The split moves nodes that do not read a chain before it: across such a switch
         # they would run in another mode (fuzz seeds 929032, 929043, 929044).
         why = "the graph switches grad mode or autocast"
-    elif not all(static(n.meta.get("val")) or not isinstance(n.meta.get("val"), torch.Tensor)
-                 for n in aten.graph.nodes) or \
-            any(not isinstance(n.meta.get("val"), torch.Tensor) for n in aten.graph.nodes
-                if n.op == "placeholder"):
+    elif not all(
+        static(n.meta.get("val")) or not isinstance(n.meta.get("val"), torch.Tensor)
+        for n in aten.graph.nodes
+    ) or any(
+        not isinstance(n.meta.get("val"), torch.Tensor)
+        for n in aten.graph.nodes
+        if n.op == "placeholder"
+    ):
         # The pieces are compiled with static shapes in a fake mode of their own (their
         # symbols, unbacked ones of memslim's ops too, must not enter Dynamo's shape
         # environment: its guards failed on them), and a trace is specialised anyway.
@@ -817,18 +926,27 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
             whole = _partitioned_saved_bytes(aten, fakes, skip)
         target = int(budget * whole) if budget <= 1 else int(budget)
         if whole <= target:  # the least added work: none
-            note(f"memory_budget {budget:g}: the unmodified graph keeps {whole:,} B, within "
-                 f"the target {target:,} B: coupling chains left to Inductor", whole, whole)
+            note(
+                f"memory_budget {budget:g}: the unmodified graph keeps {whole:,} B, within "
+                f"the target {target:,} B: coupling chains left to Inductor",
+                whole,
+                whole,
+            )
             return None
     split = split_module(aten, None, lambda n: level[n])
     # Run the pieces in numeric order (split_module's own order is any topological one:
     # a piece of writes only, with no edge to the next, could run after it).
     import operator
-    calls = sorted((n for n in split.graph.nodes if n.op == "call_module"),
-                   key=lambda n: int(n.target.rsplit("_", 1)[1]))
-    if any(n.op not in ("placeholder", "call_module", "output") and
-           not (n.op == "call_function" and n.target is operator.getitem)
-           for n in split.graph.nodes):
+
+    calls = sorted(
+        (n for n in split.graph.nodes if n.op == "call_module"),
+        key=lambda n: int(n.target.rsplit("_", 1)[1]),
+    )
+    if any(
+        n.op not in ("placeholder", "call_module", "output")
+        and not (n.op == "call_function" and n.target is operator.getitem)
+        for n in split.graph.nodes
+    ):
         note("coupling chains left to Inductor: the split graph has other nodes")
         return None
     out = next(iter(split.graph.find_nodes(op="output")))
@@ -844,6 +962,7 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
     # made from does (a piece compiled for inputs without grad would cut the gradient).
     by_name = {n.name: n for n in aten.graph.nodes}
     top = {p.name: example_inputs[i] for i, p in enumerate(placeholders)}
+
     # A list-valued node (chunk, split) passes it on to its getitems (fuzz seed 929036:
     # a chunk read after the chain lost its gradient when only tensor values passed it).
     def floating(val):
@@ -858,10 +977,12 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
             grad[n] = isinstance(t, torch.Tensor) and t.requires_grad
         else:
             grad[n] = floating(n.meta.get("val")) and any(
-                grad.get(a, False) for a in n.all_input_nodes)
+                grad.get(a, False) for a in n.all_input_nodes
+            )
 
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
     piece_mode = FakeTensorMode(shape_env=ShapeEnv())
 
     def example(name):
@@ -873,8 +994,7 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         if not isinstance(val, torch.Tensor):
             return val
         with piece_mode:
-            out = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype,
-                                      device=val.device)
+            out = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=val.device)
         return out.requires_grad_(grad[node])
 
     n_chain = len(chains)
@@ -893,27 +1013,37 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         with _dynamic_output_shapes(piece_mode):
             for name, sub, ins, is_chain, _ in pieces:
                 if not is_chain:
-                    faked = [piece_mode.from_tensor(t) if isinstance(t, torch.Tensor) and
-                             not isinstance(t, FakeTensor) else t for t in ins]
+                    faked = [
+                        piece_mode.from_tensor(t)
+                        if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor)
+                        else t
+                        for t in ins
+                    ]
                     kept[name] = _partitioned_saved_bytes(
-                        sub, faked, {i for i, t in enumerate(ins)
-                                     if isinstance(t, torch.nn.Parameter)})
+                        sub,
+                        faked,
+                        {i for i, t in enumerate(ins) if isinstance(t, torch.nn.Parameter)},
+                    )
         chained = sum(after for _, _, after in chains)
         rest = target - chained
         total = sum(kept.values())
         for name, b in kept.items():
-            piece_budget[name] = (None if rest >= total or b == 0 else
-                                max(2, int(rest * b / total)))
-        note(f"memory_budget {budget:g}: target {target:,} B of the {whole:,} B Inductor's "
-             f"partitioner keeps for the unmodified graph; {n_chain} coupling chain(s) keep "
-             f"their outputs ({chained:,} B); the other {len(kept)} piece(s) keep "
-             f"{total:,} B unmodified and " +
-             ("need no budget" if rest >= total else f"share {max(rest, 0):,} B"),
-             whole, None)
+            piece_budget[name] = None if rest >= total or b == 0 else max(2, int(rest * b / total))
+        note(
+            f"memory_budget {budget:g}: target {target:,} B of the {whole:,} B Inductor's "
+            f"partitioner keeps for the unmodified graph; {n_chain} coupling chain(s) keep "
+            f"their outputs ({chained:,} B); the other {len(kept)} piece(s) keep "
+            f"{total:,} B unmodified and "
+            + ("need no budget" if rest >= total else f"share {max(rest, 0):,} B"),
+            whole,
+            None,
+        )
     else:
-        note(f"{n_chain} coupling chain(s) split out of the graph: each runs as "
-             "memslim::coupling_chain through the TorchScript pass (traced at its first "
-             "call), the other pieces are compiled by Inductor")
+        note(
+            f"{n_chain} coupling chain(s) split out of the graph: each runs as "
+            "memslim::coupling_chain through the TorchScript pass (traced at its first "
+            "call), the other pieces are compiled by Inductor"
+        )
     for name, sub, ins, is_chain, single in pieces:
         if is_chain:
             setattr(split, name, _ChainPiece(sub, policy, records, strict))
@@ -929,25 +1059,39 @@ def _compile_with_chains(aten, mode, fakes, example_inputs, chains, chain_decisi
         # code (size assertion at run time; found in the 2026-11-27 tests, not understood).
         from torch._functorch import config as functorch_config
         from torch._inductor import config as inductor_config
+
         try:
-            with torch._guards.tracing(torch._guards.TracingContext(piece_mode)), \
-                    inductor_config.patch(fx_graph_cache=False), \
-                    functorch_config.patch(enable_autograd_cache=False):
-                fn = backend(sub, ins, strict=strict, records=records, _chains=False,
-                             **sub_policy)
+            with (
+                torch._guards.tracing(torch._guards.TracingContext(piece_mode)),
+                inductor_config.patch(fx_graph_cache=False),
+                functorch_config.patch(enable_autograd_cache=False),
+            ):
+                fn = backend(sub, ins, strict=strict, records=records, _chains=False, **sub_policy)
         except BudgetError as e:  # the unsplit graph's ways may still meet it
-            note(f"coupling chains left to Inductor: with {n_chain} chain(s) keeping "
-                 f"{chained:,} B a piece of the graph cannot keep within its share of "
-                 f"{target:,} B ({e})")
+            note(
+                f"coupling chains left to Inductor: with {n_chain} chain(s) keeping "
+                f"{chained:,} B a piece of the graph cannot keep within its share of "
+                f"{target:,} B ({e})"
+            )
             return None
-        setattr(split, name, _Compiled(fn, single, [isinstance(t, torch.Tensor) and
-                                                    t.requires_grad for t in ins]))
+        setattr(
+            split,
+            name,
+            _Compiled(fn, single, [isinstance(t, torch.Tensor) and t.requires_grad for t in ins]),
+        )
     split.recompile()
     return split
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
-            records: List[Decision] = None, _chains: bool = True, **policy):
+def backend(
+    gm: torch.fx.GraphModule,
+    example_inputs,
+    *,
+    strict: bool = False,
+    records: List[Decision] = None,
+    _chains: bool = True,
+    **policy,
+):
     """The torch.compile backend (registered as "memslim").
 
     Inductor's partitioner itself recomputes pointwise ops (every activation is on its
@@ -960,22 +1104,35 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
     from torch._inductor.compile_fx import compile_fx
 
     from . import inductor_guards
+
     policy = _policy(**policy)
     budget = policy.get("memory_budget")
     options = {}  # the partitioner's, for the compile (a budget's FUSED_RECOMPUTE)
     try:
         aten, mode, fakes = _aten_graph(gm, example_inputs)
         needs_grad = torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+            isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
+        )
         if _chains and needs_grad:
             chain_decisions, chains = fx.coupling_chains(
-                aten, policy, leaf_grad=_leaf_grad(aten, example_inputs),
-                state=_parameters(aten, example_inputs))
+                aten,
+                policy,
+                leaf_grad=_leaf_grad(aten, example_inputs),
+                state=_parameters(aten, example_inputs),
+            )
             split = None
             if chains:
-                split = _compile_with_chains(aten, mode, fakes, example_inputs, chains,
-                                             chain_decisions, strict=strict,
-                                             records=records, policy=policy)
+                split = _compile_with_chains(
+                    aten,
+                    mode,
+                    fakes,
+                    example_inputs,
+                    chains,
+                    chain_decisions,
+                    strict=strict,
+                    records=records,
+                    policy=policy,
+                )
             # What a chain became is the TorchScript pass's record (at the chain's first
             # call), or the note saying why the chains stayed with Inductor.
             chain_decisions = [d for d in chain_decisions if d.verdict != "rewrote"]
@@ -985,20 +1142,30 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
                     records.extend(chain_decisions)
             if split is not None:
                 return split
-        decisions, apply, ladder, _ = fx._plan(aten, _compile_passes(), policy,
-                                            leaf_grad=_leaf_grad(aten, example_inputs),
-                                            state=_parameters(aten, example_inputs),
-                                            regions="tags")
+        decisions, apply, ladder, _ = fx._plan(
+            aten,
+            _compile_passes(),
+            policy,
+            leaf_grad=_leaf_grad(aten, example_inputs),
+            state=_parameters(aten, example_inputs),
+            regions="tags",
+        )
         rewrote = any(d.verdict == "rewrote" for d in decisions)
         if budget is not None and needs_grad:
             skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
             # The pieces ladder over the unmodified graph (no pass run): tried first.
-            _, _, _, plain = fx._plan(aten, [], policy,
-                                      leaf_grad=_leaf_grad(aten, example_inputs),
-                                      state=_parameters(aten, example_inputs), regions="tags")
+            _, _, _, plain = fx._plan(
+                aten,
+                [],
+                policy,
+                leaf_grad=_leaf_grad(aten, example_inputs),
+                state=_parameters(aten, example_inputs),
+                regions="tags",
+            )
             with _dynamic_output_shapes(mode):
-                rewrote, options = _meet_budget(aten, fakes, apply, ladder, plain, budget,
-                                                skip, decisions)
+                rewrote, options = _meet_budget(
+                    aten, fakes, apply, ladder, plain, budget, skip, decisions
+                )
         elif rewrote and needs_grad:
             # One trace: partitioned as it is, then with the rewrites applied.
             with _dynamic_output_shapes(mode):
@@ -1006,24 +1173,33 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
                 apply()
                 after = _partitioned_saved_bytes(aten, fakes)
             rewrote = after < before
-            decisions.append(_note(
-                f"Inductor's partitioner keeps {before} B without memslim's rewrites, {after} B "
-                f"with them: " + ("rewrites kept" if rewrote else "graph left to Inductor"),
-                before, after))
+            decisions.append(
+                _note(
+                    f"Inductor's partitioner keeps {before} B without memslim's rewrites, {after} B "
+                    f"with them: " + ("rewrites kept" if rewrote else "graph left to Inductor"),
+                    before,
+                    after,
+                )
+            )
         elif rewrote:
             # Nothing is kept for backward in a graph without gradients: the memslim ops
             # would only replace Inductor's fused activations by library calls.
             rewrote = False
-            decisions.append(_note("no gradients in this graph (nothing is kept for backward): "
-                                   "graph left to Inductor", None, None))
+            decisions.append(
+                _note(
+                    "no gradients in this graph (nothing is kept for backward): "
+                    "graph left to Inductor",
+                    None,
+                    None,
+                )
+            )
     except BudgetError:
         raise
     except Exception as e:  # noqa: BLE001  (the user's training must go on)
         if strict or os.environ.get("MEMSLIM_STRICT") == "1":
             raise
         warnings.warn(f"memslim: graph compiled by Inductor unchanged: {type(e).__name__}: {e}")
-        return compile_fx(gm, example_inputs,
-                          config_patches=inductor_guards.config_patches())
+        return compile_fx(gm, example_inputs, config_patches=inductor_guards.config_patches())
     _LOG.extend(decisions)
     if records is not None:
         records.extend(decisions)
@@ -1035,9 +1211,20 @@ def backend(gm: torch.fx.GraphModule, example_inputs, *, strict: bool = False,
             return compile_fx(aten, example_inputs, config_patches=guards)
 
 
-def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=None,
-            mode=None, options=None, min_bytes: int = 1, max_added_work=None,
-            assume_numel: int = 0, dropout_mask_bytes=None, memory_budget=None):
+def compile(
+    model,
+    *,
+    strict: bool = False,
+    fullgraph: bool = False,
+    dynamic=None,
+    mode=None,
+    options=None,
+    min_bytes: int = 1,
+    max_added_work=None,
+    assume_numel: int = 0,
+    dropout_mask_bytes=None,
+    memory_budget=None,
+):
     """torch.compile(model, backend="memslim") with memslim's policy options
     (min_bytes, max_added_work, assume_numel, dropout_mask_bytes: as memslim.optimize's;
     ValueError when out of range). fullgraph / dynamic: as torch.compile's.
@@ -1047,12 +1234,18 @@ def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=Non
     torch's activation_memory_budget is of), or this many bytes (> 1); see
     _meet_budget. An unreachable budget raises (BudgetError, inside Dynamo's
     BackendCompilerFailed) naming the smallest reachable figure."""
-    policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work,
-                     assume_numel=assume_numel, dropout_mask_bytes=dropout_mask_bytes,
-                     memory_budget=memory_budget)
+    policy = _policy(
+        min_bytes=min_bytes,
+        max_added_work=max_added_work,
+        assume_numel=assume_numel,
+        dropout_mask_bytes=dropout_mask_bytes,
+        memory_budget=memory_budget,
+    )
     if mode is not None or options is not None:
-        raise ValueError("memslim.compile: mode/options are Inductor's; set them with "
-                         "torch._inductor.config.patch(...) around the call")
+        raise ValueError(
+            "memslim.compile: mode/options are Inductor's; set them with "
+            "torch._inductor.config.patch(...) around the call"
+        )
     records: List[Decision] = []
     be = functools.partial(backend, strict=strict, records=records, **policy)
     compiled = torch.compile(model, backend=be, fullgraph=fullgraph, dynamic=dynamic)
@@ -1065,5 +1258,6 @@ def compile(model, *, strict: bool = False, fullgraph: bool = False, dynamic=Non
 
 def _register() -> None:
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
     if "memslim" not in _COMPILER_FNS:
         register_backend(name="memslim")(backend)

@@ -11,6 +11,7 @@ FakeTensorProp run fills them in. Nothing is recorded or run for real.
 Why here: only reading the graph and applying a rewrite are per front end;
 what to rewrite is decided once, in C++ (passes/core/fx_front_end.cpp).
 """
+
 from __future__ import annotations
 
 import operator
@@ -49,8 +50,9 @@ class _Serializer:
     prim::GetAttr node per get_attr where it stands, a prim::ListConstruct per list
     argument, one prim::Return)."""
 
-    def __init__(self, graph: torch.fx.Graph, leaf_grad: Optional[dict] = None,
-                 state: Iterable[str] = ()):
+    def __init__(
+        self, graph: torch.fx.Graph, leaf_grad: Optional[dict] = None, state: Iterable[str] = ()
+    ):
         """leaf_grad: placeholder name -> whether it requires grad, where known (a
         buffer: False; torch.compile's inputs: their flag). state: the placeholders that
         are the module's parameters and buffers (kept by the module, so keeping them
@@ -65,21 +67,29 @@ class _Serializer:
         params = [n for n in graph.nodes if n.op == "placeholder"]
         ids = []
         for n in params:
-            ids.append(self._tensor_value(n.name, n.meta.get("val"), leaf_grad.get(n.name),
-                                          n.name in state))
+            ids.append(
+                self._tensor_value(
+                    n.name, n.meta.get("val"), leaf_grad.get(n.name), n.name in state
+                )
+            )
             self.outs[n] = [ids[-1]]
         self._node("prim::Param", None, [], ids, None)
         for n in graph.nodes:
             if n.op == "placeholder":
                 continue
             if n.op == "get_attr":  # where it is: an op reading it goes after it
-                self.outs[n] = [self._tensor_value(n.name, n.meta.get("val"),
-                                                   leaf_grad.get(n.name))]
+                self.outs[n] = [
+                    self._tensor_value(n.name, n.meta.get("val"), leaf_grad.get(n.name))
+                ]
                 self._node("prim::GetAttr", None, [], self.outs[n], n)
             elif n.op == "output":
                 self._node("prim::Return", None, self._flat_inputs(n.args), [], n)
-            elif n.op == "call_function" and n.target is operator.getitem and \
-                    isinstance(n.args[0], torch.fx.Node) and len(self.outs.get(n.args[0], [])) > 1:
+            elif (
+                n.op == "call_function"
+                and n.target is operator.getitem
+                and isinstance(n.args[0], torch.fx.Node)
+                and len(self.outs.get(n.args[0], [])) > 1
+            ):
                 src, i = n.args
                 self.outs[n] = [self.outs[src][i]] if isinstance(i, int) else []
             elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
@@ -88,7 +98,8 @@ class _Serializer:
                 raise ValueError(
                     f"memslim.fx: node '{n.name}' is a {n.op} ({n.target}): memslim.fx reads "
                     "aten-level graphs (torch.export.export(...), make_fx, or torch.compile("
-                    "backend='memslim')), not torch.fx.symbolic_trace's")
+                    "backend='memslim')), not torch.fx.symbolic_trace's"
+                )
             else:
                 name = getattr(n.target, "__qualname__", None) or str(n.target)
                 outs = self._outputs_of(n)
@@ -96,15 +107,27 @@ class _Serializer:
                 if n.target is torch._C._set_grad_enabled and n.args:
                     self._no_grad = not n.args[0]
 
-    def _tensor_value(self, name: str, val, requires_grad: Optional[bool] = None,
-                      state: bool = False) -> int:
+    def _tensor_value(
+        self, name: str, val, requires_grad: Optional[bool] = None, state: bool = False
+    ) -> int:
         if self._no_grad:  # made under no_grad: autograd records nothing for it
             requires_grad = False
         if isinstance(val, torch.Tensor):
             sizes = [_hint(d) for d in val.shape]
-            rec = (name, True, _hint(val.numel()), val.dtype, False, None, val.device.type,
-                   requires_grad, state, val.dim(), _contiguous(val),
-                   None if None in sizes else sizes)
+            rec = (
+                name,
+                True,
+                _hint(val.numel()),
+                val.dtype,
+                False,
+                None,
+                val.device.type,
+                requires_grad,
+                state,
+                val.dim(),
+                _contiguous(val),
+                None if None in sizes else sizes,
+            )
         else:
             rec = (name, False, None, None, False, None, None, None)
         self.values.append(rec)
@@ -167,14 +190,23 @@ def _graph_of(program) -> Tuple[torch.fx.GraphModule, bool]:
         return program.graph_module, True
     if isinstance(program, torch.fx.GraphModule):
         return program, False
-    raise TypeError("memslim.fx.optimize: expected a torch.export.ExportedProgram or an aten-level "
-                    f"torch.fx.GraphModule, got {type(program).__name__}")
+    raise TypeError(
+        "memslim.fx.optimize: expected a torch.export.ExportedProgram or an aten-level "
+        f"torch.fx.GraphModule, got {type(program).__name__}"
+    )
 
 
-def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
-             passes: Optional[Iterable[str]] = None, min_bytes: int = 1,
-             max_added_work: Optional[float] = None, assume_numel: int = 0,
-             dropout_mask_bytes: Optional[int] = None, memory_budget=None):
+def optimize(
+    program,
+    example_inputs: Optional[Iterable[Any]] = None,
+    *,
+    passes: Optional[Iterable[str]] = None,
+    min_bytes: int = 1,
+    max_added_work: Optional[float] = None,
+    assume_numel: int = 0,
+    dropout_mask_bytes: Optional[int] = None,
+    memory_budget=None,
+):
     """Rewrites `program` (an ExportedProgram or an aten-level GraphModule) in place
     and returns it; `memslim.report(program)` gives the decision records.
 
@@ -190,19 +222,26 @@ def optimize(program, example_inputs: Optional[Iterable[Any]] = None, *,
     recompute region is one torch.ops.memslim.recompute_region node (its inputs, the
     region's graph text) whose getitems replace the region's outputs.
     """
-    policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work,
-                     assume_numel=assume_numel, dropout_mask_bytes=dropout_mask_bytes,
-                     memory_budget=memory_budget)
+    policy = _policy(
+        min_bytes=min_bytes,
+        max_added_work=max_added_work,
+        assume_numel=assume_numel,
+        dropout_mask_bytes=dropout_mask_bytes,
+        memory_budget=memory_budget,
+    )
     gm, exported = _graph_of(program)
     if example_inputs is not None and not exported:
         if any(n.op != "output" and "val" not in n.meta for n in gm.graph.nodes):
             from torch._subclasses.fake_tensor import FakeTensorMode
             from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
             # Constants the graph holds (make_fx's _param_constant*) are real.
             FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(
-                *example_inputs)
-    decisions, apply, _, _ = _plan(gm, passes, policy, leaf_grad=_leaf_grad(program),
-                                state=_module_state(program))
+                *example_inputs
+            )
+    decisions, apply, _, _ = _plan(
+        gm, passes, policy, leaf_grad=_leaf_grad(program), state=_module_state(program)
+    )
     renamed = apply()
     if exported and renamed:
         # A region output that was a program output (or a buffer's new value) is now a
@@ -221,9 +260,12 @@ def _leaf_grad(program) -> dict:
     if not isinstance(program, torch.export.ExportedProgram):
         return {}
     from torch.export.graph_signature import InputKind
-    return {spec.arg.name: False for spec in program.graph_signature.input_specs
-            if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
-            and hasattr(spec.arg, "name")}
+
+    return {
+        spec.arg.name: False
+        for spec in program.graph_signature.input_specs
+        if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and hasattr(spec.arg, "name")
+    }
 
 
 def _module_state(program) -> set:
@@ -232,13 +274,24 @@ def _module_state(program) -> set:
     if not isinstance(program, torch.export.ExportedProgram):
         return set()
     from torch.export.graph_signature import InputKind
-    return {spec.arg.name for spec in program.graph_signature.input_specs
-            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
-            and hasattr(spec.arg, "name")}
+
+    return {
+        spec.arg.name
+        for spec in program.graph_signature.input_specs
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+        and hasattr(spec.arg, "name")
+    }
 
 
-def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dict, *,
-          leaf_grad: Optional[dict] = None, state: Iterable[str] = (), regions: str = "op"):
+def _plan(
+    gm: torch.fx.GraphModule,
+    passes: Optional[Iterable[str]],
+    policy: dict,
+    *,
+    leaf_grad: Optional[dict] = None,
+    state: Iterable[str] = (),
+    regions: str = "op",
+):
     """The decisions on `gm` (its nodes need `meta["val"]`) and a function that applies
     them; `gm` is left as it is until that function is called (memslim's torch.compile
     backend partitions the graph in between). leaf_grad: placeholder name -> whether it
@@ -249,15 +302,19 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
     if regions not in ("op", "tags"):
         raise ValueError(f"memslim.fx: regions must be 'op' or 'tags', got {regions!r}")
     if policy.get("memory_budget") is not None and regions != "tags":
-        raise ValueError("memory_budget: torch.export / .pt2 programs have no budget planner "
-                         "(it recomputes whole blocks through Inductor's partitioner); use "
-                         "memslim.compile(model, memory_budget=B), or memslim.optimize / "
-                         "memslim-opt on a TorchScript graph")
+        raise ValueError(
+            "memory_budget: torch.export / .pt2 programs have no budget planner "
+            "(it recomputes whole blocks through Inductor's partitioner); use "
+            "memslim.compile(model, memory_budget=B), or memslim.optimize / "
+            "memslim-opt on a TorchScript graph"
+        )
     pass_list = list(passes) if passes is not None else None  # None: the default pipeline
     if pass_list is not None and "invertible-couplings" in pass_list:
-        raise ValueError("memslim.fx.optimize: invertible-couplings runs under memslim.compile "
-                         "only (a torch.export program has no op that carries F and G as FX "
-                         "graphs); use memslim.compile(model) or memslim.optimize")
+        raise ValueError(
+            "memslim.fx.optimize: invertible-couplings runs under memslim.compile "
+            "only (a torch.export program has no op that carries F and G as FX "
+            "graphs); use memslim.compile(model) or memslim.optimize"
+        )
     s = _Serializer(gm.graph, leaf_grad, state)
     try:
         records, rewrites, ladder, pieces, _ = _C.fx_run(s.values, s.nodes, pass_list, policy)
@@ -305,16 +362,25 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
             if region is not None:
                 nodes, inputs, _, _, before, _ = region
                 if any(i >= len(s.fx_nodes) or s.fx_nodes[i] is None for i in nodes) or not (
-                        before in created or (before < len(s.fx_nodes) and s.fx_nodes[before])):
-                    raise ValueError("memslim.fx.optimize: internal error: a region's nodes "
-                                     "are not the graph's")
+                    before in created or (before < len(s.fx_nodes) and s.fx_nodes[before])
+                ):
+                    raise ValueError(
+                        "memslim.fx.optimize: internal error: a region's nodes are not the graph's"
+                    )
                 # Never a program that reads a value before it is made.
                 anchor = s.fx_nodes[before] if before < len(s.fx_nodes) else None
-                late = [carrier[v] for v in inputs if v in carrier and anchor is not None and
-                        position.get(carrier[v], -1) >= position[anchor]]
+                late = [
+                    carrier[v]
+                    for v in inputs
+                    if v in carrier
+                    and anchor is not None
+                    and position.get(carrier[v], -1) >= position[anchor]
+                ]
                 if regions == "op" and late:
-                    raise ValueError("memslim.fx.optimize: internal error: a region op would "
-                                     f"read {late[0].name} before it is made")
+                    raise ValueError(
+                        "memslim.fx.optimize: internal error: a region op would "
+                        f"read {late[0].name} before it is made"
+                    )
                 created.add(index)
                 plan.append((index, target, None, [], region))
                 continue
@@ -322,23 +388,37 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
             if args is not None:  # by the new op's schema: keyword-only ones as kwargs
                 values = [value(tag, v) for tag, v in args]
                 params = target._schema.arguments
-                new_args = (tuple(v for v, a in zip(values, params) if not a.kwarg_only),
-                            {a.name: v for v, a in zip(values, params) if a.kwarg_only})
-            plan.append((s.fx_nodes[index], target, new_args, [s.fx_nodes[i] for i in erased],
-                         None))
+                new_args = (
+                    tuple(v for v, a in zip(values, params) if not a.kwarg_only),
+                    {a.name: v for v, a in zip(values, params) if a.kwarg_only},
+                )
+            plan.append(
+                (s.fx_nodes[index], target, new_args, [s.fx_nodes[i] for i in erased], None)
+            )
         ops = {}  # region op node index -> its fx node
         renamed = {}
         tag_ids = _checkpoint_ids(gm, s, [r[4] for r in plan if r[4] is not None])
         for node, target, new_args, erased, region in plan:
             if region is not None:
                 region_members[node] = [s.fx_nodes[i] for i in region[0]]
-                ops[node] = _apply_region(gm, s, region, target, carrier, value, ops, regions,
-                                          tag_ids.get(id(region)), renamed)
+                ops[node] = _apply_region(
+                    gm,
+                    s,
+                    region,
+                    target,
+                    carrier,
+                    value,
+                    ops,
+                    regions,
+                    tag_ids.get(id(region)),
+                    renamed,
+                )
                 continue
             node.target = target
             if new_args is not None:
                 node.args, node.kwargs = torch.fx.node.map_aggregate(
-                    new_args, lambda a: carrier[a.v] if isinstance(a, _RegionOutput) else a)
+                    new_args, lambda a: carrier[a.v] if isinstance(a, _RegionOutput) else a
+                )
             for dead in erased:  # the C++ view erased them; a node still read stays
                 if not dead.users:
                     gm.graph.erase_node(dead)
@@ -349,8 +429,13 @@ def _plan(gm: torch.fx.GraphModule, passes: Optional[Iterable[str]], policy: dic
     return [Decision(r) for r in records], apply, blocks, parts
 
 
-def coupling_chains(gm: torch.fx.GraphModule, policy: dict, *,
-                    leaf_grad: Optional[dict] = None, state: Iterable[str] = ()):
+def coupling_chains(
+    gm: torch.fx.GraphModule,
+    policy: dict,
+    *,
+    leaf_grad: Optional[dict] = None,
+    state: Iterable[str] = (),
+):
     """invertible-couplings over `gm` (its nodes need `meta["val"]`): its decision records
     and, per chain it would rewrite, the fx nodes the chain covers (program order) with
     the bytes they keep today and the chain's two outputs. Nothing is rewritten: the FX
@@ -363,8 +448,7 @@ def coupling_chains(gm: torch.fx.GraphModule, policy: dict, *,
         if any(i >= len(s.fx_nodes) for i in covers):
             raise ValueError("memslim.fx: internal error: a chain's nodes are not the graph's")
         # None: a record the serializer made (a list argument's prim::ListConstruct).
-        found.append(([s.fx_nodes[i] for i in covers if s.fx_nodes[i] is not None], before,
-                      after))
+        found.append(([s.fx_nodes[i] for i in covers if s.fx_nodes[i] is not None], before, after))
     return [Decision(r) for r in records], found
 
 
@@ -401,6 +485,7 @@ class BlockLadder:
 
     def tag(self, k: int) -> None:
         from torch.utils.checkpoint import CheckpointPolicy
+
         for n, meta in self._saved.items():
             for key in ("recompute", "ac_graph_id"):
                 n.meta.pop(key, None)
@@ -415,8 +500,9 @@ class BlockLadder:
                 self.skipped += 1
                 continue
             for n in nodes:
-                self._saved[n] = {key: n.meta[key] for key in ("recompute", "ac_graph_id")
-                                  if key in n.meta}
+                self._saved[n] = {
+                    key: n.meta[key] for key in ("recompute", "ac_graph_id") if key in n.meta
+                }
                 n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
                 n.meta["ac_graph_id"] = start
             start += 1
@@ -435,8 +521,17 @@ def _repair_users(graph: torch.fx.Graph) -> None:
 
 def _next_checkpoint_id(gm) -> int:
     """One above every checkpoint id already in the graph (the user's, memslim's regions)."""
-    return max([n.meta.get("ac_graph_id", 0) for n in gm.graph.nodes
-                if isinstance(n.meta.get("ac_graph_id", 0), int)] + [0]) + 1
+    return (
+        max(
+            [
+                n.meta.get("ac_graph_id", 0)
+                for n in gm.graph.nodes
+                if isinstance(n.meta.get("ac_graph_id", 0), int)
+            ]
+            + [0]
+        )
+        + 1
+    )
 
 
 def _checkpoint_ids(gm, s, regions) -> dict:
@@ -472,6 +567,7 @@ def _checkpoint_ids(gm, s, regions) -> dict:
 
 class _RegionOutput:
     """An argument that is a region op's output, resolved once that op is built."""
+
     __slots__ = ("v",)
 
     def __init__(self, v: int):
@@ -489,6 +585,7 @@ def _apply_region(gm, s, region, target, carrier, value, ops, mode, tag_id, rena
     members = [s.fx_nodes[i] for i in nodes]
     if mode == "tags":
         from torch.utils.checkpoint import CheckpointPolicy
+
         if not any("recompute" in n.meta for n in members):
             for n in members:
                 n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
@@ -526,5 +623,6 @@ def report(program) -> List[Decision]:
     try:
         return list(_REPORTS[program])
     except (KeyError, TypeError):
-        raise ValueError("memslim.report: this program was not rewritten by memslim.fx.optimize") \
-            from None
+        raise ValueError(
+            "memslim.report: this program was not rewritten by memslim.fx.optimize"
+        ) from None

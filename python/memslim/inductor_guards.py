@@ -16,6 +16,7 @@ add(p, mul(q, k)), only where p or q is an mm: Inductor itself lowers a non-unit
 that mul (on GPU as an fma, which is why other adds are left as they are), and the
 pattern then fuses mm + (k * c) into an addmm correctly or does not match.
 """
+
 import contextlib
 
 import torch
@@ -32,6 +33,7 @@ def scale_add_alpha(graph: torch.fx.Graph) -> int:
     """Rewrites each aten.add.Tensor with a non-unit alpha that reads an mm into
     add(p, mul(q, alpha)); returns how many it rewrote."""
     from torch._guards import detect_fake_mode
+
     count = 0
     for node in list(graph.find_nodes(op="call_function", target=aten.add.Tensor)):
         alpha = node.kwargs.get("alpha", 1)
@@ -39,7 +41,8 @@ def scale_add_alpha(graph: torch.fx.Graph) -> int:
             continue
         p, q = node.args
         if not isinstance(q, torch.fx.Node) or not any(
-                isinstance(a, torch.fx.Node) and a.target in _FUSED_INTO_ADDMM for a in (p, q)):
+            isinstance(a, torch.fx.Node) and a.target in _FUSED_INTO_ADDMM for a in (p, q)
+        ):
             continue
         with graph.inserting_before(node):
             scaled = graph.call_function(aten.mul.Tensor, (q, alpha))

@@ -6,6 +6,7 @@ first calls run a profiling plan that saves other tensors than later calls, so
 the measurement follows `warmup` full training steps (forward + backward) whose
 parameter gradients and buffers are restored afterwards.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Dict, Iterable
@@ -101,4 +102,3 @@ def _tensors(args, kwargs):
             stack.extend(v)
         elif isinstance(v, dict):
             stack.extend(v.values())
-

@@ -8,6 +8,7 @@ Flags: as memslim-opt's where they apply to FX: -o OUT, --passes=a,b, --remarks,
 flags (from the one policy table). Errors: one `memslim-opt: error: ...` line, exit code 1,
 no output file (written to a temporary name and renamed).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,10 @@ def main(argv) -> int:
         elif a.startswith("--passes="):
             passes = [p for p in a.split("=", 1)[1].split(",") if p]
         elif a.startswith("--pipeline="):
-            _fail("--pipeline is for TorchScript input; .pt2 takes --passes "
-                  "(default: output-saving-activations)")
+            _fail(
+                "--pipeline is for TorchScript input; .pt2 takes --passes "
+                "(default: output-saving-activations)"
+            )
         elif a == "--remarks":
             remarks = True
         elif a.split("=", 1)[0] in options:
@@ -57,11 +60,14 @@ def main(argv) -> int:
     if not os.path.isfile(inp):
         _fail(f"cannot read {inp}: no such file")
     import torch
+
     try:
         ep = torch.export.load(inp)
     except Exception as e:  # noqa: BLE001
-        _fail(f"cannot read {inp} as a torch.export archive: {type(e).__name__}: "
-              f"{str(e).splitlines()[0] if str(e) else ''}")
+        _fail(
+            f"cannot read {inp} as a torch.export archive: {type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}"
+        )
     try:
         memslim.fx.optimize(ep, passes=passes, **policy)
     except (ValueError, TypeError) as e:

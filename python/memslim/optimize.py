@@ -6,6 +6,7 @@ time (the executor's own pass hooks run too late for training, see README).
 Shapes for the cost model come from `example_inputs`; without them every site
 is kept with the remark "unknown shape".
 """
+
 from __future__ import annotations
 
 import numbers
@@ -44,13 +45,21 @@ class Decision(str):
         return self.bytes_before - self.bytes_after
 
     def as_dict(self) -> dict:
-        return {"pass": self.pass_, "verdict": self.verdict, "site": self.site, "text": self.text,
-                "bytes_before": self.bytes_before, "bytes_after": self.bytes_after,
-                "added_work": self.added_work, "line": str(self)}
+        return {
+            "pass": self.pass_,
+            "verdict": self.verdict,
+            "site": self.site,
+            "text": self.text,
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "added_work": self.added_work,
+            "line": str(self),
+        }
 
 
-_REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[Decision]]" = weakref.WeakKeyDictionary()
-
+_REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[Decision]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _policy(**values) -> dict:
@@ -87,17 +96,28 @@ def _split_example_inputs(example_inputs):
         return (), dict(example_inputs)
     if isinstance(example_inputs, (tuple, list)):
         return tuple(example_inputs), {}
-    raise TypeError("memslim.optimize: example_inputs must be a tuple or list of forward's arguments "
-                    "(tensors, bools, ints, floats, None, strings, tuples/lists/dicts of them), a "
-                    f"Tensor, or a dict of keyword arguments; got {type(example_inputs).__name__}")
+    raise TypeError(
+        "memslim.optimize: example_inputs must be a tuple or list of forward's arguments "
+        "(tensors, bools, ints, floats, None, strings, tuples/lists/dicts of them), a "
+        f"Tensor, or a dict of keyword arguments; got {type(example_inputs).__name__}"
+    )
 
 
-def optimize(model, example_inputs: Optional[Any] = None, *,
-             passes: Optional[Iterable[str]] = None, pipeline: str = "memslim-default",
-             methods: Sequence[str] = ("forward",), min_bytes: int = 1,
-             max_added_work: Optional[float] = None, assume_numel: int = 0,
-             dropout_mask_bytes: Optional[int] = None, coupling_anchor_every: int = 8,
-             coupling_drift_bound: float = 1e-5, memory_budget: Optional[float] = None):
+def optimize(
+    model,
+    example_inputs: Optional[Any] = None,
+    *,
+    passes: Optional[Iterable[str]] = None,
+    pipeline: str = "memslim-default",
+    methods: Sequence[str] = ("forward",),
+    min_bytes: int = 1,
+    max_added_work: Optional[float] = None,
+    assume_numel: int = 0,
+    dropout_mask_bytes: Optional[int] = None,
+    coupling_anchor_every: int = 8,
+    coupling_drift_bound: float = 1e-5,
+    memory_budget: Optional[float] = None,
+):
     """Returns an optimized ScriptModule (savable with torch.jit.save).
 
     model: nn.Module (scripted here) or ScriptModule. example_inputs: forward's
@@ -125,10 +145,15 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
     plan over the target is redone tighter. RuntimeError when it cannot be met,
     naming the smallest reachable figure; memslim.report() says what was chosen.
     """
-    policy = _policy(min_bytes=min_bytes, max_added_work=max_added_work, assume_numel=assume_numel,
-                     dropout_mask_bytes=dropout_mask_bytes,
-                     coupling_anchor_every=coupling_anchor_every,
-                     coupling_drift_bound=coupling_drift_bound, memory_budget=memory_budget)
+    policy = _policy(
+        min_bytes=min_bytes,
+        max_added_work=max_added_work,
+        assume_numel=assume_numel,
+        dropout_mask_bytes=dropout_mask_bytes,
+        coupling_anchor_every=coupling_anchor_every,
+        coupling_drift_bound=coupling_drift_bound,
+        memory_budget=memory_budget,
+    )
     args, kwargs = _split_example_inputs(example_inputs)
     if not isinstance(pipeline, str):
         raise ValueError(f"memslim.optimize: pipeline must be a string, got {pipeline!r}")
@@ -136,11 +161,14 @@ def optimize(model, example_inputs: Optional[Any] = None, *,
     method_list = _str_list("methods", methods)
     scripted = model if isinstance(model, torch.jit.ScriptModule) else torch.jit.script(model)
     if not hasattr(scripted, "_c"):
-        raise TypeError("memslim.optimize: expected an nn.Module or a scripted module, "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            "memslim.optimize: expected an nn.Module or a scripted module, "
+            f"got {type(model).__name__}"
+        )
     if memory_budget is not None and (args or kwargs) and "forward" in method_list:
-        return _optimize_to_measured_budget(model, scripted, method_list, pass_list, pipeline,
-                                            args, kwargs, policy)
+        return _optimize_to_measured_budget(
+            model, scripted, method_list, pass_list, pipeline, args, kwargs, policy
+        )
     return _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy)
 
 
@@ -153,10 +181,21 @@ def _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy):
 
 def _add_budget_notes(optimized, texts) -> None:
     """memory-budget notes made here (the measurements) after the passes' records."""
-    _REPORTS[optimized] += [Decision({
-        "pass": "memory-budget", "verdict": "note", "site": "", "text": t, "bytes_before": None,
-        "bytes_after": None, "added_work": None, "line": f"remark: memory-budget: {t}"})
-        for t in texts]
+    _REPORTS[optimized] += [
+        Decision(
+            {
+                "pass": "memory-budget",
+                "verdict": "note",
+                "site": "",
+                "text": t,
+                "bytes_before": None,
+                "bytes_after": None,
+                "added_work": None,
+                "line": f"remark: memory-budget: {t}",
+            }
+        )
+        for t in texts
+    ]
 
 
 def _first_line(e: BaseException) -> str:
@@ -173,8 +212,9 @@ def _planner_only(scripted, method_list, pass_list, pipeline, args, kwargs, poli
 _BUDGET_ATTEMPTS = 4
 
 
-def _optimize_to_measured_budget(model, scripted, method_list, pass_list, pipeline, args, kwargs,
-                                 policy):
+def _optimize_to_measured_budget(
+    model, scripted, method_list, pass_list, pipeline, args, kwargs, policy
+):
     """memory_budget held to measured bytes, not only to the planner's model.
 
     The planner (passes/memory_budget.cpp) prices the graph with a static model of
@@ -187,14 +227,23 @@ def _optimize_to_measured_budget(model, scripted, method_list, pass_list, pipeli
     redone with the fraction scaled by target / measured, at most _BUDGET_ATTEMPTS
     plans in all. Measurements restore parameters' grads, buffers and the RNG."""
     from .measure import saved_bytes_quietly
+
     budget = policy["memory_budget"]
     eager = not isinstance(model, torch.jit.ScriptModule)
     what = "eager" if eager else "the given ScriptModule"
     try:
         ref = saved_bytes_quietly(model, args, kwargs)
     except Exception as e:  # the model does not train on these inputs: the planner decides
-        return _planner_only(scripted, method_list, pass_list, pipeline, args, kwargs, policy,
-                             f"not measured ({what} failed a training step: {_first_line(e)})")
+        return _planner_only(
+            scripted,
+            method_list,
+            pass_list,
+            pipeline,
+            args,
+            kwargs,
+            policy,
+            f"not measured ({what} failed a training step: {_first_line(e)})",
+        )
     unmodified = ref
     if eager:
         try:
@@ -203,30 +252,51 @@ def _optimize_to_measured_budget(model, scripted, method_list, pass_list, pipeli
             pass
     target = int(budget * ref) if budget <= 1 else int(budget)
     if unmodified == 0:  # nothing kept (no grad): the planner's own figures decide
-        return _planner_only(scripted, method_list, pass_list, pipeline, args, kwargs, policy,
-                             "not measured (the model keeps nothing for backward)")
-    notes = [f"measured: the unmodified model keeps {ref:,} B ({what}), the scripted one "
-             f"{unmodified:,} B; target {target:,} B"]
+        return _planner_only(
+            scripted,
+            method_list,
+            pass_list,
+            pipeline,
+            args,
+            kwargs,
+            policy,
+            "not measured (the model keeps nothing for backward)",
+        )
+    notes = [
+        f"measured: the unmodified model keeps {ref:,} B ({what}), the scripted one "
+        f"{unmodified:,} B; target {target:,} B"
+    ]
     fraction = min(1.0, target / unmodified)
     for attempt in range(1, _BUDGET_ATTEMPTS + 1):
         try:
-            optimized = _run(scripted, method_list, pass_list, pipeline, args, kwargs,
-                                      dict(policy, memory_budget=max(fraction, 1e-9)))
+            optimized = _run(
+                scripted,
+                method_list,
+                pass_list,
+                pipeline,
+                args,
+                kwargs,
+                dict(policy, memory_budget=max(fraction, 1e-9)),
+            )
         except RuntimeError as e:
             raise RuntimeError(
                 f"memory_budget {budget:g} ({target:,} B measured against the unmodified "
                 f"model's {ref:,} B; the planner was asked for {fraction:.4g} of its own "
-                f"figure): {e}") from None
+                f"figure): {e}"
+            ) from None
         kept = saved_bytes_quietly(optimized, args, kwargs)
-        notes.append(f"plan {attempt}: planner fraction {fraction:.4g} -> measured {kept:,} B "
-                     f"({kept / ref:.3f} of the unmodified)")
+        notes.append(
+            f"plan {attempt}: planner fraction {fraction:.4g} -> measured {kept:,} B "
+            f"({kept / ref:.3f} of the unmodified)"
+        )
         if kept <= target:
             _add_budget_notes(optimized, notes)
             return optimized
         fraction *= target / kept * 0.998
     raise RuntimeError(
         f"memory_budget {budget:g} ({target:,} B of the unmodified model's {ref:,} B, measured) "
-        f"not met after {_BUDGET_ATTEMPTS} plans: the last keeps {kept:,} B; " + "; ".join(notes))
+        f"not met after {_BUDGET_ATTEMPTS} plans: the last keeps {kept:,} B; " + "; ".join(notes)
+    )
 
 
 def report(optimized) -> List[Decision]:
@@ -236,4 +306,6 @@ def report(optimized) -> List[Decision]:
     try:
         return list(_REPORTS[optimized])
     except KeyError:
-        raise ValueError("memslim.report: this module was not produced by memslim.optimize") from None
+        raise ValueError(
+            "memslim.report: this module was not produced by memslim.optimize"
+        ) from None

@@ -12,6 +12,7 @@ decision records).
 Why: the main job (`python -m memslim demo`) and the probe of a user's own model
 (`python -m memslim MODULE:FACTORY`) print the same table from the same measurements.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,6 +79,7 @@ def step_peak_bytes(step: Callable[[], object]) -> int:
     """The highest sum of live CPU tensor allocations during step(), from its start
     (torch.profiler's [memory] events, c10's allocations and frees in time order)."""
     from torch.profiler import ProfilerActivity, profile
+
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
     with _stderr_off():
         prof.start()
@@ -86,8 +88,10 @@ def step_peak_bytes(step: Callable[[], object]) -> int:
     finally:
         with _stderr_off():
             prof.stop()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
+    events = sorted(
+        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+        key=lambda e: e.start_ns(),
+    )
     live = peak = 0
     for e in events:
         live += e.nbytes()
@@ -99,6 +103,7 @@ def saved_bytes_of_step(fn, args, loss_fn, params) -> int:
     """Distinct storage bytes autograd keeps during one forward + loss (parameters
     excluded); the graph is released by a backward afterwards."""
     from .measure import _SavedRecorder
+
     rec = _SavedRecorder(params)
     with torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
         loss = loss_fn(fn(*args))
@@ -111,8 +116,11 @@ def rewrote_text(row: "Row") -> str:
     keeps a graph's rewrites only where Inductor's partitioner then keeps fewer bytes)."""
     rewrote = Counter(d.pass_ for d in row.records or () if d.verdict == "rewrote")
     text = ", ".join(f"{p} x{n}" for p, n in sorted(rewrote.items())) or "nothing"
-    met = [n.split(": met ", 1)[1].split(" (")[0] for n in row.notes
-           if n.startswith("budget ") and ": met " in n]
+    met = [
+        n.split(": met ", 1)[1].split(" (")[0]
+        for n in row.notes
+        if n.startswith("budget ") and ": met " in n
+    ]
     if met:  # the memory-budget planner's way, per graph
         return "budget met " + "; ".join(dict.fromkeys(met))
     left = sum(n.endswith("graph left to Inductor") for n in row.notes)
@@ -138,12 +146,14 @@ def zero_dropout(model: torch.nn.Module) -> int:
 
 # --- the ways in ---------------------------------------------------------------------------
 
+
 def _eager(model, args):
     return model, None
 
 
 def _torchscript(model, args):
     import memslim
+
     try:
         out = memslim.optimize(model, tuple(args))
     except Exception as e:  # noqa: BLE001  (scripting fails on much real code: trace instead)
@@ -155,6 +165,7 @@ def _torchscript(model, args):
 
 def _export(model, args):
     import memslim
+
     ep = torch.export.export(model, tuple(args))
     memslim.fx.optimize(ep)
     return ep.module(), memslim.report(ep)
@@ -162,6 +173,7 @@ def _export(model, args):
 
 def _compile(model, args):
     import memslim
+
     compiled = memslim.compile(model)
     return compiled, (lambda: memslim.report(compiled))
 
@@ -169,16 +181,20 @@ def _compile(model, args):
 def _budget(fraction):
     def build(model, args):
         import memslim
+
         compiled = memslim.compile(model, memory_budget=fraction)
         return compiled, (lambda: memslim.report(compiled))
+
     return build
 
 
 def _torch_compile(fraction: Optional[float]):
     """Plain torch.compile (Inductor), at torch's own activation_memory_budget where given:
     the reference a memslim way is held to."""
+
     def build(model, args):
         from torch._functorch import config as functorch_config
+
         compiled = torch.compile(model)
         if fraction is None:
             return compiled, None
@@ -186,22 +202,32 @@ def _torch_compile(fraction: Optional[float]):
         def run(*a):  # the partitioner reads the budget when the first call compiles
             with functorch_config.patch(activation_memory_budget=fraction):
                 return compiled(*a)
+
         return run, None
+
     return build
 
 
-def default_ways(memory_budget: Optional[float] = None, torchscript: bool = True,
-                 export: bool = True, compile: bool = True,
-                 torch_compile: bool = False) -> List[Way]:
+def default_ways(
+    memory_budget: Optional[float] = None,
+    torchscript: bool = True,
+    export: bool = True,
+    compile: bool = True,
+    torch_compile: bool = False,
+) -> List[Way]:
     """eager, then memslim's ways; torch_compile: plain torch.compile too (at torch's
     activation_memory_budget = memory_budget where one is given), as the reference."""
     ways = [Way("eager", _eager)]
     if torch_compile:
-        ways.append(Way("torch.compile (no memslim)", _torch_compile(None), "torch.compile")
-                    if memory_budget is None else
-                    Way(f"torch.compile, its budget {memory_budget:g}",
-                        _torch_compile(memory_budget),
-                        f"torch.compile\nits budget {memory_budget:g}"))
+        ways.append(
+            Way("torch.compile (no memslim)", _torch_compile(None), "torch.compile")
+            if memory_budget is None
+            else Way(
+                f"torch.compile, its budget {memory_budget:g}",
+                _torch_compile(memory_budget),
+                f"torch.compile\nits budget {memory_budget:g}",
+            )
+        )
     if torchscript:
         ways.append(Way("TorchScript: memslim.optimize", _torchscript, "TorchScript\nmemslim"))
     if export:
@@ -209,8 +235,13 @@ def default_ways(memory_budget: Optional[float] = None, torchscript: bool = True
     if compile:
         ways.append(Way('torch.compile(backend="memslim")', _compile, "torch.compile\nmemslim"))
     if memory_budget is not None:
-        ways.append(Way(f"memslim.compile(memory_budget={memory_budget:g})",
-                        _budget(memory_budget), f"memslim.compile\nbudget {memory_budget:g}"))
+        ways.append(
+            Way(
+                f"memslim.compile(memory_budget={memory_budget:g})",
+                _budget(memory_budget),
+                f"memslim.compile\nbudget {memory_budget:g}",
+            )
+        )
     return ways
 
 
@@ -223,6 +254,7 @@ def _first_line(e: BaseException) -> str:
 
 # --- the probe -----------------------------------------------------------------------------
 
+
 def _module_of(fn, model) -> torch.nn.Module:
     """The module whose parameters a way trains: its own (a ScriptModule, an exported
     program's module), the compiled module's original, or the model a plain function runs."""
@@ -231,8 +263,7 @@ def _module_of(fn, model) -> torch.nn.Module:
 
 
 def _named_grads(mod: torch.nn.Module) -> Dict[str, torch.Tensor]:
-    return {n: p.grad.detach().clone() for n, p in mod.named_parameters()
-            if p.grad is not None}
+    return {n: p.grad.detach().clone() for n, p in mod.named_parameters() if p.grad is not None}
 
 
 def _rel(g: torch.Tensor, w: torch.Tensor) -> float:
@@ -262,31 +293,42 @@ def grad_excess(got, eager, exact) -> Optional[float]:
         return None
     if set(got) != set(exact):
         return float("inf")
-    return max((_rel(got[n], x) / (GRAD_FACTOR * _rel(eager[n], x) + GRAD_TOL)
-                for n, x in exact.items()), default=0.0)
+    return max(
+        (_rel(got[n], x) / (GRAD_FACTOR * _rel(eager[n], x) + GRAD_TOL) for n, x in exact.items()),
+        default=0.0,
+    )
 
 
 def _fp64_grads(model: torch.nn.Module, init, batch, loss_fn) -> Optional[Dict[str, torch.Tensor]]:
     """Step 1's gradients of the model in float64 (no autocast), or None where it cannot
     run in float64."""
+
     def dbl(v):
         return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
     try:
         m = copy.deepcopy(model).double()
         m.load_state_dict(init)  # copies into the float64 parameters
         args, target = batch
         with torch.autocast("cpu", enabled=False):
             loss_fn(m(*[dbl(a) for a in args]), dbl(target)).backward()
-        return {n: p.grad.detach().clone() for n, p in m.named_parameters()
-                if p.grad is not None}
+        return {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}
     except Exception:  # noqa: BLE001  (a model that only runs in fp32: the 1e-4 rule alone)
         return None
 
 
-def probe(factory: Callable[[], torch.nn.Module], batches: Sequence[tuple],
-          loss_fn: Callable, ways: Sequence[Way], *, steps: int = 3, rounds: int = 5,
-          autocast: Optional[torch.dtype] = None, lr: float = 1e-3,
-          progress: Callable[[str], None] = print) -> List[Row]:
+def probe(
+    factory: Callable[[], torch.nn.Module],
+    batches: Sequence[tuple],
+    loss_fn: Callable,
+    ways: Sequence[Way],
+    *,
+    steps: int = 3,
+    rounds: int = 5,
+    autocast: Optional[torch.dtype] = None,
+    lr: float = 1e-3,
+    progress: Callable[[str], None] = print,
+) -> List[Row]:
     """Trains factory()'s model `steps` SGD steps through each way, then measures.
     batches: (args, target) pairs, used in turn: the step is loss_fn(model(*args), target).
     The first way is the reference (eager)."""
@@ -295,8 +337,10 @@ def probe(factory: Callable[[], torch.nn.Module], batches: Sequence[tuple],
     reference.train()
     dropped = zero_dropout(reference)
     if dropped:
-        progress(f"{dropped} dropout module(s) set to p=0 so that the ways' gradients compare "
-                 "(torch.compile draws other random numbers than eager)")
+        progress(
+            f"{dropped} dropout module(s) set to p=0 so that the ways' gradients compare "
+            "(torch.compile draws other random numbers than eager)"
+        )
     init = copy.deepcopy(reference.state_dict())
     rows: List[Row] = []
     live = []  # (row, step)
@@ -350,23 +394,25 @@ def probe(factory: Callable[[], torch.nn.Module], batches: Sequence[tuple],
                 row.notes.insert(0, note)
             opt.zero_grad(set_to_none=True)
             with ctx():
-                row.saved = saved_bytes_of_step(fn, args, lambda out: loss_fn(out, target),
-                                                params)
+                row.saved = saved_bytes_of_step(fn, args, lambda out: loss_fn(out, target), params)
             opt.zero_grad(set_to_none=True)
             row.peak = step_peak_bytes(step)
             live.append((row, step))
-            progress(f"{way.name}: ready in {time.perf_counter() - t0:.1f} s "
-                     f"(first step {row.first_step_s:.1f} s)")
+            progress(
+                f"{way.name}: ready in {time.perf_counter() - t0:.1f} s "
+                f"(first step {row.first_step_s:.1f} s)"
+            )
         except Exception as e:  # noqa: BLE001  (one way failing must not hide the others)
             if os.environ.get("MEMSLIM_PROBE_TRACEBACK") == "1":
                 import traceback
+
                 traceback.print_exc()
             row.error = _first_line(e)
             progress(f"{way.name}: failed: {row.error}")
 
     progress(f"timing: {rounds} interleaved rounds of {len(live)} ways")
     for r in range(rounds):
-        order = live[r % len(live):] + live[:r % len(live)] if live else []
+        order = live[r % len(live) :] + live[: r % len(live)] if live else []
         for row, step in order:
             t = time.perf_counter()
             step()
@@ -379,6 +425,7 @@ def probe(factory: Callable[[], torch.nn.Module], batches: Sequence[tuple],
 
 
 # --- rendering -----------------------------------------------------------------------------
+
 
 def mib(n: Optional[int]) -> str:
     return "-" if n is None else f"{n / 2**20:,.1f} MiB"
@@ -400,9 +447,10 @@ def beyond_rounding(r: Row) -> bool:
 
 def render(title: str, rows: Sequence[Row]) -> str:
     eager = rows[0] if rows else None
-    lines = [title,
-             f"  {'way':<36} {'saved':>20} {'peak':>20} {'step':>7} {'grad diff':>12}  "
-             "rewrote"]
+    lines = [
+        title,
+        f"  {'way':<36} {'saved':>20} {'peak':>20} {'step':>7} {'grad diff':>12}  rewrote",
+    ]
     for r in rows:
         if r.error:
             lines.append(f"  {r.way:<36} {'refused' if refused(r) else 'failed'}: {r.error}")
@@ -411,10 +459,18 @@ def render(title: str, rows: Sequence[Row]) -> str:
         saved = mib(r.saved) + rel(r.saved, eager.saved)
         peak = mib(r.peak) + rel(r.peak, eager.peak)
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
-        grad = "-" if r is eager or r.grad_diff is None else \
-            f"{r.grad_diff:.1e}" + (" (!)" if beyond_rounding(r) else "    ")
-        what = "(reference)" if r is eager else "(torch alone)" if r.records is None \
+        grad = (
+            "-"
+            if r is eager or r.grad_diff is None
+            else f"{r.grad_diff:.1e}" + (" (!)" if beyond_rounding(r) else "    ")
+        )
+        what = (
+            "(reference)"
+            if r is eager
+            else "(torch alone)"
+            if r.records is None
             else rewrote_text(r)
+        )
         lines.append(f"  {r.way:<36} {saved:>20} {peak:>20} {ratio:>7} {grad:>12}  {what}")
     return "\n".join(lines)
 
@@ -424,6 +480,7 @@ def plot(panels: Sequence[tuple], path: str) -> Optional[str]:
     as a dashed line. Returns the path, or None without matplotlib."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -438,8 +495,12 @@ def plot(panels: Sequence[tuple], path: str) -> Optional[str]:
         for i, v in enumerate(vals):
             ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
         if target is not None:
-            ax.axhline(target / 2**20, color="#c0392b", linestyle="--",
-                       label=f"memory target {target / 2**20:.1f} MiB")
+            ax.axhline(
+                target / 2**20,
+                color="#c0392b",
+                linestyle="--",
+                label=f"memory target {target / 2**20:.1f} MiB",
+            )
         ax.set_xticks(range(len(ok)))
         ax.set_xticklabels(names, fontsize=7)
         ax.set_ylabel("saved for backward (MiB)")

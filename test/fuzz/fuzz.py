@@ -12,6 +12,7 @@
 
 Generator: gen.py; stages, bars and classes: runner.py; minimizer: shrink.py.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,11 @@ import runner  # noqa: E402
 
 QUICK_SEEDS = range(0, 340)
 FAILING = ("wrong", "crash", "exception", "timeout", "runner-error")
-REPORTED = FAILING + ("rng-order", "bf16-rounding", "fp32-rounding")  # printed; the last three do not fail the quick run
+REPORTED = FAILING + (
+    "rng-order",
+    "bf16-rounding",
+    "fp32-rounding",
+)  # printed; the last three do not fail the quick run
 
 
 def parse_range(s: str) -> range:
@@ -51,22 +56,40 @@ def load_known(path: str) -> dict:
 
 
 def corpus_jobs():
-    return [{"id": "corpus/" + os.path.basename(p), "source": open(p).read()}
-            for p in sorted(glob.glob(os.path.join(HERE, "corpus", "*.py")))]
+    return [
+        {"id": "corpus/" + os.path.basename(p), "source": open(p).read()}
+        for p in sorted(glob.glob(os.path.join(HERE, "corpus", "*.py")))
+    ]
 
 
 def summarize(results: list, out=sys.stdout):
     counts = collections.Counter(r["class"] for r in results)
-    stages = collections.Counter((r["class"], r.get("stage", "")) for r in results if r["class"] != "ok")
-    cli = collections.Counter(r.get("stages", {}).get("cli", "-").split(":")[0] for r in results
-                              if r["class"] != "invalid")
-    print("programs: %d  %s" % (len(results), "  ".join("%s=%d" % kv for kv in sorted(counts.items()))), file=out)
-    print("  by stage: " + ", ".join("%s@%s=%d" % (c, s, n) for (c, s), n in sorted(stages.items())), file=out)
+    stages = collections.Counter(
+        (r["class"], r.get("stage", "")) for r in results if r["class"] != "ok"
+    )
+    cli = collections.Counter(
+        r.get("stages", {}).get("cli", "-").split(":")[0]
+        for r in results
+        if r["class"] != "invalid"
+    )
+    print(
+        "programs: %d  %s"
+        % (len(results), "  ".join("%s=%d" % kv for kv in sorted(counts.items()))),
+        file=out,
+    )
+    print(
+        "  by stage: " + ", ".join("%s@%s=%d" % (c, s, n) for (c, s), n in sorted(stages.items())),
+        file=out,
+    )
     print("  memslim-opt stage: " + ", ".join("%s=%d" % kv for kv in sorted(cli.items())), file=out)
-    fx = collections.Counter(r.get("stages", {}).get("fx", "-").split(":")[0] for r in results
-                             if r["class"] != "invalid")
-    print("  FX stage (torch.export + memslim.fx.optimize): " +
-          ", ".join("%s=%d" % kv for kv in sorted(fx.items())), file=out)
+    fx = collections.Counter(
+        r.get("stages", {}).get("fx", "-").split(":")[0] for r in results if r["class"] != "invalid"
+    )
+    print(
+        "  FX stage (torch.export + memslim.fx.optimize): "
+        + ", ".join("%s=%d" % kv for kv in sorted(fx.items())),
+        file=out,
+    )
     rew = sum(1 for r in results if r.get("rewrites"))
     print("  programs with >= 1 rewrite by memslim.optimize: %d" % rew, file=out)
     rew = sum(1 for r in results if r.get("fx_rewrites"))
@@ -92,7 +115,11 @@ def cmd_run(args):
             f.write(json.dumps(r) + "\n")
             f.flush()
         if r["class"] in REPORTED or args.verbose:
-            print("%-14s %-9s %-14s %s" % (r["id"], r["class"], r.get("stage", ""), r.get("detail", "")[:300]), flush=True)
+            print(
+                "%-14s %-9s %-14s %s"
+                % (r["id"], r["class"], r.get("stage", ""), r.get("detail", "")[:300]),
+                flush=True,
+            )
 
     pool = runner.Pool(jobs=args.jobs, memslim_opt=args.memslim_opt, cli=not args.no_cli)
     pool.run(jobs, on_result)
@@ -112,7 +139,13 @@ def cmd_quick(args):
         with open(args.out, "w") as f:
             for r in results:
                 f.write(json.dumps(r) + "\n")
-    results.sort(key=lambda r: (r["id"].split("/")[0], int(r["id"].split("/")[1]) if r["id"].startswith("seed/") else 0, r["id"]))
+    results.sort(
+        key=lambda r: (
+            r["id"].split("/")[0],
+            int(r["id"].split("/")[1]) if r["id"].startswith("seed/") else 0,
+            r["id"],
+        )
+    )
     new, known_hit, fixed = [], [], []
     for r in results:
         key = r["id"].split("/", 1)[1]
@@ -120,21 +153,41 @@ def cmd_quick(args):
             (known_hit if r["class"] in FAILING else fixed).append(r)
         elif r["class"] in FAILING:
             new.append(r)
-    print("quick fuzz: %d programs (%d corpus + seeds %d:%d), %.1f s wall, %d jobs" % (
-        len(results), len(results) - len(QUICK_SEEDS), QUICK_SEEDS.start, QUICK_SEEDS.stop, wall, args.jobs))
+    print(
+        "quick fuzz: %d programs (%d corpus + seeds %d:%d), %.1f s wall, %d jobs"
+        % (
+            len(results),
+            len(results) - len(QUICK_SEEDS),
+            QUICK_SEEDS.start,
+            QUICK_SEEDS.stop,
+            wall,
+            args.jobs,
+        )
+    )
     summarize(results)
     for r in known_hit:
-        print("known failure (known_failures.txt): %s %s@%s %s" % (r["id"], r["class"], r["stage"], r["detail"][:200]))
+        print(
+            "known failure (known_failures.txt): %s %s@%s %s"
+            % (r["id"], r["class"], r["stage"], r["detail"][:200])
+        )
     for r in fixed:
-        print("NOTE: listed in known_failures.txt but now %s: %s (remove it from the list)" % (r["class"], r["id"]))
+        print(
+            "NOTE: listed in known_failures.txt but now %s: %s (remove it from the list)"
+            % (r["class"], r["id"])
+        )
     for r in results:
-        if r["class"] in ("rng-order", "bf16-rounding", "fp32-rounding") and r["id"].split("/", 1)[1] not in known:
+        if (
+            r["class"] in ("rng-order", "bf16-rounding", "fp32-rounding")
+            and r["id"].split("/", 1)[1] not in known
+        ):
             print("note (%s, not a failure): %s %s" % (r["class"], r["id"], r["detail"][:300]))
     for r in new:
         print("FAIL: %s %s@%s %s" % (r["id"], r["class"], r["stage"], r["detail"][:400]))
         if r["id"].startswith("seed/"):
-            print("      reproduce: python test/fuzz/fuzz.py show %s > p.py && python test/fuzz/fuzz.py check p.py"
-                  % r["id"][5:])
+            print(
+                "      reproduce: python test/fuzz/fuzz.py show %s > p.py && python test/fuzz/fuzz.py check p.py"
+                % r["id"][5:]
+            )
     invalid = sum(1 for r in results if r["class"] == "invalid")
     if len(results) - invalid < 300:
         print("FAIL: only %d valid programs (need >= 300)" % (len(results) - invalid))
@@ -145,11 +198,15 @@ def cmd_quick(args):
 def cmd_check(args):
     jobs = [{"id": p, "source": open(p).read()} for p in args.files]
     results = []
-    runner.Pool(jobs=min(args.jobs, len(jobs)), memslim_opt=args.memslim_opt, cli=not args.no_cli).run(
-        jobs, results.append)
+    runner.Pool(
+        jobs=min(args.jobs, len(jobs)), memslim_opt=args.memslim_opt, cli=not args.no_cli
+    ).run(jobs, results.append)
     for r in results:
-        print(json.dumps(r, indent=1) if args.verbose else "%s: %s %s %s" % (
-            r["id"], r["class"], r.get("stage", ""), r.get("detail", "")))
+        print(
+            json.dumps(r, indent=1)
+            if args.verbose
+            else "%s: %s %s %s" % (r["id"], r["class"], r.get("stage", ""), r.get("detail", ""))
+        )
     return 1 if any(r["class"] in FAILING for r in results) else 0
 
 
@@ -162,8 +219,9 @@ def cmd_shrink(args):
 
     if args.target.endswith(".py"):
         raise SystemExit("shrink takes a seed (files have no structure to edit)")
-    prog, res = shrink.shrink_seed(int(args.target), jobs=1, memslim_opt=args.memslim_opt, cli=not args.no_cli,
-                                   log=print)
+    prog, res = shrink.shrink_seed(
+        int(args.target), jobs=1, memslim_opt=args.memslim_opt, cli=not args.no_cli, log=print
+    )
     text = shrink.minimized_source(prog)
     if args.out:
         open(args.out, "w").write(text)
@@ -187,7 +245,11 @@ def cmd_shrink_all(args):
         per_sig[sig] += 1
         if r["class"] in ("wrong", "crash", "timeout") or per_sig[sig] <= 2:
             todo.append(int(r["id"][5:]))
-    todo = [s for s in sorted(set(todo)) if not os.path.exists(os.path.join(args.outdir, "seed%d.py" % s))]
+    todo = [
+        s
+        for s in sorted(set(todo))
+        if not os.path.exists(os.path.join(args.outdir, "seed%d.py" % s))
+    ]
     print("shrinking %d programs" % len(todo), flush=True)
     lock = threading.Lock()
 
@@ -199,13 +261,20 @@ def cmd_shrink_all(args):
                 seed = todo.pop(0)
             prog, res = shrink.shrink_seed(seed, memslim_opt=args.memslim_opt, cli=not args.no_cli)
             text = shrink.minimized_source(prog)
-            head = "# minimized from seed %d: %s@%s: %s\n" % (seed, res["class"], res.get("stage", ""),
-                                                              res.get("detail", "").replace("\n", " ")[:300])
+            head = "# minimized from seed %d: %s@%s: %s\n" % (
+                seed,
+                res["class"],
+                res.get("stage", ""),
+                res.get("detail", "").replace("\n", " ")[:300],
+            )
             with open(os.path.join(args.outdir, "seed%d.py" % seed), "w") as f:
                 f.write(head + text)
             with lock:
-                print("seed %d: %s@%s %d lines" % (seed, res["class"], res.get("stage", ""), len(text.splitlines())),
-                      flush=True)
+                print(
+                    "seed %d: %s@%s %d lines"
+                    % (seed, res["class"], res.get("stage", ""), len(text.splitlines())),
+                    flush=True,
+                )
 
     threads = [threading.Thread(target=work) for _ in range(args.jobs)]
     for t in threads:
@@ -215,7 +284,9 @@ def cmd_shrink_all(args):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--memslim-opt", default=runner.default_memslim_opt())
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-cli", action="store_true", help="skip the memslim-opt stage")
@@ -238,8 +309,14 @@ def main(argv=None):
     ka.add_argument("results")
     ka.add_argument("outdir")
     args = ap.parse_args(argv)
-    return {"quick": cmd_quick, "run": cmd_run, "check": cmd_check, "show": cmd_show,
-            "shrink": cmd_shrink, "shrink-all": cmd_shrink_all}[args.cmd](args) or 0
+    return {
+        "quick": cmd_quick,
+        "run": cmd_run,
+        "check": cmd_check,
+        "show": cmd_show,
+        "shrink": cmd_shrink,
+        "shrink-all": cmd_shrink_all,
+    }[args.cmd](args) or 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ loops (constant or int-argument trip counts), norms (layer / rms / group / batch
 functional or modules, gamma with zero and tiny channels), helper methods, several outputs and
 tuple returns with .sum() terms, bool/int/float arguments, fp32/fp64/bf16, train/eval.
 """
+
 from __future__ import annotations
 
 import random
@@ -29,74 +30,139 @@ DTYPES = (("float32", 0.72), ("float64", 0.16), ("bfloat16", 0.12))
 
 # aten activations: (feature, template). `{x}` is the operand.
 ACTS = [
-    ("gelu", "F.gelu({x})"), ("gelu_tanh", "F.gelu({x}, approximate='tanh')"),
-    ("silu", "F.silu({x})"), ("mish", "F.mish({x})"), ("softplus", "F.softplus({x})"),
-    ("softplus", "F.softplus({x}, beta=2.0, threshold=5.0)"), ("elu", "F.elu({x})"),
-    ("elu", "F.elu({x}, alpha=0.5)"), ("celu", "F.celu({x}, alpha=1.5)"), ("selu", "F.selu({x})"),
-    ("leaky_relu", "F.leaky_relu({x}, 0.2)"), ("hardswish", "F.hardswish({x})"),
-    ("hardsigmoid", "F.hardsigmoid({x})"), ("sigmoid", "torch.sigmoid({x})"),
-    ("sigmoid", "{x}.sigmoid()"), ("tanh", "torch.tanh({x})"), ("relu", "F.relu({x})"),
-    ("relu", "torch.relu({x})"), ("relu", "{x}.relu()"), ("relu6", "F.relu6({x})"),
+    ("gelu", "F.gelu({x})"),
+    ("gelu_tanh", "F.gelu({x}, approximate='tanh')"),
+    ("silu", "F.silu({x})"),
+    ("mish", "F.mish({x})"),
+    ("softplus", "F.softplus({x})"),
+    ("softplus", "F.softplus({x}, beta=2.0, threshold=5.0)"),
+    ("elu", "F.elu({x})"),
+    ("elu", "F.elu({x}, alpha=0.5)"),
+    ("celu", "F.celu({x}, alpha=1.5)"),
+    ("selu", "F.selu({x})"),
+    ("leaky_relu", "F.leaky_relu({x}, 0.2)"),
+    ("hardswish", "F.hardswish({x})"),
+    ("hardsigmoid", "F.hardsigmoid({x})"),
+    ("sigmoid", "torch.sigmoid({x})"),
+    ("sigmoid", "{x}.sigmoid()"),
+    ("tanh", "torch.tanh({x})"),
+    ("relu", "F.relu({x})"),
+    ("relu", "torch.relu({x})"),
+    ("relu", "{x}.relu()"),
+    ("relu6", "F.relu6({x})"),
 ]
 # In-place activations: (feature, template, is_statement_form).
 INPLACE_ACTS = [
-    ("silu_", "F.silu({x}, inplace=True)"), ("relu_", "F.relu({x}, inplace=True)"),
-    ("relu_", "{x}.relu_()"), ("relu_", "torch.relu_({x})"), ("sigmoid_", "torch.sigmoid_({x})"),
-    ("sigmoid_", "{x}.sigmoid_()"), ("tanh_", "torch.tanh_({x})"), ("tanh_", "{x}.tanh_()"),
-    ("elu_", "F.elu({x}, inplace=True)"), ("celu_", "F.celu({x}, alpha=0.5, inplace=True)"),
-    ("selu_", "F.selu({x}, inplace=True)"), ("leaky_relu_", "F.leaky_relu({x}, 0.1, inplace=True)"),
-    ("hardswish_", "F.hardswish({x}, inplace=True)"), ("hardsigmoid_", "F.hardsigmoid({x}, inplace=True)"),
-    ("mish_", "F.mish({x}, inplace=True)"), ("relu6_", "F.relu6({x}, inplace=True)"),
+    ("silu_", "F.silu({x}, inplace=True)"),
+    ("relu_", "F.relu({x}, inplace=True)"),
+    ("relu_", "{x}.relu_()"),
+    ("relu_", "torch.relu_({x})"),
+    ("sigmoid_", "torch.sigmoid_({x})"),
+    ("sigmoid_", "{x}.sigmoid_()"),
+    ("tanh_", "torch.tanh_({x})"),
+    ("tanh_", "{x}.tanh_()"),
+    ("elu_", "F.elu({x}, inplace=True)"),
+    ("celu_", "F.celu({x}, alpha=0.5, inplace=True)"),
+    ("selu_", "F.selu({x}, inplace=True)"),
+    ("leaky_relu_", "F.leaky_relu({x}, 0.1, inplace=True)"),
+    ("hardswish_", "F.hardswish({x}, inplace=True)"),
+    ("hardsigmoid_", "F.hardsigmoid({x}, inplace=True)"),
+    ("mish_", "F.mish({x}, inplace=True)"),
+    ("relu6_", "F.relu6({x}, inplace=True)"),
 ]
 MODULE_ACTS = [
-    ("gelu", "torch.nn.GELU()", False), ("gelu_tanh", "torch.nn.GELU(approximate='tanh')", False),
-    ("silu", "torch.nn.SiLU()", False), ("silu_", "torch.nn.SiLU(inplace=True)", True),
-    ("relu_", "torch.nn.ReLU(inplace=True)", True), ("mish", "torch.nn.Mish()", False),
-    ("hardswish", "torch.nn.Hardswish()", False), ("leaky_relu_", "torch.nn.LeakyReLU(0.1, inplace=True)", True),
-    ("elu", "torch.nn.ELU()", False), ("sigmoid", "torch.nn.Sigmoid()", False),
-    ("tanh", "torch.nn.Tanh()", False), ("softplus", "torch.nn.Softplus()", False),
+    ("gelu", "torch.nn.GELU()", False),
+    ("gelu_tanh", "torch.nn.GELU(approximate='tanh')", False),
+    ("silu", "torch.nn.SiLU()", False),
+    ("silu_", "torch.nn.SiLU(inplace=True)", True),
+    ("relu_", "torch.nn.ReLU(inplace=True)", True),
+    ("mish", "torch.nn.Mish()", False),
+    ("hardswish", "torch.nn.Hardswish()", False),
+    ("leaky_relu_", "torch.nn.LeakyReLU(0.1, inplace=True)", True),
+    ("elu", "torch.nn.ELU()", False),
+    ("sigmoid", "torch.nn.Sigmoid()", False),
+    ("tanh", "torch.nn.Tanh()", False),
+    ("softplus", "torch.nn.Softplus()", False),
 ]
 # Hand-written activations (one expression in {x}).
 HAND = [
-    ("hand_silu", "{x} * torch.sigmoid({x})"), ("hand_silu", "torch.sigmoid({x}) * {x}"),
+    ("hand_silu", "{x} * torch.sigmoid({x})"),
+    ("hand_silu", "torch.sigmoid({x}) * {x}"),
     ("hand_silu", "{x} / (1.0 + torch.exp(-{x}))"),
     ("hand_gelu", "0.5 * {x} * (1.0 + torch.erf({x} / math.sqrt(2.0)))"),
     ("hand_gelu", "{x} * 0.5 * (1.0 + torch.erf({x} * 0.7071067811865476))"),
     ("hand_gelu", "{x} * (torch.erf({x} / 1.4142135623730951) + 1.0) * 0.5"),
-    ("hand_gelu_tanh", "0.5 * {x} * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * ({x} + 0.044715 * torch.pow({x}, 3.0))))"),
-    ("hand_gelu_tanh", "0.5 * {x} * (1.0 + torch.tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))"),
-    ("hand_mish", "{x} * torch.tanh(F.softplus({x}))"), ("hand_mish", "torch.tanh(F.softplus({x})) * {x}"),
+    (
+        "hand_gelu_tanh",
+        "0.5 * {x} * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * ({x} + 0.044715 * torch.pow({x}, 3.0))))",
+    ),
+    (
+        "hand_gelu_tanh",
+        "0.5 * {x} * (1.0 + torch.tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})))",
+    ),
+    ("hand_mish", "{x} * torch.tanh(F.softplus({x}))"),
+    ("hand_mish", "torch.tanh(F.softplus({x})) * {x}"),
     ("hand_hardswish", "{x} * F.relu6({x} + 3.0) / 6.0"),
     ("hand_hardswish", "{x} * torch.clamp({x} + 3.0, 0.0, 6.0) / 6.0"),
-    ("hand_hardswish", "{x} * (F.relu6({x} + 3.0) / 6.0)"), ("hand_hardswish", "{x} * F.hardsigmoid({x})"),
+    ("hand_hardswish", "{x} * (F.relu6({x} + 3.0) / 6.0)"),
+    ("hand_hardswish", "{x} * F.hardsigmoid({x})"),
     ("hand_quick_gelu", "{x} * torch.sigmoid(1.702 * {x})"),
 ]
 # Pointwise ops: (template, saves its operand(s) for backward, saves its output).
 UNARY = [
-    ("torch.tanh({x})", 0, 1), ("torch.exp(-{x}.abs())", 1, 0), ("{x}.abs()", 1, 0), ("-{x}", 0, 0),
-    ("{x} * {x}", 1, 0), ("torch.sqrt({x}.abs() + 1.0)", 1, 0), ("torch.log1p({x}.abs())", 1, 0),
-    ("torch.clamp({x}, -2.0, 2.0)", 1, 0), ("{x}.pow(2)", 1, 0), ("torch.sin({x})", 1, 0),
-    ("torch.cos({x})", 1, 0), ("torch.rsqrt({x} * {x} + 1.0)", 1, 0),
-    ("torch.where({x} > 0, {x}, {x} * 0.1)", 1, 0), ("{x} * 1.5", 0, 0), ("{x} + 0.5", 0, 0),
-    ("1.0 - {x}", 0, 0), ("{x} / 2.0", 0, 0), ("torch.erf({x})", 1, 0),
-    ("torch.exp({x}.clamp(max=3.0))", 1, 1), ("{x} * 2.0 - 1.0", 0, 0),
+    ("torch.tanh({x})", 0, 1),
+    ("torch.exp(-{x}.abs())", 1, 0),
+    ("{x}.abs()", 1, 0),
+    ("-{x}", 0, 0),
+    ("{x} * {x}", 1, 0),
+    ("torch.sqrt({x}.abs() + 1.0)", 1, 0),
+    ("torch.log1p({x}.abs())", 1, 0),
+    ("torch.clamp({x}, -2.0, 2.0)", 1, 0),
+    ("{x}.pow(2)", 1, 0),
+    ("torch.sin({x})", 1, 0),
+    ("torch.cos({x})", 1, 0),
+    ("torch.rsqrt({x} * {x} + 1.0)", 1, 0),
+    ("torch.where({x} > 0, {x}, {x} * 0.1)", 1, 0),
+    ("{x} * 1.5", 0, 0),
+    ("{x} + 0.5", 0, 0),
+    ("1.0 - {x}", 0, 0),
+    ("{x} / 2.0", 0, 0),
+    ("torch.erf({x})", 1, 0),
+    ("torch.exp({x}.clamp(max=3.0))", 1, 1),
+    ("{x} * 2.0 - 1.0", 0, 0),
 ]
 BINARY = [
-    ("{x} + {y}", 0), ("{x} - {y}", 0), ("{x} * {y}", 1), ("{x} / ({y}.abs() + 1.0)", 1),
-    ("torch.maximum({x}, {y})", 1), ("torch.where({x} > {y}, {x}, {y} * 0.5)", 1),
-    ("{x} * 0.5 + {y} * 0.25", 0), ("{x} * torch.sigmoid({y})", 1),
+    ("{x} + {y}", 0),
+    ("{x} - {y}", 0),
+    ("{x} * {y}", 1),
+    ("{x} / ({y}.abs() + 1.0)", 1),
+    ("torch.maximum({x}, {y})", 1),
+    ("torch.where({x} > {y}, {x}, {y} * 0.5)", 1),
+    ("{x} * 0.5 + {y} * 0.25", 0),
+    ("{x} * torch.sigmoid({y})", 1),
 ]
 OUTPUT_SAVERS = {"sigmoid", "tanh", "relu"}  # aten activations whose backward reads their output
 INPLACE_WRITES = [
-    "{x}.add_(1.0)", "{x}.mul_(2.0)", "{x}.mul_(0.5)", "{x}.sub_(0.25)", "{x}.div_(2.0)",
-    "{x}.clamp_(-3.0, 3.0)", "{x}.masked_fill_({x} > 2.0, 2.0)",
+    "{x}.add_(1.0)",
+    "{x}.mul_(2.0)",
+    "{x}.mul_(0.5)",
+    "{x}.sub_(0.25)",
+    "{x}.div_(2.0)",
+    "{x}.clamp_(-3.0, 3.0)",
+    "{x}.masked_fill_({x} > 2.0, 2.0)",
 ]
 INPLACE_SLICE_WRITES = [
-    "{x}[:, :{k}].add_(1.0)", "{x}[:, :{k}].mul_(2.0)", "{x}[:, {k}:].mul_(0.5)",
-    "F.relu({x}[:, :{k}], inplace=True)", "{x}[0].add_(1.0)",
+    "{x}[:, :{k}].add_(1.0)",
+    "{x}[:, :{k}].mul_(2.0)",
+    "{x}[:, {k}:].mul_(0.5)",
+    "F.relu({x}[:, :{k}], inplace=True)",
+    "{x}[0].add_(1.0)",
 ]
 INPLACE_BINARY_WRITES = [
-    "{x}.add_({y})", "{x}.add_({y}, alpha=0.5)", "{x}.mul_({y})", "{x}.copy_({y})",
+    "{x}.add_({y})",
+    "{x}.add_({y}, alpha=0.5)",
+    "{x}.mul_({y})",
+    "{x}.copy_({y})",
     "{x}.addcmul_({y}, {y}, value=0.1)",
 ]
 
@@ -104,9 +170,12 @@ INPLACE_BINARY_WRITES = [
 class Val:
     """A value: shape; leafy (aliases an argument: no in-place writes); contig; root
     (the alias group: views, in-place results and plain assignments share it)."""
+
     __slots__ = ("id", "shape", "leafy", "contig", "root")
 
-    def __init__(self, vid: int, shape: Sequence[int], leafy: bool, contig: bool, root: Optional[int] = None):
+    def __init__(
+        self, vid: int, shape: Sequence[int], leafy: bool, contig: bool, root: Optional[int] = None
+    ):
         self.id, self.shape, self.leafy, self.contig = vid, tuple(shape), leafy, contig
         self.root = vid if root is None else root
 
@@ -139,17 +208,17 @@ class Program:
         self.dtype = "float32"
         self.mode = "train"
         self.batch = 8
-        self.decls: Dict[str, str] = {}      # attribute name -> __init__ line(s)
-        self.flags: Dict[str, bool] = {}     # bool constructor args
+        self.decls: Dict[str, str] = {}  # attribute name -> __init__ line(s)
+        self.flags: Dict[str, bool] = {}  # bool constructor args
         self.methods: Dict[str, List[str]] = {}
-        self.args: List[tuple] = []          # (name, kind, value): kind tensor/bool/int/float
+        self.args: List[tuple] = []  # (name, kind, value): kind tensor/bool/int/float
         self.arg_requires_grad: Dict[str, bool] = {}
         self.body: List[Stmt] = []
         self.outputs: List[List[tuple]] = []  # each: [(vid, "plain"|"sum0"|"sumk"|"mean"|"add")]
         self.tuple_return = False
         self.shapes: Dict[int, tuple] = {}
-        self.subst: Dict[int, int] = {}       # shrinker substitutions
-        self.names: Dict[int, str] = {}       # argument values (x, y) by id
+        self.subst: Dict[int, int] = {}  # shrinker substitutions
+        self.names: Dict[int, str] = {}  # argument values (x, y) by id
 
     # --- emission -------------------------------------------------------
     def resolve(self, vid: int) -> int:
@@ -186,8 +255,15 @@ class Program:
             parts = []
             for vid, kind in terms:
                 n = self.vname(vid)
-                parts.append({"plain": n, "add": n, "sum0": n + ".sum() * 0.0",
-                              "sumk": n + ".sum() * 0.1", "mean": n + ".mean()"}[kind])
+                parts.append(
+                    {
+                        "plain": n,
+                        "add": n,
+                        "sum0": n + ".sum() * 0.0",
+                        "sumk": n + ".sum() * 0.1",
+                        "mean": n + ".mean()",
+                    }[kind]
+                )
             exprs.append(" + ".join(parts))
         return exprs
 
@@ -240,10 +316,11 @@ class Program:
             else:
                 ins.append(repr(value))
         lines += [
-            "", "",
+            "",
+            "",
             "def make():",
             '    """(module, example inputs) for this program; deterministic."""',
-            "    torch.manual_seed(%d)" % (self.seed % (2 ** 31)),
+            "    torch.manual_seed(%d)" % (self.seed % (2**31)),
             "    m = P(%s).to(%s)" % (", ".join(repr(self.flags[f]) for f in flags), dt),
             "    m.%s()" % self.mode,
             "    return m, (%s%s)" % (", ".join(ins), "," if len(ins) == 1 else ""),
@@ -259,6 +336,7 @@ class Program:
                 f.update(s.feats)
                 for b in s.blocks:
                     walk(b)
+
         walk(self.body)
         f.add("dtype_" + self.dtype)
         f.add("mode_" + self.mode)
@@ -332,7 +410,9 @@ class Gen:
             init = "1.0 + torch.randn(%d) * 0.1" % shape[0]
         elif kind == "edge_scale":  # a norm's gamma with zero and tiny channels
             n = self.name("g")
-            init = "torch.where(torch.rand({0}) < 0.3, torch.zeros({0}), torch.randn({0}) * 0.05)".format(shape[0])
+            init = "torch.where(torch.rand({0}) < 0.3, torch.zeros({0}), torch.randn({0}) * 0.05)".format(
+                shape[0]
+            )
         else:  # 0-dim
             n = self.name("s")
             init = "torch.tensor(%.2f)" % self.rng.uniform(0.2, 1.2)
@@ -388,12 +468,19 @@ class Gen:
             feat = "linear"
         elif style < 0.75:
             n = self.name("lin")
-            self.p.decls[n] = "self.%s = torch.nn.Linear(%d, %d, bias=%s)" % (n, cin, cout, self.rng.random() < 0.6)
+            self.p.decls[n] = "self.%s = torch.nn.Linear(%d, %d, bias=%s)" % (
+                n,
+                cin,
+                cout,
+                self.rng.random() < 0.6,
+            )
             line = "%s = self.%s(%s)" % (V(r), n, V(v))
             feat = "nn_linear"
         else:
             w = self.param((cout, cin))
-            line = self.rng.choice(["%s = torch.matmul(%s, self.%s.t())", "%s = %s @ self.%s.t()"]) % (V(r), V(v), w)
+            line = self.rng.choice(
+                ["%s = torch.matmul(%s, self.%s.t())", "%s = %s @ self.%s.t()"]
+            ) % (V(r), V(v), w)
             feat = "matmul"
         return [Stmt([line], [r.id], [feat])]
 
@@ -424,7 +511,9 @@ class Gen:
             self.p.decls[n] = "self.%s = %s" % (n, ctor)
             r = self.new(v.shape, contig=v.contig or not inplace, alias=v if inplace else None)
             self.act_saves(feat, v, r)
-            return [Stmt(["%s = self.%s(%s)" % (V(r), n, V(v))], [r.id], ["act_module", "act:" + feat])]
+            return [
+                Stmt(["%s = self.%s(%s)" % (V(r), n, V(v))], [r.id], ["act_module", "act:" + feat])
+            ]
         v = self.pick()
         feat, t = self.rng.choice(ACTS)
         r = self.new(v.shape)
@@ -453,13 +542,27 @@ class Gen:
             out.append(Stmt(["%s = torch.sigmoid(%s)" % (V(s), V(h))], [s.id], ["hand_split"]))
             self.save(s)
         elif kind == "gelu":
-            out.append(Stmt(["%s = 1.0 + torch.erf(%s * 0.7071067811865476)" % (V(s), V(h))], [s.id], ["hand_split"]))
+            out.append(
+                Stmt(
+                    ["%s = 1.0 + torch.erf(%s * 0.7071067811865476)" % (V(s), V(h))],
+                    [s.id],
+                    ["hand_split"],
+                )
+            )
             self.save(h)
         else:
-            out.append(Stmt(["%s = torch.tanh(F.softplus(%s))" % (V(s), V(h))], [s.id], ["hand_split"]))
+            out.append(
+                Stmt(["%s = torch.tanh(F.softplus(%s))" % (V(s), V(h))], [s.id], ["hand_split"])
+            )
             self.save(h, s)
         if self.inter(h) and self.rng.random() < 0.6:
-            out.append(Stmt([self.rng.choice(INPLACE_WRITES).format(x=V(h))], [], ["inplace_write", "write_between"]))
+            out.append(
+                Stmt(
+                    [self.rng.choice(INPLACE_WRITES).format(x=V(h))],
+                    [],
+                    ["inplace_write", "write_between"],
+                )
+            )
         r = self.new(h.shape)
         expr = {"silu": "%s * %s", "gelu": "0.5 * %s * %s", "mish": "%s * %s"}[kind] % (V(h), V(s))
         self.save(h, s)
@@ -479,7 +582,9 @@ class Gen:
         ]
         if use_buf:
             bn = self.name("consts")
-            self.p.decls[bn] = 'self.register_buffer("%s", torch.tensor([0.0, 1.0, 2.0]), persistent=False)' % bn
+            self.p.decls[bn] = (
+                'self.register_buffer("%s", torch.tensor([0.0, 1.0, 2.0]), persistent=False)' % bn
+            )
             lines += [
                 "{t}n = self.%s[1]" % bn,
                 "{t}acc = (1 - torch.exp({t}q)) * {t}g / torch.exp(torch.lgamma(1 + {t}a))",
@@ -493,7 +598,10 @@ class Gen:
         r = self.new(x.shape)
         self.save(x)
         lines.append("{r} = torch.where({x} > 0, {t}p, 1.7581 / torch.pow(1.0, {t}a) * {t}acc)")
-        lines = [ln.replace("{t}", t).replace("{o}", order).replace("{x}", V(x)).replace("{r}", V(r)) for ln in lines]
+        lines = [
+            ln.replace("{t}", t).replace("{o}", order).replace("{x}", V(x)).replace("{r}", V(r))
+            for ln in lines
+        ]
         return [Stmt(lines, [r.id], ["fracact"])]
 
     def s_pointwise(self):
@@ -520,7 +628,10 @@ class Gen:
             if self.rng.random() < 0.5:
                 expr, feat = "torch.addcmul(%s, %s, %s, value=0.5)" % (V(v), V(y), V(z)), "addcmul"
             else:
-                expr, feat = "torch.addcdiv(%s, %s, %s.abs() + 1.0, value=0.3)" % (V(v), V(y), V(z)), "addcdiv"
+                expr, feat = (
+                    "torch.addcdiv(%s, %s, %s.abs() + 1.0, value=0.3)" % (V(v), V(y), V(z)),
+                    "addcdiv",
+                )
         elif roll < 0.92:
             c = v.shape[-1]
             k = self.rng.random()
@@ -595,7 +706,9 @@ class Gen:
             k = self.rng.randint(1, sh[1] - 1)
             if self.rng.random() < 0.5:
                 r = self.new((sh[0], k), contig=False, alias=v)
-                expr = self.rng.choice(["%s[:, :%d]" % (V(v), k), "%s.narrow(1, 0, %d)" % (V(v), k)])
+                expr = self.rng.choice(
+                    ["%s[:, :%d]" % (V(v), k), "%s.narrow(1, 0, %d)" % (V(v), k)]
+                )
             else:
                 r = self.new((sh[0], sh[1] - k), contig=False, alias=v)
                 expr = "%s[:, %d:]" % (V(v), k)
@@ -603,7 +716,13 @@ class Gen:
         if len(sh) == 2 and sh[1] % 2 == 0 and roll < 0.5:
             a = self.new((sh[0], sh[1] // 2), contig=False, alias=v)
             b = self.new((sh[0], sh[1] // 2), contig=False, alias=v)
-            return [Stmt(["%s, %s = %s.chunk(2, dim=1)" % (V(a), V(b), V(v))], [a.id, b.id], ["view_chunk"])]
+            return [
+                Stmt(
+                    ["%s, %s = %s.chunk(2, dim=1)" % (V(a), V(b), V(v))],
+                    [a.id, b.id],
+                    ["view_chunk"],
+                )
+            ]
         if roll < 0.7:
             m = self.rng.choice([d for d in (2, 4, 8) if numel % d == 0] or [1])
             if self.rng.random() < 0.5 and len(sh) == 2:
@@ -613,12 +732,17 @@ class Gen:
                 u = self.new((numel // m, m))
                 self.act_saves(feat, t, u)
                 r = self.new(sh, alias=u)
-                lines = ["%s = %s.reshape(%d, %d)" % (V(t), V(v), numel // m, m),
-                         "%s = %s" % (V(u), tmpl.format(x=V(t))),
-                         "%s = %s.reshape(%s)" % (V(r), V(u), ", ".join(map(str, sh)))]
+                lines = [
+                    "%s = %s.reshape(%d, %d)" % (V(t), V(v), numel // m, m),
+                    "%s = %s" % (V(u), tmpl.format(x=V(t))),
+                    "%s = %s.reshape(%s)" % (V(r), V(u), ", ".join(map(str, sh))),
+                ]
                 feat = feat if feat.startswith("hand") else "act:" + feat
-                return [Stmt(lines[:1], [t.id], ["view_reshape"]), Stmt(lines[1:2], [u.id], [feat]),
-                        Stmt(lines[2:], [r.id], ["view_reshape"])]
+                return [
+                    Stmt(lines[:1], [t.id], ["view_reshape"]),
+                    Stmt(lines[1:2], [u.id], [feat]),
+                    Stmt(lines[2:], [r.id], ["view_reshape"]),
+                ]
             use_view = v.contig and self.rng.random() < 0.5
             r = self.new((numel // m, m), contig=v.contig, alias=v)
             expr = "%s.%s(%d, %d)" % (V(v), "view" if use_view else "reshape", numel // m, m)
@@ -626,12 +750,20 @@ class Gen:
         if roll < 0.85:
             y = self.pick(lambda u: len(u.shape) == len(sh) and u.shape[:-1] == sh[:-1])
             r = self.new(sh[:-1] + (sh[-1] + y.shape[-1],))
-            return [Stmt(["%s = torch.cat([%s, %s], dim=%d)" % (V(r), V(v), V(y), len(sh) - 1)], [r.id], ["cat"])]
+            return [
+                Stmt(
+                    ["%s = torch.cat([%s, %s], dim=%d)" % (V(r), V(v), V(y), len(sh) - 1)],
+                    [r.id],
+                    ["cat"],
+                )
+            ]
         if len(sh) == 2 and roll < 0.92:
             t = self.new((1,) + sh, contig=v.contig, alias=v)
             r = self.new(sh, contig=v.contig, alias=v)
-            return [Stmt(["%s = %s.unsqueeze(0)" % (V(t), V(v))], [t.id], ["view_unsqueeze"]),
-                    Stmt(["%s = %s.squeeze(0)" % (V(r), V(t))], [r.id], ["view_unsqueeze"])]
+            return [
+                Stmt(["%s = %s.unsqueeze(0)" % (V(t), V(v))], [t.id], ["view_unsqueeze"]),
+                Stmt(["%s = %s.squeeze(0)" % (V(r), V(t))], [r.id], ["view_unsqueeze"]),
+            ]
         r = self.new(sh)
         return [Stmt(["%s = %s.contiguous() * 1.0" % (V(r), V(v))], [r.id], ["contiguous"])]
 
@@ -669,7 +801,10 @@ class Gen:
             else:
                 args = ""
                 if affine:
-                    args = ", self.%s, self.%s" % (self.param((last,), gamma), self.param((last,), "bias"))
+                    args = ", self.%s, self.%s" % (
+                        self.param((last,), gamma),
+                        self.param((last,), "bias"),
+                    )
                 line = "%s = F.layer_norm(%s, (%d,)%s)" % (V(r), V(v), last, args)
         elif kind == "rms":
             if self.rng.random() < 0.35:
@@ -683,7 +818,10 @@ class Gen:
             groups = self.rng.choice([g for g in (1, 2, 4) if chan % g == 0])
             args = ""
             if affine:
-                args = ", self.%s, self.%s" % (self.param((chan,), gamma), self.param((chan,), "bias"))
+                args = ", self.%s, self.%s" % (
+                    self.param((chan,), gamma),
+                    self.param((chan,), "bias"),
+                )
             line = "%s = F.group_norm(%s, %d%s)" % (V(r), V(v), groups, args)
         elif self.rng.random() < 0.4:
             n = self.name("norm")
@@ -695,9 +833,17 @@ class Gen:
             self.p.decls[rv] = "self.%s = torch.nn.Buffer(torch.rand(%d) + 0.5)" % (rv, chan)
             args = ""
             if affine:
-                args = ", self.%s, self.%s" % (self.param((chan,), gamma), self.param((chan,), "bias"))
+                args = ", self.%s, self.%s" % (
+                    self.param((chan,), gamma),
+                    self.param((chan,), "bias"),
+                )
             line = "%s = F.batch_norm(%s, self.%s, self.%s%s, training=self.training)" % (
-                V(r), V(v), rm, rv, args)
+                V(r),
+                V(v),
+                rm,
+                rv,
+                args,
+            )
         stmts = [Stmt(pre + [line], [r.id] + ([v.id] if pre else []), ["norm", "norm:" + kind])]
         if tail:
             stmts += self.residual_tail(r)
@@ -720,10 +866,12 @@ class Gen:
             core = "(%s * torch.rsqrt(%s.pow(2).mean(-1, keepdim=True) + %s))" % (x, x, eps)
         else:
             u = "%s.mean(-1, keepdim=True)" % x
-            s = {"pow": "(%s - %s).pow(2).mean(-1, keepdim=True)" % (x, u),
-                 "mul": "((%s - %s) * (%s - %s)).mean(-1, keepdim=True)" % (x, u, x, u),
-                 "var": "%s.var(-1, keepdim=True, unbiased=False)" % x,
-                 "var_unbiased": "%s.var(-1, keepdim=True)" % x}[form]
+            s = {
+                "pow": "(%s - %s).pow(2).mean(-1, keepdim=True)" % (x, u),
+                "mul": "((%s - %s) * (%s - %s)).mean(-1, keepdim=True)" % (x, u, x, u),
+                "var": "%s.var(-1, keepdim=True, unbiased=False)" % x,
+                "var_unbiased": "%s.var(-1, keepdim=True)" % x,
+            }[form]
             if self.rng.random() < 0.5:
                 core = "((%s - %s) / torch.sqrt(%s + %s))" % (x, u, s, eps)
             else:
@@ -777,7 +925,9 @@ class Gen:
         for src_v, prob in ((s, 0.6), (u, 0.4)):
             if self.rng.random() < prob:
                 k = self.new(tuple(src_v.shape[:-1]) + (last,))
-                lines.append("%s = F.linear(%s, self.%s)" % (V(k), V(src_v), self.param((last, last))))
+                lines.append(
+                    "%s = F.linear(%s, self.%s)" % (V(k), V(src_v), self.param((last, last)))
+                )
                 self.save(src_v)
                 made.append(k.id)
         return [Stmt(lines, made, feats)]
@@ -801,7 +951,9 @@ class Gen:
             lines.append("%s = F.linear(self.%s(%s), self.%s)" % (V(t), n, V(inp), w))
             feats.append("coupling_bn")
         elif roll < 0.7:
-            lines.append("%s = %s * torch.sigmoid(F.linear(%s, self.%s))" % (V(t), V(inp), V(inp), w))
+            lines.append(
+                "%s = %s * torch.sigmoid(F.linear(%s, self.%s))" % (V(t), V(inp), V(inp), w)
+            )
         else:
             lines.append("%s = F.linear(F.layer_norm(%s, (%d,)), self.%s)" % (V(t), V(inp), h, w))
         if escape and rng.random() < 0.5:
@@ -849,12 +1001,13 @@ class Gen:
         def combine(y, x, f):
             roll = forms.random()
             if roll < 0.15:  # RealNVP: x * exp(tanh(f)) + tanh(f)
-                lines.append("%s = %s * torch.exp(torch.tanh(%s)) + torch.tanh(%s)"
-                             % (V(y), V(x), V(f), V(f)))
+                lines.append(
+                    "%s = %s * torch.exp(torch.tanh(%s)) + torch.tanh(%s)"
+                    % (V(y), V(x), V(f), V(f))
+                )
                 feats.append("coupling_affine")
             elif roll < 0.3:  # Glow: (x + f) * sigmoid(f + 2)
-                lines.append("%s = (%s + %s) * torch.sigmoid(%s + 2.0)"
-                             % (V(y), V(x), V(f), V(f)))
+                lines.append("%s = (%s + %s) * torch.sigmoid(%s + 2.0)" % (V(y), V(x), V(f), V(f)))
                 feats.append("coupling_affine")
             else:
                 lines.append("%s = %s + %s" % (V(y), V(x), V(f)))
@@ -896,12 +1049,14 @@ class Gen:
             return []
         k, st, pad = self.rng.choice([(2, 2, 0), (3, 2, 1), (3, 1, 1), (2, 1, 0)])
         ceil = self.rng.random() < 0.2
+
         def size(n):
             num = n + 2 * pad - k
             out = (-(-num // st) if ceil else num // st) + 1
             if ceil and (out - 1) * st >= n + pad:
                 out -= 1
             return out
+
         shape = tuple(v.shape[:-2]) + (size(v.shape[-2]), size(v.shape[-1]))
         r = self.new(shape)
         self.save(v)
@@ -938,8 +1093,16 @@ class Gen:
             r = self.new(src.shape)
             line = "%s = F.dropout(%s, p=%s, training=%s)" % (V(r), V(src), p, train)
         out.append(Stmt([line], [r.id], ["dropout"]))
-        if self.inter(r) and self.rng.random() < 0.35:  # a later in-place write on dropout's output (issue 9)
-            out.append(Stmt([self.rng.choice(INPLACE_WRITES).format(x=V(r))], [], ["inplace_write", "write_after_dropout"]))
+        if (
+            self.inter(r) and self.rng.random() < 0.35
+        ):  # a later in-place write on dropout's output (issue 9)
+            out.append(
+                Stmt(
+                    [self.rng.choice(INPLACE_WRITES).format(x=V(r))],
+                    [],
+                    ["inplace_write", "write_after_dropout"],
+                )
+            )
         return out
 
     def s_method(self):
@@ -948,7 +1111,11 @@ class Gen:
         feat, t = self.rng.choice(HAND + ACTS)
         body = ["    def %s(self, x):" % n]
         if self.rng.random() < 0.3:
-            body += ["        y = x * 1.0", "        y.mul_(0.5)", "        return %s" % t.format(x="y")]
+            body += [
+                "        y = x * 1.0",
+                "        y.mul_(0.5)",
+                "        return %s" % t.format(x="y"),
+            ]
         else:
             body += ["        return %s" % t.format(x="x")]
         self.p.methods[n] = body
@@ -1006,7 +1173,11 @@ class Gen:
         for stmts, src in blocks:
             stmts.append(Stmt(["%s = %s" % (V(r), V(src))], [r.id]))
         alts = [blocks[0][0], blocks[1][0]]
-        return [Stmt(["if %s:" % cond, 0, "else:", 1], [r.id], [feat], [blocks[0][0], blocks[1][0]], alts)]
+        return [
+            Stmt(
+                ["if %s:" % cond, 0, "else:", 1], [r.id], [feat], [blocks[0][0], blocks[1][0]], alts
+            )
+        ]
 
     def s_no_grad(self):
         """`with torch.no_grad():` around a few statements (values made there stay visible
@@ -1030,7 +1201,9 @@ class Gen:
             return []
         v = self.pick()
         k = self.arg("int")
-        trips = k if (k is not None and self.rng.random() < 0.5) else str(self.rng.choice([1, 2, 3]))
+        trips = (
+            k if (k is not None and self.rng.random() < 0.5) else str(self.rng.choice([1, 2, 3]))
+        )
         feat = "loop_arg" if trips == k else "loop"
         gens = [self.s_act, self.s_hand, self.s_pointwise, self.s_inplace, self.s_linear]
         if self.rng.random() < 0.5:
@@ -1064,8 +1237,14 @@ class Gen:
             kind = "accumulate"
         self.in_loop = False
         alt_unrolled = [Stmt([head], [carried.id])] + stmts  # one iteration, index 0
-        s = Stmt([head, "for i in range(%s):" % trips, 0], [carried.id], [feat, "loop_" + kind],
-                 [stmts], [alt_unrolled], inner=[carried.id])
+        s = Stmt(
+            [head, "for i in range(%s):" % trips, 0],
+            [carried.id],
+            [feat, "loop_" + kind],
+            [stmts],
+            [alt_unrolled],
+            inner=[carried.id],
+        )
         return [s]
 
     # --- the program ------------------------------------------------------
@@ -1091,9 +1270,21 @@ class Gen:
         # in-place writes off the input leaf).
         if rng.random() < 0.85:
             p.body += self.s_linear()
-        gens = [(self.s_linear, 10), (self.s_act, 16), (self.s_hand, 12), (self.s_pointwise, 14),
-                (self.s_inplace, 9), (self.s_view, 8), (self.s_if, 6), (self.s_loop, 5),
-                (self.s_dropout, 6), (self.s_method, 3), (self.s_no_grad, 4), (self.s_norm, 6), (self.s_pool, 2)]
+        gens = [
+            (self.s_linear, 10),
+            (self.s_act, 16),
+            (self.s_hand, 12),
+            (self.s_pointwise, 14),
+            (self.s_inplace, 9),
+            (self.s_view, 8),
+            (self.s_if, 6),
+            (self.s_loop, 5),
+            (self.s_dropout, 6),
+            (self.s_method, 3),
+            (self.s_no_grad, 4),
+            (self.s_norm, 6),
+            (self.s_pool, 2),
+        ]
         n = rng.randint(3, 13)
         while n > 0:
             g = rng.choices([g for g, _ in gens], [w for _, w in gens])[0]

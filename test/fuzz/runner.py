@@ -35,6 +35,7 @@ Programs run in worker subprocesses (`Pool`), one program at a time per worker a
 many per worker lifetime; a worker that dies takes only the program it was running
 (the worker reports each stage before entering it), and a fresh worker continues.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -53,7 +54,10 @@ import threading
 import time
 import traceback
 import warnings
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
+
+if TYPE_CHECKING:  # torch is imported lazily: the parent process never loads it
+    import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -74,6 +78,7 @@ DRIFT_CAP = 10.0
 # Executing and comparing (inside a worker)
 # --------------------------------------------------------------------------
 
+
 def _optimize_kw() -> dict:
     """MEMSLIM_FUZZ_PASSES=a,b,...: memslim.optimize runs these passes instead of
     memslim-default (e.g. the default list plus recompute-blocks, to fuzz a pass that is
@@ -81,11 +86,12 @@ def _optimize_kw() -> dict:
     passes = os.environ.get("MEMSLIM_FUZZ_PASSES", "")
     return {"passes": passes.split(",")} if passes else {}
 
+
 def load_source(source: str, path: str):
     """Imports `source` from `path` (torch.jit.script needs the file for inspect)."""
     with open(path, "w") as f:
         f.write(source)
-    name = "fuzzprog_%d_%d" % (os.getpid(), abs(hash(path)) % 10 ** 9)
+    name = "fuzzprog_%d_%d" % (os.getpid(), abs(hash(path)) % 10**9)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -172,8 +178,13 @@ def rel_err(ref, got) -> Tuple[float, str]:
     if not torch.equal(fa, fb):
         n = int((fa != fb).sum())
         return math.inf, "non-finite pattern differs at %d elements (ref %d non-finite, got %d)" % (
-            n, int((~fa).sum()), int((~fb).sum()))
-    if not torch.equal(torch.isnan(a), torch.isnan(b)) or not torch.equal(a[~fa & ~torch.isnan(a)], b[~fa & ~torch.isnan(a)]):
+            n,
+            int((~fa).sum()),
+            int((~fb).sum()),
+        )
+    if not torch.equal(torch.isnan(a), torch.isnan(b)) or not torch.equal(
+        a[~fa & ~torch.isnan(a)], b[~fa & ~torch.isnan(a)]
+    ):
         return math.inf, "NaN/inf values differ"
     a, b = a[fa], b[fa]
     na = float(a.norm())
@@ -201,7 +212,13 @@ class Reference:
     be less accurate than eager by more than that factor."""
 
     def __init__(self, dtype, eager, drift, scripted, rand, truth=None, sens=None):
-        self.dtype, self.eager, self.drift, self.scripted, self.rand = dtype, eager, drift, scripted, rand
+        self.dtype, self.eager, self.drift, self.scripted, self.rand = (
+            dtype,
+            eager,
+            drift,
+            scripted,
+            rand,
+        )
         self.truth = truth
         self.sens = sens or {}  # per tensor: eager's own change under a few-ulp perturbation
         self.truth_err = {}
@@ -221,8 +238,12 @@ def compare(R: Reference, got: dict, index: int, stats: Optional[dict] = None):
     smallest error over the references of the worst tensor ("err")."""
     ref = R.eager
     if set(ref) != set(got):
-        return {"tensor": "structure", "rel": math.inf, "bar": 0.0,
-                "why": "outputs/gradients differ: %s vs %s" % (sorted(ref), sorted(got))}
+        return {
+            "tensor": "structure",
+            "rel": math.inf,
+            "bar": 0.0,
+            "why": "outputs/gradients differ: %s vs %s" % (sorted(ref), sorted(got)),
+        }
     base = BARS[R.dtype]
     worst = None
     for k in ref:
@@ -255,13 +276,20 @@ def compare(R: Reference, got: dict, index: int, stats: Optional[dict] = None):
         if stats is not None and math.isfinite(err):
             stats["err"] = max(stats.get("err", 0.0), err)
         if not ok and (worst is None or rel / bar > worst["rel"] / max(worst["bar"], 1e-300)):
-            worst = {"tensor": k, "rel": rel, "bar": bar, "why": (why + " " + "; ".join(notes)).strip()}
+            worst = {
+                "tensor": k,
+                "rel": rel,
+                "bar": bar,
+                "why": (why + " " + "; ".join(notes)).strip(),
+            }
     return worst
 
 
 def first_line(e: BaseException) -> str:
     """The error's first line; for TorchScript interpreter errors also its last (the cause)."""
-    lines = [ln for ln in ("%s: %s" % (type(e).__name__, str(e).strip())).splitlines() if ln.strip()]
+    lines = [
+        ln for ln in ("%s: %s" % (type(e).__name__, str(e).strip())).splitlines() if ln.strip()
+    ]
     msg = lines[0]
     if "TorchScript" in msg and len(lines) > 1:
         msg += " ... " + lines[-1].strip()
@@ -284,8 +312,9 @@ class Stage:
         self.report({"stage": name})
 
 
-def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[str],
-                 cli: bool = True) -> dict:
+def check_source(
+    source: str, workdir: str, stage: Stage, memslim_opt: Optional[str], cli: bool = True
+) -> dict:
     """Runs one program through every stage; returns its classification."""
     import torch
     import memslim
@@ -300,16 +329,28 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
 
     def done(cls, st, detail):
         stage("end")
-        res.update({"class": cls, "stage": st, "detail": detail, "seconds": round(time.time() - t0, 3),
-                    "times": stage.times})
+        res.update(
+            {
+                "class": cls,
+                "stage": st,
+                "detail": detail,
+                "seconds": round(time.time() - t0, 3),
+                "times": stage.times,
+            }
+        )
         return res
 
     stage("load")
     try:
         prog = load_source(source, os.path.join(workdir, "prog.py"))
         m, inputs = prog.make()
-        dtype = str(next(iter(m.parameters())).dtype).replace("torch.", "") if list(m.parameters()) else \
-            str([a for a in inputs if isinstance(a, torch.Tensor)][0].dtype).replace("torch.", "")
+        dtype = (
+            str(next(iter(m.parameters())).dtype).replace("torch.", "")
+            if list(m.parameters())
+            else str([a for a in inputs if isinstance(a, torch.Tensor)][0].dtype).replace(
+                "torch.", ""
+            )
+        )
     except Exception as e:
         return done("invalid", "load", first_line(e))
     res["dtype"] = dtype
@@ -349,7 +390,9 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
             truth = call(m64, [up64(a) for a in inputs], trainable(m64))
         except Exception:  # noqa: BLE001 - then bf16 is judged against eager alone
             truth = None
-    R = Reference(dtype, ref, drift, sruns, rand, truth, sensitivity(prog, inputs, ref, dtype, rand))
+    R = Reference(
+        dtype, ref, drift, sruns, rand, truth, sensitivity(prog, inputs, ref, dtype, rand)
+    )
 
     stage("optimize")
     try:
@@ -373,20 +416,42 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
                 w = compare(R, got, run, stats)
                 res["opt_err"] = max(res.get("opt_err", 0.0), stats.get("err", 0.0))
                 if w is not None:
-                    verdicts.append(("wrong", "optimize", "call %d: %s rel %.3g > bar %.3g %s" % (
-                        run + 1, w["tensor"], w["rel"], w.get("bar", 0), w["why"])))
-                    if dtype == "bfloat16" and math.isfinite(w["rel"]) and fp32_twin_ok(prog, inputs):
-                        verdicts[-1] = ("bf16-rounding", "optimize", verdicts[-1][2] + "; the fp32 twin of "
-                                        "this program (same values) passes the fp32 bars")
+                    verdicts.append(
+                        (
+                            "wrong",
+                            "optimize",
+                            "call %d: %s rel %.3g > bar %.3g %s"
+                            % (run + 1, w["tensor"], w["rel"], w.get("bar", 0), w["why"]),
+                        )
+                    )
+                    if (
+                        dtype == "bfloat16"
+                        and math.isfinite(w["rel"])
+                        and fp32_twin_ok(prog, inputs)
+                    ):
+                        verdicts[-1] = (
+                            "bf16-rounding",
+                            "optimize",
+                            verdicts[-1][2] + "; the fp32 twin of "
+                            "this program (same values) passes the fp32 bars",
+                        )
                     elif dtype == "float32" and fp64_twin_same(prog, inputs, got, R):
-                        verdicts[-1] = ("fp32-rounding", "optimize", verdicts[-1][2] + "; the fp64 twin "
-                                        "through memslim.optimize matches fp64 eager within 1e-9, and "
-                                        "the fp32 error is within 4 x eager's own against fp64")
+                        verdicts[-1] = (
+                            "fp32-rounding",
+                            "optimize",
+                            verdicts[-1][2] + "; the fp64 twin "
+                            "through memslim.optimize matches fp64 eager within 1e-9, and "
+                            "the fp32 error is within 4 x eager's own against fp64",
+                        )
                     elif rand and run > 0 and rng_order_only(prog, inputs, R):
-                        verdicts[-1] = ("rng-order", "optimize", verdicts[-1][2] + "; with "
-                                        "torch.jit.optimized_execution(False) every call matches eager: "
-                                        "the optimizing executor draws this module's random numbers in "
-                                        "another order than the unmodified module's")
+                        verdicts[-1] = (
+                            "rng-order",
+                            "optimize",
+                            verdicts[-1][2] + "; with "
+                            "torch.jit.optimized_execution(False) every call matches eager: "
+                            "the optimizing executor draws this module's random numbers in "
+                            "another order than the unmodified module's",
+                        )
                     break
         except Exception as e:
             verdicts.append(("exception", "optimized-run", first_line(e)))
@@ -420,8 +485,9 @@ def check_source(source: str, workdir: str, stage: Stage, memslim_opt: Optional[
     return done("ok", "", "")
 
 
-def run_compile_budget(prog, inputs, R: "Reference", budget: Optional[float],
-                       res: Optional[dict] = None):
+def run_compile_budget(
+    prog, inputs, R: "Reference", budget: Optional[float], res: Optional[dict] = None
+):
     """memslim.compile(memory_budget=budget)'s leg (MEMSLIM_FUZZ_COMPILE_BUDGET=B, or =none
     for memslim.compile without a budget: the pipeline alone, kept where Inductor's
     partition keeps fewer bytes; off by
@@ -447,6 +513,7 @@ def run_compile_budget(prog, inputs, R: "Reference", budget: Optional[float],
             # 2.14.1's add+mm->addmm drops add's alpha: plain torch.compile's error would
             # have let any memslim error of that size pass).
             from memslim import inductor_guards
+
             with inductor_config.patch(inductor_guards.config_patches()):
                 base = call(torch.compile(m2), inputs, trainable(m2))
         except Exception as e:  # noqa: BLE001
@@ -455,8 +522,11 @@ def run_compile_budget(prog, inputs, R: "Reference", budget: Optional[float],
         m3, _ = prog.make()
         records = []
         try:
-            c = memslim.compile(m3, memory_budget=budget, strict=True) if budget is not None \
+            c = (
+                memslim.compile(m3, memory_budget=budget, strict=True)
+                if budget is not None
                 else memslim.compile(m3, strict=True)
+            )
             got = call(c, inputs, trainable(m3))
             records = memslim.report(c)
         except Exception as e:  # noqa: BLE001
@@ -470,22 +540,33 @@ def run_compile_budget(prog, inputs, R: "Reference", budget: Optional[float],
             torch._dynamo.reset()
     if res is not None:
         notes = [d.text for d in records if d.pass_ == "memory-budget"]
-        kept = any(d.pass_ == "inductor-partition" and "rewrites kept" in d.text
-                   for d in records)
+        kept = any(d.pass_ == "inductor-partition" and "rewrites kept" in d.text for d in records)
         # Coupling chains the backend split out and ran through the TorchScript pass.
-        res["chains"] = sum(d.pass_ == "invertible-couplings" and "-> memslim::coupling_chain"
-                            in d.text for d in records)
-        res["budget"] = ("rewrites kept" if kept else
-                         "ladder" if any("ladder step" in t for t in notes) else
-                         "pipeline" if any("pipeline" in t for t in notes) else
-                         "met" if notes else "no graph")
+        res["chains"] = sum(
+            d.pass_ == "invertible-couplings" and "-> memslim::coupling_chain" in d.text
+            for d in records
+        )
+        res["budget"] = (
+            "rewrites kept"
+            if kept
+            else "ladder"
+            if any("ladder step" in t for t in notes)
+            else "pipeline"
+            if any("pipeline" in t for t in notes)
+            else "met"
+            if notes
+            else "no graph"
+        )
     drift = {k: rel_err(R.eager[k], base[k])[0] for k in R.eager if k in base}
     Rc = Reference(R.dtype, R.eager, drift, [base], R.rand, R.truth, R.sens)
     w = compare(Rc, got, 0)
     if w is None:
         return ("ok", "", "")
-    return ("wrong", "compile-budget", "%s rel %.3g > bar %.3g %s" % (
-        w["tensor"], w["rel"], w.get("bar", 0), w["why"]))
+    return (
+        "wrong",
+        "compile-budget",
+        "%s rel %.3g > bar %.3g %s" % (w["tensor"], w["rel"], w.get("bar", 0), w["why"]),
+    )
 
 
 def run_fx(prog, inputs, R: "Reference", res: Optional[dict] = None):
@@ -527,12 +608,20 @@ def run_fx(prog, inputs, R: "Reference", res: Optional[dict] = None):
     detail = "%s rel %.3g > bar %.3g %s" % (w["tensor"], w["rel"], w.get("bar", 0), w["why"])
     # The same rounding rules as the TorchScript leg, with the twins through this front end.
     if R.dtype == "bfloat16" and math.isfinite(w["rel"]) and fp32_twin_ok(prog, inputs, "fx"):
-        return ("bf16-rounding", "fx", detail + "; the fp32 twin of this program (same values) "
-                "passes the fp32 bars through memslim.fx.optimize")
+        return (
+            "bf16-rounding",
+            "fx",
+            detail + "; the fp32 twin of this program (same values) "
+            "passes the fp32 bars through memslim.fx.optimize",
+        )
     if R.dtype == "float32" and fp64_twin_same(prog, inputs, got, R, "fx"):
-        return ("fp32-rounding", "fx", detail + "; the fp64 twin through memslim.fx.optimize "
-                "matches fp64 eager within 1e-9, and the fp32 error is within 4 x eager's own "
-                "against fp64")
+        return (
+            "fp32-rounding",
+            "fx",
+            detail + "; the fp64 twin through memslim.fx.optimize "
+            "matches fp64 eager within 1e-9, and the fp32 error is within 4 x eager's own "
+            "against fp64",
+        )
     return ("wrong", "fx", detail)
 
 
@@ -545,7 +634,7 @@ def sensitivity(prog, inputs, ref: dict, dtype: str, rand: bool) -> dict:
     is 1e-32 / 1e-15, were judged wrong at 0.38 / 0.23 without it)."""
     import torch
 
-    eps = {"float32": 2.0 ** -20, "float64": 2.0 ** -49}.get(dtype)
+    eps = {"float32": 2.0**-20, "float64": 2.0**-49}.get(dtype)
     if eps is None:
         return {}
     try:
@@ -559,8 +648,10 @@ def sensitivity(prog, inputs, ref: dict, dtype: str, rand: bool) -> dict:
             for p in m.parameters():
                 if p.is_floating_point():
                     p.mul_(1 + eps)
-        ins = [a * (1 + eps) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-               for a in inputs]
+        ins = [
+            a * (1 + eps) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+            for a in inputs
+        ]
         got = call(m, ins, trainable(m))
         return {k: rel_err(ref[k], got[k])[0] for k in ref if k in got}
     except Exception:  # noqa: BLE001 - then no tensor counts as noise
@@ -594,7 +685,9 @@ def dtype_twin(prog, inputs, dtype):
     import torch
 
     m = prog.make()[0].to(dtype)
-    return m, [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in inputs]
+    return m, [
+        a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in inputs
+    ]
 
 
 def _optimized(m, ins, front_end: str):
@@ -619,7 +712,6 @@ def fp32_twin_ok(prog, inputs, front_end: str = "torchscript") -> bool:
     rewrite itself exact. Such a bf16 mismatch whose fp32 twin passes is counted as
     bf16-rounding, not as wrong."""
     import torch
-    import memslim
 
     try:
         m, ins = dtype_twin(prog, inputs, torch.float32)
@@ -630,7 +722,9 @@ def fp32_twin_ok(prog, inputs, front_end: str = "torchscript") -> bool:
         R = Reference("float32", ref, drift, sruns, is_random(prog, inputs))
         m2, ins2 = dtype_twin(prog, inputs, torch.float32)
         opt = _optimized(m2, ins2, front_end)
-        return all(compare(R, call(opt, ins, trainable(opt)), run) is None for run in range(OPT_RUNS))
+        return all(
+            compare(R, call(opt, ins, trainable(opt)), run) is None for run in range(OPT_RUNS)
+        )
     except Exception:  # noqa: BLE001
         return False
 
@@ -664,7 +758,6 @@ def fp64_twin_same(prog, inputs, got: dict, R: Reference, front_end: str = "torc
     fp32 value has no digit right (its error against fp64 over 50%), the same evidence in
     absolute terms (see the loop)."""
     import torch
-    import memslim
 
     try:
         m, ins = dtype_twin(prog, inputs, torch.float64)
@@ -690,8 +783,10 @@ def fp64_twin_same(prog, inputs, got: dict, R: Reference, front_end: str = "torc
                 # 16x: another summation order; seed 256: 4.6e-6 vs eager's 9.1e-7,
                 # fp64 twins 1.7e-15 apart).
                 noise = _abs_err(truth[k], R.eager[k])
-                if not (_abs_err(truth[k], got64[k]) <= 1e-6 * noise
-                        and _abs_err(truth[k], got[k]) <= 16 * noise):
+                if not (
+                    _abs_err(truth[k], got64[k]) <= 1e-6 * noise
+                    and _abs_err(truth[k], got[k]) <= 16 * noise
+                ):
                     return False
                 continue
             # A random program's twins must draw what fp32 eager drew (own <= 1e-3):
@@ -699,8 +794,11 @@ def fp64_twin_same(prog, inputs, got: dict, R: Reference, front_end: str = "torc
             # Within 1e-3 of eager, or within 4x eager's own error where that is larger
             # (fuzz seed 400522: a LayerNorm gamma's gradient through a BatchNorm with
             # gammas near 0, eager fp32 1.6e-2 from fp64, memslim 5.8e-3 from eager).
-            if not (rel <= max(1e-3, 4 * own) and rel_err(truth[k], got64[k])[0] <= 1e-9
-                    and ((own > 1e-3 and not R.rand) or mine <= max(base, 4 * own))):
+            if not (
+                rel <= max(1e-3, 4 * own)
+                and rel_err(truth[k], got64[k])[0] <= 1e-9
+                and ((own > 1e-3 and not R.rand) or mine <= max(base, 4 * own))
+            ):
                 return False
         return over > 0
     except Exception:  # noqa: BLE001
@@ -719,8 +817,14 @@ def rng_order_only(prog, inputs, R: Reference) -> bool:
         opt = memslim.optimize(m, example_inputs=inputs2, **_optimize_kw())
         with torch.jit.optimized_execution(False):
             for run in range(OPT_RUNS + 1):
-                if compare(Reference(R.dtype, R.eager, R.drift, [], True, R.truth), call(opt, inputs, trainable(opt)),
-                           run) is not None:
+                if (
+                    compare(
+                        Reference(R.dtype, R.eager, R.drift, [], True, R.truth),
+                        call(opt, inputs, trainable(opt)),
+                        run,
+                    )
+                    is not None
+                ):
                     return False
     except Exception:  # noqa: BLE001
         return False
@@ -744,8 +848,14 @@ class MemslimOpt:
         if self.proc is None or self.proc.poll() is not None:
             # one thread, as the worker itself runs (torch.set_num_threads(1))
             env = dict(os.environ, OMP_NUM_THREADS="1")
-            self.proc = subprocess.Popen([self.binary, "--fork-server"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+            self.proc = subprocess.Popen(
+                [self.binary, "--fork-server"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                env=env,
+            )
         return self.proc
 
     def run(self, argv: List[str], timeout: int) -> subprocess.CompletedProcess:
@@ -804,8 +914,12 @@ def run_cli(prog, inputs, R: Reference, workdir, memslim_opt):
     if not memslim_opt or not os.path.exists(memslim_opt):
         return ("limitation", "cli", "memslim-opt binary not found")
     if dtype != "float32":
-        return ("limitation", "cli", "%s program: --input-shapes makes fp32 tensors for an archive's "
-                "untyped Tensor inputs" % dtype)
+        return (
+            "limitation",
+            "cli",
+            "%s program: --input-shapes makes fp32 tensors for an archive's "
+            "untyped Tensor inputs" % dtype,
+        )
     tokens = []
     for a in inputs:
         if isinstance(a, torch.Tensor):
@@ -815,7 +929,11 @@ def run_cli(prog, inputs, R: Reference, workdir, memslim_opt):
         elif isinstance(a, (int, float)):
             tokens.append(repr(a))
         else:
-            return ("limitation", "cli", "a %s forward argument has no --input-shapes form" % type(a).__name__)
+            return (
+                "limitation",
+                "cli",
+                "a %s forward argument has no --input-shapes form" % type(a).__name__,
+            )
     src = os.path.join(workdir, "in.pt")
     out = os.path.join(workdir, "out.pt")
     for p in (src, out):
@@ -832,14 +950,26 @@ def run_cli(prog, inputs, R: Reference, workdir, memslim_opt):
     err = p.stderr.strip()
     lines = [ln for ln in err.splitlines() if not ln.startswith("remark:")]
     if p.returncode < 0:
-        return ("crash", "cli", "memslim-opt --verify killed by signal %d (%s): %s" % (
-            -p.returncode, signal.Signals(-p.returncode).name, " | ".join(lines[-3:])[:400]))
+        return (
+            "crash",
+            "cli",
+            "memslim-opt --verify killed by signal %d (%s): %s"
+            % (-p.returncode, signal.Signals(-p.returncode).name, " | ".join(lines[-3:])[:400]),
+        )
     if p.returncode not in (0, 1):
-        return ("crash", "cli", "memslim-opt --verify exit %d: %s" % (p.returncode, " | ".join(lines[-3:])[:400]))
+        return (
+            "crash",
+            "cli",
+            "memslim-opt --verify exit %d: %s" % (p.returncode, " | ".join(lines[-3:])[:400]),
+        )
     verify_failed = p.returncode == 1 and "verify failed" in err
     if p.returncode == 1 and not verify_failed:
         clean = len(lines) == 1 and lines[0].startswith("memslim-opt: error:")
-        return ("exception", "cli", ("" if clean else "[not one error line] ") + " | ".join(lines[:3])[:400])
+        return (
+            "exception",
+            "cli",
+            ("" if clean else "[not one error line] ") + " | ".join(lines[:3])[:400],
+        )
     if verify_failed:  # rerun without --verify to get the archive and judge it ourselves
         try:
             p2 = cli.run(base, timeout=120)
@@ -854,17 +984,29 @@ def run_cli(prog, inputs, R: Reference, workdir, memslim_opt):
         return ("exception", "cli-output", "running memslim-opt's archive: " + first_line(e))
     w = compare(R, got, 0)
     if w is not None:
-        detail = "memslim-opt's archive: %s rel %.3g > bar %.3g %s" % (w["tensor"], w["rel"], w.get("bar", 0),
-                                                                      w["why"])
+        detail = "memslim-opt's archive: %s rel %.3g > bar %.3g %s" % (
+            w["tensor"],
+            w["rel"],
+            w.get("bar", 0),
+            w["why"],
+        )
         # memslim-opt cannot take the fp64 twin (its archives run on fp32 example inputs):
         # memslim.optimize's fp64 twin, the same pipeline, stands in for it.
         if R.dtype == "float32" and fp64_twin_same(prog, inputs, got, R):
-            return ("fp32-rounding", "cli-output", detail + "; the fp64 twin through memslim.optimize "
-                    "matches fp64 eager within 1e-9, and the fp32 error is within 4 x eager's own")
+            return (
+                "fp32-rounding",
+                "cli-output",
+                detail + "; the fp64 twin through memslim.optimize "
+                "matches fp64 eager within 1e-9, and the fp32 error is within 4 x eager's own",
+            )
         return ("wrong", "cli-output", detail)
     if verify_failed:  # its archive passed our judge, its own check did not
         vline = [ln for ln in lines if "verify failed" in ln][0]
-        return ("wrong", "cli-verify", vline[:400] + " (the archive itself matches eager on our inputs)")
+        return (
+            "wrong",
+            "cli-verify",
+            vline[:400] + " (the archive itself matches eager on our inputs)",
+        )
     return ("ok", "cli", "")
 
 
@@ -902,8 +1044,12 @@ def worker_main(argv):
             src = job.get("source") or gen.source(job["seed"])
             res = check_source(src, workdir, Stage(report), args.memslim_opt, cli=not args.no_cli)
         except Exception as e:  # a bug in the runner itself: never silently ok
-            res = {"class": "runner-error", "stage": "", "detail": first_line(e) + " " +
-                   traceback.format_exc().splitlines()[-3][:200], "stages": {}}
+            res = {
+                "class": "runner-error",
+                "stage": "",
+                "detail": first_line(e) + " " + traceback.format_exc().splitlines()[-3][:200],
+                "stages": {},
+            }
         res["id"] = job["id"]
         report({"done": job["id"], "result": res})
 
@@ -920,11 +1066,26 @@ class Worker:
         env.setdefault("OMP_NUM_THREADS", "1")
         self.log_path = os.path.join(log_dir, "worker%d.log" % index)
         self.log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-u", os.path.abspath(__file__), "worker", "--memslim-opt", memslim_opt or ""]
+        cmd = [
+            sys.executable,
+            "-u",
+            os.path.abspath(__file__),
+            "worker",
+            "--memslim-opt",
+            memslim_opt or "",
+        ]
         if not cli:
             cmd.append("--no-cli")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=self.log,
-                                     pass_fds=(w,), env=env, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=self.log,
+            stderr=self.log,
+            pass_fds=(w,),
+            env=env,
+            text=True,
+            start_new_session=True,
+        )
         os.close(w)
         self.rfd = r
         self.buf = b""
@@ -954,8 +1115,11 @@ class Worker:
                 text = f.read().decode(errors="replace")
         except OSError:
             return ""
-        lines = [ln for ln in text.splitlines() if ln.strip() and "warnings.warn" not in ln
-                 and "is deprecated" not in ln]
+        lines = [
+            ln
+            for ln in text.splitlines()
+            if ln.strip() and "warnings.warn" not in ln and "is deprecated" not in ln
+        ]
         return " | ".join(lines[-4:])[:600]
 
     def kill(self):
@@ -978,8 +1142,15 @@ class Session:
     """One worker slot: runs jobs one at a time, restarting the worker after a crash,
     a timeout, or `recycle` jobs (bounds memory growth from compiled classes)."""
 
-    def __init__(self, memslim_opt: str = "", cli: bool = True, timeout: float = 180.0,
-                 recycle: int = 150, log_dir: Optional[str] = None, index: int = 0):
+    def __init__(
+        self,
+        memslim_opt: str = "",
+        cli: bool = True,
+        timeout: float = 180.0,
+        recycle: int = 150,
+        log_dir: Optional[str] = None,
+        index: int = 0,
+    ):
         self.memslim_opt, self.cli, self.timeout, self.recycle = memslim_opt, cli, timeout, recycle
         self.own_logs = log_dir is None
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="memslim-fuzz-logs-")
@@ -1018,9 +1189,22 @@ class Session:
 class Pool:
     """Runs jobs ({"id", "seed"} or {"id", "source"}) on `jobs` worker processes."""
 
-    def __init__(self, jobs: int = 2, memslim_opt: str = "", cli: bool = True, timeout: float = 180.0,
-                 recycle: int = 150, log_dir: Optional[str] = None):
-        self.n, self.memslim_opt, self.cli, self.timeout, self.recycle = jobs, memslim_opt, cli, timeout, recycle
+    def __init__(
+        self,
+        jobs: int = 2,
+        memslim_opt: str = "",
+        cli: bool = True,
+        timeout: float = 180.0,
+        recycle: int = 150,
+        log_dir: Optional[str] = None,
+    ):
+        self.n, self.memslim_opt, self.cli, self.timeout, self.recycle = (
+            jobs,
+            memslim_opt,
+            cli,
+            timeout,
+            recycle,
+        )
         self.own_logs = log_dir is None  # worker logs (stderr): kept only when something crashed
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="memslim-fuzz-logs-")
         self.kept_logs = False
@@ -1033,7 +1217,9 @@ class Pool:
         errors = []
 
         def slot(index: int):
-            sess = Session(self.memslim_opt, self.cli, self.timeout, self.recycle, self.log_dir, index)
+            sess = Session(
+                self.memslim_opt, self.cli, self.timeout, self.recycle, self.log_dir, index
+            )
             try:
                 while True:
                     try:
@@ -1079,10 +1265,20 @@ def run_job(w: Worker, job: dict, timeout: float):
             if msg is None:
                 w.proc.wait()
                 rc = w.proc.returncode
-                how = ("signal %d (%s)" % (-rc, signal.Signals(-rc).name)) if rc < 0 else "exit %d" % rc
-                res = {"id": job["id"], "class": "crash", "stage": stage,
-                       "detail": "worker died with %s in stage %s: %s" % (how, stage, w.log_tail(log_start)),
-                       "stages": {}, "seconds": round(time.time() - t0, 3)}
+                how = (
+                    ("signal %d (%s)" % (-rc, signal.Signals(-rc).name))
+                    if rc < 0
+                    else "exit %d" % rc
+                )
+                res = {
+                    "id": job["id"],
+                    "class": "crash",
+                    "stage": stage,
+                    "detail": "worker died with %s in stage %s: %s"
+                    % (how, stage, w.log_tail(log_start)),
+                    "stages": {},
+                    "seconds": round(time.time() - t0, 3),
+                }
                 w.close()
                 return res, None
             if "stage" in msg:
@@ -1092,9 +1288,14 @@ def run_job(w: Worker, job: dict, timeout: float):
                 return msg["result"], w
     except TimeoutError:
         w.kill()
-        return {"id": job["id"], "class": "timeout", "stage": stage,
-                "detail": "no result after %.0f s (stage %s)" % (timeout, stage), "stages": {},
-                "seconds": round(time.time() - t0, 3)}, None
+        return {
+            "id": job["id"],
+            "class": "timeout",
+            "stage": stage,
+            "detail": "no result after %.0f s (stage %s)" % (timeout, stage),
+            "stages": {},
+            "seconds": round(time.time() - t0, 3),
+        }, None
 
 
 def default_memslim_opt() -> str:
@@ -1108,5 +1309,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker_main(sys.argv[2:])
     else:
-        print("usage: runner.py worker [--memslim-opt PATH] [--no-cli]  (see fuzz.py)", file=sys.stderr)
+        print(
+            "usage: runner.py worker [--memslim-opt PATH] [--no-cli]  (see fuzz.py)",
+            file=sys.stderr,
+        )
         sys.exit(2)

@@ -8,6 +8,7 @@ unrolled iteration; switch the dtype to fp32, the mode to train or eval, drop un
 arguments. Candidates run in a persistent worker (crash-isolated, runner.Session), so a
 SIGSEGV finding shrinks like any other. The result is printed with values renumbered.
 """
+
 from __future__ import annotations
 
 import copy
@@ -88,7 +89,7 @@ def candidates(p: gen.Program):
         for alt_i, alt in enumerate(s.alts):
             q = copy.deepcopy(p)
             qs = list(walk(q.body, args))[k]
-            qs[0][qs[1]:qs[1] + 1] = copy.deepcopy(alt)
+            qs[0][qs[1] : qs[1] + 1] = copy.deepcopy(alt)
             yield "inline alternative %d of statement %d" % (alt_i, k), q
         if any(ndefs.get(d, 0) > 1 for d in s.defs):
             continue  # a join assignment of an if: deleting one branch's definer breaks the other
@@ -127,8 +128,12 @@ def renumber(src: str) -> str:
     return re.sub(r"\bv(\d+)\b", lambda m: "v%d" % order[m.group(1)], src)
 
 
-def shrink(p: gen.Program, sess: runner.Session, log: Callable[[str], None] = lambda s: None,
-           max_tries: int = 600) -> Tuple[gen.Program, dict]:
+def shrink(
+    p: gen.Program,
+    sess: runner.Session,
+    log: Callable[[str], None] = lambda s: None,
+    max_tries: int = 600,
+) -> Tuple[gen.Program, dict]:
     base = sess.run({"id": "shrink-base", "source": p.source()})
     sig = signature(base)
     log("shrink: baseline %s" % (sig,))
@@ -150,8 +155,13 @@ def shrink(p: gen.Program, sess: runner.Session, log: Callable[[str], None] = la
     return best, best_res
 
 
-def shrink_seed(seed: int, memslim_opt: str = "", cli: Optional[bool] = None, jobs: int = 1,
-                log: Callable[[str], None] = lambda s: None):
+def shrink_seed(
+    seed: int,
+    memslim_opt: str = "",
+    cli: Optional[bool] = None,
+    jobs: int = 1,
+    log: Callable[[str], None] = lambda s: None,
+):
     p = gen.generate(seed)
     if cli is None:
         cli = True

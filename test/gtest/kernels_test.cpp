@@ -25,31 +25,63 @@ using namespace memslim::kernels;
 
 namespace {
 
-template <typename S> S from_double(double v) { return store<S>(typename compute_type<S>::type(v)); }
-template <typename S> double to_double(S v) { return double(load<typename compute_type<S>::type>(v)); }
-template <typename S> DType dtype_of();
-template <> DType dtype_of<float>() { return DType::Float; }
-template <> DType dtype_of<double>() { return DType::Double; }
-template <> DType dtype_of<half_t>() { return DType::Half; }
-template <> DType dtype_of<bf16_t>() { return DType::BFloat16; }
+template <typename S>
+S from_double(double v) {
+  return store<S>(typename compute_type<S>::type(v));
+}
+template <typename S>
+double to_double(S v) {
+  return double(load<typename compute_type<S>::type>(v));
+}
+template <typename S>
+DType dtype_of();
+template <>
+DType dtype_of<float>() {
+  return DType::Float;
+}
+template <>
+DType dtype_of<double>() {
+  return DType::Double;
+}
+template <>
+DType dtype_of<half_t>() {
+  return DType::Half;
+}
+template <>
+DType dtype_of<bf16_t>() {
+  return DType::BFloat16;
+}
 
-struct Grid { int64_t blocks, threads; };
+struct Grid {
+  int64_t blocks, threads;
+};
 const Grid kGrids[] = {{1, 1}, {3, 64}, {2, 7}, {40, 32}};
 
 ActParams params_for(Act a) {
   ActParams p;
   switch (a) {
-  case Act::Softplus: p.p0 = 2.0; p.p1 = 1.0; break;   // low threshold: uses a bit
-  case Act::Elu: p.p0 = 0.5; p.p1 = 2.0; p.p2 = 1.5; break;
-  case Act::LeakyRelu: p.p0 = 0.2; break;
-  default: break;
+    case Act::Softplus:
+      p.p0 = 2.0;
+      p.p1 = 1.0;
+      break; // low threshold: uses a bit
+    case Act::Elu:
+      p.p0 = 0.5;
+      p.p1 = 2.0;
+      p.p2 = 1.5;
+      break;
+    case Act::LeakyRelu:
+      p.p0 = 0.2;
+      break;
+    default:
+      break;
   }
   p.bits = act_uses_bits(a, p.p0, p.p1, p.p2);
   p.band = save_kind(a) == SaveKind::OutputBitsExact ? 0.05 : 0.0;
   return p;
 }
 
-template <Act A, typename S> void check_bodies(int64_t n, int offset, const ActParams& p) {
+template <Act A, typename S>
+void check_bodies(int64_t n, int offset, const ActParams& p) {
   using C = typename compute_type<S>::type;
   std::mt19937 rng(1234);
   std::normal_distribution<double> dist(-0.5, 2.0);
@@ -70,11 +102,17 @@ template <Act A, typename S> void check_bodies(int64_t n, int offset, const ActP
     std::vector<S> val(n);
     unsigned long long count = 0;
     ForwardArgs fa;
-    fa.x = x; fa.y = y; fa.bits = p.bits ? bits.data() : nullptr; fa.n = n; fa.act = p;
+    fa.x = x;
+    fa.y = y;
+    fa.bits = p.bits ? bits.data() : nullptr;
+    fa.n = n;
+    fa.act = p;
     const bool exact = act_has_exact_list(A, p);
     if (exact) {
-      fa.exact_idx = idx.data(); fa.exact_val = val.data();
-      fa.exact_count = &count; fa.exact_cap = n;
+      fa.exact_idx = idx.data();
+      fa.exact_val = val.data();
+      fa.exact_count = &count;
+      fa.exact_cap = n;
     }
     const ForwardParams<S> fp = typed<S>(fa);
     EXPECT_EQ(fp.aligned, aligned16(x) && aligned16(y));
@@ -100,13 +138,21 @@ template <Act A, typename S> void check_bodies(int64_t n, int offset, const ActP
 
     // Backward + fixup over the same grid.
     BackwardArgs ba;
-    ba.grad = g; ba.y = save_kind(A) == SaveKind::Mask ? nullptr : y;
-    ba.bits = p.bits ? bits.data() : nullptr; ba.grad_in = gi; ba.n = n; ba.act = p;
+    ba.grad = g;
+    ba.y = save_kind(A) == SaveKind::Mask ? nullptr : y;
+    ba.bits = p.bits ? bits.data() : nullptr;
+    ba.grad_in = gi;
+    ba.n = n;
+    ba.act = p;
     const BackwardParams<S> bp = typed<S>(ba);
     for (int64_t tid = 0; tid < nthreads; ++tid) backward_body<A, S>(tid, nthreads, bp);
     FixupArgs xa;
-    xa.idx = idx.data(); xa.val = val.data(); xa.grad = g; xa.grad_in = gi;
-    xa.count = int64_t(count); xa.act = p;
+    xa.idx = idx.data();
+    xa.val = val.data();
+    xa.grad = g;
+    xa.grad_in = gi;
+    xa.count = int64_t(count);
+    xa.act = p;
     const FixupParams<S> xp = typed<S>(xa);
     for (int64_t tid = 0; tid < nthreads; ++tid) fixup_body<A, S>(tid, nthreads, xp);
     for (int64_t i = 0; i < n; ++i) {
@@ -124,7 +170,8 @@ template <Act A, typename S> void check_bodies(int64_t n, int offset, const ActP
   }
 }
 
-template <Act A> void check_all_dtypes(const ActParams& p = params_for(A)) {
+template <Act A>
+void check_all_dtypes(const ActParams& p = params_for(A)) {
   for (int64_t n : {int64_t(0), int64_t(1), int64_t(8), int64_t(1003)}) {
     for (int offset : {0, 1}) {
       SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset);
@@ -140,7 +187,9 @@ template <Act A> void check_all_dtypes(const ActParams& p = params_for(A)) {
 // inputs reach -6.5), and those elements go through the exact list.
 ActParams elu_overflow_params() {
   ActParams p;
-  p.p0 = 1.0; p.p1 = 1.0; p.p2 = -3.0;
+  p.p0 = 1.0;
+  p.p1 = 1.0;
+  p.p2 = -3.0;
   p.bits = act_uses_bits(Act::Elu, p.p0, p.p1, p.p2);
   p.keep_overflow = true;
   return p;
@@ -174,7 +223,10 @@ void check_cpu_loops(int64_t n, const ActParams& p, bool extremes = false) {
   std::mt19937 rng(7);
   std::normal_distribution<double> dist(-0.5, 2.0);
   std::vector<S> x(n), y1(n), y2(n), g(n), gi1(n), gi2(n), v1(n), v2(n);
-  for (int64_t i = 0; i < n; ++i) { x[i] = from_double<S>(dist(rng)); g[i] = from_double<S>(dist(rng)); }
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = from_double<S>(dist(rng));
+    g[i] = from_double<S>(dist(rng));
+  }
   const double special[] = {1e19, -1e19, 2e38, -2e38, -0.75, -0.76, -0.27, -1.5, -1.49, 2.99, 3.0};
   for (int64_t i = 0, k = 0; extremes && i < n; i += 97, ++k)
     x[i] = from_double<S>(special[k % 11]);
@@ -184,27 +236,44 @@ void check_cpu_loops(int64_t n, const ActParams& p, bool extremes = false) {
   unsigned long long c1 = 0, c2 = 0;
   const bool exact = act_has_exact_list(A, p);
   ForwardArgs fa;
-  fa.x = x.data(); fa.n = n; fa.act = p; fa.exact_cap = n;
-  fa.y = y1.data(); fa.bits = p.bits ? b1.data() : nullptr;
-  if (exact) { fa.exact_idx = i1.data(); fa.exact_val = v1.data(); fa.exact_count = &c1; }
+  fa.x = x.data();
+  fa.n = n;
+  fa.act = p;
+  fa.exact_cap = n;
+  fa.y = y1.data();
+  fa.bits = p.bits ? b1.data() : nullptr;
+  if (exact) {
+    fa.exact_idx = i1.data();
+    fa.exact_val = v1.data();
+    fa.exact_count = &c1;
+  }
   forward_cpu(A, dtype_of<S>(), fa, 0, ng / 2);
   forward_cpu(A, dtype_of<S>(), fa, ng / 2, ng);
   ForwardArgs fb = fa;
-  fb.y = y2.data(); fb.bits = p.bits ? b2.data() : nullptr;
-  if (exact) { fb.exact_idx = i2.data(); fb.exact_val = v2.data(); fb.exact_count = &c2; }
+  fb.y = y2.data();
+  fb.bits = p.bits ? b2.data() : nullptr;
+  if (exact) {
+    fb.exact_idx = i2.data();
+    fb.exact_val = v2.data();
+    fb.exact_count = &c2;
+  }
   const ForwardParams<S> fp = typed<S>(fb);
   for (int64_t t = 0; t < 13; ++t) forward_body<A, S>(t, 13, fp);
   const double tol = sizeof(S) == 2 ? 1e-2 : 4e-6;
   for (int64_t i = 0; i < n; ++i)
-    if (!(to_double(y1[i]) == to_double(y2[i])))  // equal infinities included
+    if (!(to_double(y1[i]) == to_double(y2[i]))) // equal infinities included
       ASSERT_NEAR(to_double(y1[i]), to_double(y2[i]), tol * (1 + std::fabs(to_double(y2[i])))) << i;
   EXPECT_EQ(b1, b2);
   ASSERT_EQ(c1, c2);
-  std::set<int32_t> s1(i1.begin(), i1.begin() + int64_t(c1)), s2(i2.begin(), i2.begin() + int64_t(c2));
+  std::set<int32_t> s1(i1.begin(), i1.begin() + int64_t(c1)),
+      s2(i2.begin(), i2.begin() + int64_t(c2));
   EXPECT_EQ(s1, s2);
   BackwardArgs ba;
-  ba.grad = g.data(); ba.y = save_kind(A) == SaveKind::Mask ? nullptr : y2.data();
-  ba.bits = p.bits ? b2.data() : nullptr; ba.n = n; ba.act = p;
+  ba.grad = g.data();
+  ba.y = save_kind(A) == SaveKind::Mask ? nullptr : y2.data();
+  ba.bits = p.bits ? b2.data() : nullptr;
+  ba.n = n;
+  ba.act = p;
   ba.grad_in = gi1.data();
   backward_cpu(A, dtype_of<S>(), ba, 0, ng);
   BackwardArgs bb = ba;
@@ -217,7 +286,8 @@ void check_cpu_loops(int64_t n, const ActParams& p, bool extremes = false) {
           << i;
 }
 
-template <Act A> void check_cpu_loops_all(const ActParams& p = params_for(A)) {
+template <Act A>
+void check_cpu_loops_all(const ActParams& p = params_for(A)) {
   for (int64_t n : {int64_t(5), int64_t(1003), int64_t(5000)}) {
     SCOPED_TRACE(testing::Message() << "n=" << n);
     check_cpu_loops<A, float>(n, p);
@@ -356,7 +426,8 @@ TEST(CpuLoops, EluOverflowList) { check_cpu_loops_all<Act::Elu>(elu_overflow_par
 
 // Inversion: from the output and bit, the derivative of every activation
 // matches the input-based formula in double, away from the guard band.
-template <Act A> void check_inverse(double lo, double hi, double band_skip) {
+template <Act A>
+void check_inverse(double lo, double hi, double band_skip) {
   ActParams p = params_for(A);
   p.band = 0;
   const double xs = detail::min_info<A>().x;
@@ -376,7 +447,8 @@ template <Act A> void check_inverse(double lo, double hi, double band_skip) {
 // floor is the output's rounding (and the formulas' own, a few ulp(y*) ~
 // 3e-17 each; mish's forward is off by several) divided by |x - x*|:
 // measured max |error| * |x - x*| = 2.2e-16 (gelu), 2.0e-16 (mish).
-template <Act A> void check_inverse_near_min() {
+template <Act A>
+void check_inverse_near_min() {
   ActParams p;
   const double xs = detail::min_info<A>().x;
   double worst = 0;
@@ -452,7 +524,9 @@ TEST(NonFinite, HardswishAndChain) {
 TEST(NonFinite, EluOverflowAndSign) {
   // celu(x, 1e5) in fp16: the output overflows, the derivative exp(x/1e5) does not.
   ActParams p;
-  p.p0 = 1e5; p.p1 = 1.0; p.p2 = 1e-5;
+  p.p0 = 1e5;
+  p.p1 = 1.0;
+  p.p2 = 1e-5;
   p.keep_overflow = elu_may_overflow(p.p0, p.p1, p.p2, 65504.0);
   EXPECT_TRUE(p.keep_overflow);
   EXPECT_FALSE(elu_may_overflow(1.0, 1.0, 1.0, 65504.0));
@@ -464,8 +538,10 @@ TEST(NonFinite, EluOverflowAndSign) {
   EXPECT_FALSE(ActMath<Act::Elu>::exact(-INFINITY, -INFINITY, p));
   // A rounded y just below -alpha*scale: the derivative is clamped to 0, not negative.
   ActParams c;
-  c.p0 = 0.7; c.p1 = 1.0; c.p2 = 1.0 / 0.7;
-  const float yr = to_float(to_half(-0.7f));  // -0.7002
+  c.p0 = 0.7;
+  c.p1 = 1.0;
+  c.p2 = 1.0 / 0.7;
+  const float yr = to_float(to_half(-0.7f)); // -0.7002
   EXPECT_EQ(ActMath<Act::Elu>::grad_from_output(yr, false, c), 0.f);
 }
 
@@ -573,8 +649,10 @@ TEST(Inversion, FloatBranchesAndTails) {
   // Hardswish kinks follow aten 2.14: x <= -3 -> 0, x >= 3 -> 1, +-0 -> 0.5.
   for (float x : {-5.f, -3.f, -0.f, 0.f, 3.f, 4.f}) {
     const float y = ActMath<Act::Hardswish>::forward(x, p);
-    EXPECT_FLOAT_EQ(ActMath<Act::Hardswish>::grad_from_output(y, ActMath<Act::Hardswish>::bit(x, p), p),
-                    ActMath<Act::Hardswish>::grad_from_input(x, p)) << x;
+    EXPECT_FLOAT_EQ(
+        ActMath<Act::Hardswish>::grad_from_output(y, ActMath<Act::Hardswish>::bit(x, p), p),
+        ActMath<Act::Hardswish>::grad_from_input(x, p))
+        << x;
   }
 }
 
@@ -600,9 +678,9 @@ TEST(Conversions, RoundToNearestEven) {
   // 1 + 2^-11 is halfway between two halves: ties to the even 1.0.
   EXPECT_EQ(to_half(1.0f + 0.00048828125f).bits, 0x3c00);
   EXPECT_EQ(to_half(1.0f + 3 * 0.00048828125f).bits, 0x3c02);
-  EXPECT_EQ(to_half(65520.f).bits, 0x7c00);  // rounds to inf
-  EXPECT_EQ(to_half(5.96046448e-8f).bits, 0x0001);  // smallest subnormal
-  EXPECT_EQ(to_bf16(1.0f + 0.00390625f).bits, 0x3f80);  // tie -> even
+  EXPECT_EQ(to_half(65520.f).bits, 0x7c00);            // rounds to inf
+  EXPECT_EQ(to_half(5.96046448e-8f).bits, 0x0001);     // smallest subnormal
+  EXPECT_EQ(to_bf16(1.0f + 0.00390625f).bits, 0x3f80); // tie -> even
   EXPECT_EQ(to_bf16(1.0f + 3 * 0.00390625f).bits, 0x3f82);
 }
 

@@ -14,7 +14,9 @@ extern "C" int memslim_runtime_anchor();
 namespace {
 
 at::Tensor call_unary(const char* name, const at::Tensor& x) {
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<at::Tensor(const at::Tensor&)>();
+  auto op = c10::Dispatcher::singleton()
+                .findSchemaOrThrow(name, "")
+                .typed<at::Tensor(const at::Tensor&)>();
   return op.call(x);
 }
 
@@ -57,7 +59,10 @@ TEST(Runtime, AutogradMatchesAten) {
   torch::manual_seed(0);
   auto x = torch::randn({257, 33}, torch::requires_grad());
   auto g = torch::randn({257, 33});
-  struct Pair { const char* op; std::function<at::Tensor(const at::Tensor&)> aten; };
+  struct Pair {
+    const char* op;
+    std::function<at::Tensor(const at::Tensor&)> aten;
+  };
   std::vector<Pair> pairs = {
       {"memslim::silu", [](const at::Tensor& t) { return torch::silu(t); }},
       {"memslim::mish", [](const at::Tensor& t) { return torch::mish(t); }},
@@ -103,7 +108,8 @@ graph(%x : Tensor):
   %none : str = prim::Constant[value="none"]()
   %y : Tensor = memslim::gelu(%x, %none)
   %z : Tensor = memslim::silu(%y)
-  return (%z))IR", graph.get());
+  return (%z))IR",
+                      graph.get());
   torch::jit::GraphExecutor exec(graph, "memslim_test");
   auto x = torch::randn({8, 8});
   torch::jit::Stack stack{x};
@@ -123,7 +129,8 @@ graph(%x : Tensor):
   %none : NoneType = prim::Constant()
   %y : Tensor = memslim::gelu(%x, %tanh)
   %s : Tensor = aten::sum(%y, %none)
-  return (%s))IR", graph.get());
+  return (%s))IR",
+                      graph.get());
   torch::jit::GraphExecutor exec(graph, "memslim_train");
   for (int call = 0; call < 3; ++call) {
     auto x = torch::randn({64}, torch::requires_grad());
@@ -146,7 +153,8 @@ TEST(Runtime, RecomputeRegionMatchesAtenAndSavesItsInputs) {
   %s : Tensor = aten::mul(%e, %x)
   return (%s))IR";
   using Op = std::vector<at::Tensor>(at::TensorList, c10::string_view);
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow("memslim::recompute_region", "").typed<Op>();
+  auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("memslim::recompute_region", "").typed<Op>();
   torch::manual_seed(0);
   auto x = (torch::rand({1000}) + 0.5).requires_grad_();
   auto a = torch::tensor(1.3).requires_grad_();

@@ -10,13 +10,13 @@
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
-#include "memslim/passes/graph_iterator.h"
 #include <torch/script.h>
 
 #include <cmath>
 #include <cstring>
 #include <optional>
 
+#include "memslim/passes/graph_iterator.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/saved_tensor_analysis.h"
 
@@ -94,7 +94,7 @@ graph(%x : Tensor):
   Node* s = find(g, "aten::sigmoid");
   Proposal again = swap(g, s, "aten::relu");
   ASSERT_TRUE(gate.submit(swap(g, s, "aten::tanh")));
-  EXPECT_FALSE(gate.submit(again));  // `s` is gone: never dereferenced
+  EXPECT_FALSE(gate.submit(again)); // `s` is gone: never dereferenced
   EXPECT_NE(r.lines().back().find("an earlier rewrite changed it"), std::string::npos);
 }
 
@@ -198,7 +198,7 @@ def forward(self, x):
   Proposal p = swap(g, find(g, "aten::mul"), "aten::mul");
   p.guarded = {p.covers[0]->input(0), p.covers[0]->input(1), p.covers[0]->output()};
   auto why = gate.refusal(p);
-  ASSERT_TRUE(why);  // the mul_ on self.order, not the add_ on num_batches_tracked
+  ASSERT_TRUE(why); // the mul_ on self.order, not the add_ on num_batches_tracked
   EXPECT_NE(why->find("aten::mul_ later writes"), std::string::npos) << *why;
   EXPECT_EQ(memslim::module_state_path(p.covers[0]->input(1)), "self.order");
 }
@@ -214,7 +214,7 @@ graph(%x : Tensor, %x2 : Tensor):
   SafetyGate gate(g, "t", r);
   Proposal fresh = swap(g, find(g, "aten::silu_", 0), "aten::silu");
   Proposal input = swap(g, find(g, "aten::silu_", 1), "aten::silu");
-  EXPECT_TRUE(gate.refusal(fresh));  // writes in place: refused unless declared
+  EXPECT_TRUE(gate.refusal(fresh)); // writes in place: refused unless declared
   fresh.removes_writes = input.removes_writes = true;
   EXPECT_FALSE(gate.refusal(fresh));
   auto why = gate.refusal(input);
@@ -298,7 +298,7 @@ graph(%x : Tensor):
   EXPECT_EQ(SavedTensorAnalysis::storage_root(find(g, "aten::unsqueeze")->output(), &hidden), h);
   EXPECT_FALSE(hidden);
   EXPECT_EQ(SavedTensorAnalysis::storage_root(find(g, "aten::dropout")->output(), &hidden), h);
-  EXPECT_TRUE(hidden);  // an alias AliasDb does not see
+  EXPECT_TRUE(hidden); // an alias AliasDb does not see
 }
 
 TEST(SavedTensorAnalysis, FusedDropoutDrawsRandomNumbersUnlessNotTraining) {

@@ -9,6 +9,7 @@ backward recomputes gelu and its derivative in one pass of the kernels library
 error against fp64; saved bytes hold h, not act(h); opcheck; torch.compile with
 dynamic shapes; double backward raises.
 """
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,10 +20,16 @@ M = torch.ops.memslim
 
 # kernel activation name -> (aten form, params)
 ACTS = {
-    "gelu": (F.gelu, []), "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), []),
-    "silu": (F.silu, []), "mish": (F.mish, []), "hardswish": (F.hardswish, []),
-    "hardsigmoid": (F.hardsigmoid, []), "sigmoid": (torch.sigmoid, []), "tanh": (torch.tanh, []),
-    "relu": (F.relu, []), "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), [0.2]),
+    "gelu": (F.gelu, []),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), []),
+    "silu": (F.silu, []),
+    "mish": (F.mish, []),
+    "hardswish": (F.hardswish, []),
+    "hardsigmoid": (F.hardsigmoid, []),
+    "sigmoid": (torch.sigmoid, []),
+    "tanh": (torch.tanh, []),
+    "relu": (F.relu, []),
+    "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), [0.2]),
     "softplus": (lambda x: F.softplus(x, 2.0, 5.0), [2.0, 5.0]),
     "elu": (lambda x: F.elu(x, 0.5), [0.5, 1.0, 1.0]),
 }
@@ -66,10 +73,21 @@ def test_linear_equals_aten(act):
     h = torch.randn(3, 5, 16) * 2
     h.view(-1)[:4] = torch.tensor([0.0, -0.0, 3.0, -3.0])  # branch edges
     w, b = torch.randn(12, 16), torch.randn(12)
-    _check(act, lambda x, w, b: F.linear(f(x), w, b),
-           lambda x, w, b: M.act_linear(x, w, b, act, params), h, w, b)
-    _check(act, lambda x, w: F.linear(f(x), w),
-           lambda x, w: M.act_linear(x, w, None, act, params), h, w)
+    _check(
+        act,
+        lambda x, w, b: F.linear(f(x), w, b),
+        lambda x, w, b: M.act_linear(x, w, b, act, params),
+        h,
+        w,
+        b,
+    )
+    _check(
+        act,
+        lambda x, w: F.linear(f(x), w),
+        lambda x, w: M.act_linear(x, w, None, act, params),
+        h,
+        w,
+    )
 
 
 CONVS = [  # (aten conv, memslim op, input, weight, stride, padding, dilation, groups)
@@ -86,12 +104,23 @@ def test_conv_equals_aten(act, case):
     conv, op, xs, ws, s, p, d, g = CONVS[case]
     f, params = ACTS[act]
     x, w, b = torch.randn(xs), torch.randn(ws), torch.randn(ws[0])
-    _check(act, lambda x, w, b: conv(f(x), w, b, s, p, d, g),
-           lambda x, w, b: op(x, w, b, s, p, d, g, act, params), x, w, b)
+    _check(
+        act,
+        lambda x, w, b: conv(f(x), w, b, s, p, d, g),
+        lambda x, w, b: op(x, w, b, s, p, d, g, act, params),
+        x,
+        w,
+        b,
+    )
     if len(xs) == 4:  # channels_last input
         xc = x.to(memory_format=torch.channels_last)
-        _check(act, lambda x, w: conv(f(x), w, None, s, p, d, g),
-               lambda x, w: op(x, w, None, s, p, d, g, act, params), xc, w)
+        _check(
+            act,
+            lambda x, w: conv(f(x), w, None, s, p, d, g),
+            lambda x, w: op(x, w, None, s, p, d, g, act, params),
+            xc,
+            w,
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -99,18 +128,43 @@ def test_gelu_fused_derivative_special_values(dtype):
     # The fused recompute's derivative at NaN, +-inf, +-0, subnormals, the left tail
     # and huge inputs: aten's NaN pattern (gelu'(+-inf) is 0 * inf = NaN in aten's
     # formula too), finite values within aten's own error against fp64 (_check).
-    h = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, -1e-40,
-                      -5.2, -10.0, -20.0, 9.0, 1e20, -1e20, 0.5, -0.5, 3.0], dtype=dtype)
-    h = torch.cat([h, torch.randn(48, generator=torch.Generator().manual_seed(2),
-                                  dtype=dtype) * 4]).reshape(4, 16)
+    h = torch.tensor(
+        [
+            float("nan"),
+            float("inf"),
+            -float("inf"),
+            0.0,
+            -0.0,
+            1e-40,
+            -1e-40,
+            -5.2,
+            -10.0,
+            -20.0,
+            9.0,
+            1e20,
+            -1e20,
+            0.5,
+            -0.5,
+            3.0,
+        ],
+        dtype=dtype,
+    )
+    h = torch.cat(
+        [h, torch.randn(48, generator=torch.Generator().manual_seed(2), dtype=dtype) * 4]
+    ).reshape(4, 16)
     w = torch.eye(16, dtype=dtype) + 0.1
     ours = _all(lambda x, w: M.act_linear(x, w, None, "gelu", []), h, w)
     want = _all(lambda x, w: F.linear(F.gelu(x), w), h, w)
     for u, v in zip(ours, want):
         assert torch.equal(u.isnan(), v.isnan())
     num = ~want[1].isnan().any(1)  # rows without a NaN input (a NaN spreads to w's grad)
-    _check("gelu", lambda x, w: F.linear(F.gelu(x), w),
-           lambda x, w: M.act_linear(x, w, None, "gelu", []), h[num], w)
+    _check(
+        "gelu",
+        lambda x, w: F.linear(F.gelu(x), w),
+        lambda x, w: M.act_linear(x, w, None, "gelu", []),
+        h[num],
+        w,
+    )
 
 
 def test_keeps_input_not_activation_output():
@@ -127,8 +181,11 @@ def test_keeps_input_not_activation_output():
 
 
 def test_opcheck():
-    x, w, b = torch.randn(2, 4, 7, 7, requires_grad=True), torch.randn(3, 4, 3, 3, requires_grad=True), \
-        torch.randn(3, requires_grad=True)
+    x, w, b = (
+        torch.randn(2, 4, 7, 7, requires_grad=True),
+        torch.randn(3, 4, 3, 3, requires_grad=True),
+        torch.randn(3, requires_grad=True),
+    )
     torch.library.opcheck(M.act_conv2d, (x, w, b, [1, 1], [1, 1], [1, 1], 1, "silu", []))
     h, lw = torch.randn(5, 8, requires_grad=True), torch.randn(6, 8, requires_grad=True)
     torch.library.opcheck(M.act_linear, (h, lw, None, "gelu_tanh", []))
@@ -156,11 +213,14 @@ def test_double_backward_raises():
         torch.autograd.grad(y.sum(), h, create_graph=True)
 
 
-@pytest.mark.xfail(strict=True, reason="memslim::act_linear has no Autocast kernel: under CPU "
-                   "autocast its forward runs the linear in bf16 (aten's autocast inside the op) "
-                   "and its backward, run outside autocast as training loops do, meets fp32 "
-                   "saved tensors. Found by the probe (python -m memslim ... --dtype bf16, "
-                   "torch.export way); the bf16 issue (autocast end to end) owns the fix.")
+@pytest.mark.xfail(
+    strict=True,
+    reason="memslim::act_linear has no Autocast kernel: under CPU "
+    "autocast its forward runs the linear in bf16 (aten's autocast inside the op) "
+    "and its backward, run outside autocast as training loops do, meets fp32 "
+    "saved tensors. Found by the probe (python -m memslim ... --dtype bf16, "
+    "torch.export way); the bf16 issue (autocast end to end) owns the fix.",
+)
 def test_act_linear_under_autocast_backward_outside_autocast():
     torch.manual_seed(0)
     h = torch.randn(8, 32, requires_grad=True)

@@ -3,6 +3,7 @@ checked against what it claims: every public op is registered with aten's argume
 names, every kernel name and parameter count reaches the runtime, and the "aten
 keeps" / "in-place keeps" columns the cost model prices from agree with what aten's
 autograd saves (saved_tensors_hooks on torch itself)."""
+
 import pytest
 import torch
 
@@ -36,12 +37,19 @@ def test_kernel_name_and_parameter_count_reach_the_runtime(name):
     k = KERNELS[name]
     x = torch.randn(8)
     if k["save"] == "Mask":
-        with pytest.raises(RuntimeError, match="keeps only a mask; it needs no fusion with dropout"):
+        with pytest.raises(
+            RuntimeError, match="keeps only a mask; it needs no fusion with dropout"
+        ):
             torch.ops.memslim.activation_dropout(x, name, [0.5] * k["params"], 0.1, True)
         return
-    with pytest.raises(RuntimeError, match=rf"takes {k['params']} parameters \({k['param_names']}\)"):
+    with pytest.raises(
+        RuntimeError, match=rf"takes {k['params']} parameters \({k['param_names']}\)"
+    ):
         torch.ops.memslim.activation_dropout(x, name, [0.5] * (k["params"] + 1), 0.1, True)
-    assert torch.ops.memslim.activation_dropout(x, name, [0.5] * k["params"], 0.1, True).shape == x.shape
+    assert (
+        torch.ops.memslim.activation_dropout(x, name, [0.5] * k["params"], 0.1, True).shape
+        == x.shape
+    )
 
 
 def _storages(ts):
@@ -72,7 +80,9 @@ def test_inplace_keeps_column_is_what_aten_saves(name):
     h = x * 1.0
     before = h.detach().clone()
     out, saved = _saved(lambda: getattr(torch.ops.aten, name + "_")(h))
-    outputs = [t for t in saved if t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()]
+    outputs = [
+        t for t in saved if t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+    ]
     copies = [t for t in saved if t.shape == before.shape and torch.equal(t.detach(), before)]
     want = OPS[name]["inplace_keeps"]
     assert (outputs, copies)[want == "Input"], (name, want, len(outputs), len(copies))

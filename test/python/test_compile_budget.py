@@ -11,6 +11,7 @@ torch.compile's own drift), dropout replayed with the forward's mask, measured
 bytes at or under the budget and monotone in it, an unreachable budget refused
 with the smallest reachable figure, and a budget met as it is left alone.
 """
+
 import pytest
 import torch
 import torch.nn as nn
@@ -34,8 +35,9 @@ class Block(nn.Module):
 class SmallResNet(nn.Module):
     def __init__(self, c=8, blocks=4):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c),
-                                  nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU()
+        )
         self.blocks = nn.Sequential(*[Block(c) for _ in range(blocks)])
         self.head = nn.Linear(c, 5)
 
@@ -73,6 +75,7 @@ def _budget_notes(compiled):
 
 def _copy(model):
     import copy
+
     return copy.deepcopy(model)
 
 
@@ -83,6 +86,7 @@ def test_budget_keeps_eager_gradients_and_running_stats(budget, way, monkeypatch
     # ladder (way 3) does: both ways are held to eager's gradients and running stats.
     if way == "ladder":
         from memslim import backend
+
         monkeypatch.setattr(backend, "_torch_knapsack", lambda *a: (None, None, None))
     torch.manual_seed(0)
     model = SmallResNet().train()
@@ -107,6 +111,7 @@ def test_budget_keeps_eager_gradients_and_running_stats(budget, way, monkeypatch
     else:
         # torch.compile's own plan at the same budget: the same bytes, to the byte.
         from torch._functorch import config as functorch_config
+
         assert "knapsack at" in note.text, note.text
         with functorch_config.patch(activation_memory_budget=budget):
             torch._dynamo.reset()
@@ -122,6 +127,7 @@ def test_knapsack_at_a_smaller_fraction_where_torchs_own_misses():
     # byte, fewer bytes than torch.compile at 0.3, and eager's gradients.
     from memslim import backend
     from torch._functorch import config as functorch_config
+
     torch.manual_seed(0)
     model = SmallResNet().train()
     x = torch.randn(4, 3, 16, 16)
@@ -148,20 +154,23 @@ def test_only_ops_that_draw_keep_torchs_knapsack_out():
     # Way 2 is skipped in graphs that draw random numbers; a dropout or an attention
     # with p = 0 (what transformers' configs with zero rates trace to) draws nothing.
     from memslim.backend import _draws_random_numbers
+
     aten = torch.ops.aten
     g = torch.fx.Graph()
     x = g.placeholder("x")
-    cases = [(aten.dropout.default, (x, 0.0, True), {}, False),
-             (aten.dropout.default, (x, 0.1, True), {}, True),
-             (aten.dropout.default, (x, 0.1, False), {}, False),
-             (aten.native_dropout.default, (x, 0.0, True), {}, False),
-             (aten.native_dropout.default, (x, 0.5, True), {}, True),
-             (aten.scaled_dot_product_attention.default, (x, x, x), {}, False),
-             (aten.scaled_dot_product_attention.default, (x, x, x, None, 0.0), {}, False),
-             (aten.scaled_dot_product_attention.default, (x, x, x), {"dropout_p": 0.1}, True),
-             (aten.bernoulli.p, (x, 0.0), {}, True),
-             (aten.rand_like.default, (x,), {}, True),
-             (aten.add.Tensor, (x, x), {}, False)]
+    cases = [
+        (aten.dropout.default, (x, 0.0, True), {}, False),
+        (aten.dropout.default, (x, 0.1, True), {}, True),
+        (aten.dropout.default, (x, 0.1, False), {}, False),
+        (aten.native_dropout.default, (x, 0.0, True), {}, False),
+        (aten.native_dropout.default, (x, 0.5, True), {}, True),
+        (aten.scaled_dot_product_attention.default, (x, x, x), {}, False),
+        (aten.scaled_dot_product_attention.default, (x, x, x, None, 0.0), {}, False),
+        (aten.scaled_dot_product_attention.default, (x, x, x), {"dropout_p": 0.1}, True),
+        (aten.bernoulli.p, (x, 0.0), {}, True),
+        (aten.rand_like.default, (x,), {}, True),
+        (aten.add.Tensor, (x, x), {}, False),
+    ]
     for target, args, kwargs, draws in cases:
         node = g.call_function(target, args, kwargs)
         assert _draws_random_numbers(node) == draws, (target, args, kwargs)
@@ -222,6 +231,7 @@ def test_recomputed_dropout_replays_the_forward_mask():
     # seed draws the same masks; a block re-run in backward with another mask would
     # give other gradients.
     from torch._inductor import config as inductor_config
+
     # Each recomputed dropout keeps the generator's state (5 KB on the CPU): the
     # activations must outweigh it for a budget to be reachable.
     torch.manual_seed(2)
@@ -246,8 +256,11 @@ def test_unreachable_budget_names_the_smallest_reachable():
     ours = memslim.compile(model, memory_budget=1e-4, strict=True)
     with pytest.raises(Exception, match=r"cannot be met: the smallest reachable is [\d,]+ B") as e:
         ours(x)
-    assert isinstance(e.value, BudgetError) or isinstance(e.value.__cause__, BudgetError) or \
-        "BudgetError" in str(e.value)
+    assert (
+        isinstance(e.value, BudgetError)
+        or isinstance(e.value.__cause__, BudgetError)
+        or "BudgetError" in str(e.value)
+    )
 
 
 def test_budget_met_as_it_is_rewrites_nothing():
@@ -277,8 +290,9 @@ class Seed926027(nn.Module):
         self.g0 = nn.Parameter(1.0 + torch.randn(16) * 0.1)
         self.rm0 = nn.Buffer(torch.randn(16) * 0.1)
         self.rv0 = nn.Buffer(torch.rand(16) + 0.5)
-        self.g1 = nn.Parameter(torch.where(torch.rand(16) < 0.3, torch.zeros(16),
-                                           torch.randn(16) * 0.05))
+        self.g1 = nn.Parameter(
+            torch.where(torch.rand(16) < 0.3, torch.zeros(16), torch.randn(16) * 0.05)
+        )
         self.b0 = nn.Parameter(torch.randn(16) * 0.1)
         self.norm0 = nn.LayerNorm(16)
 
@@ -315,8 +329,13 @@ def test_a_run_starting_at_an_input_keeps_the_input():
             p.grad = None
         xx = x.clone().requires_grad_(True)
         m(xx).square().sum().backward()
-        return torch.cat([t.flatten() for t in [xx.grad] + [
-            torch.zeros_like(p) if p.grad is None else p.grad for p in model.parameters()]])
+        return torch.cat(
+            [
+                t.flatten()
+                for t in [xx.grad]
+                + [torch.zeros_like(p) if p.grad is None else p.grad for p in model.parameters()]
+            ]
+        )
 
     got = step(ours)
     notes = [d.text for d in _budget_notes(ours)]
@@ -364,6 +383,7 @@ class FracBlock(Block):
     def __init__(self, c):
         super().__init__(c)
         from memslim._models import FracAct
+
         self.a1, self.a2 = FracAct(), FracAct()
 
     def forward(self, x):
@@ -411,6 +431,7 @@ def test_planner_leaves_no_more_fx_sources_than_torch_compile():
     from torch._functorch import config as functorch_config
     from torch._inductor import config as inductor_config
     from torch.fx import graph_module as fx_gm
+
     torch.manual_seed(0)
     model = SmallResNet().train()
     x = torch.randn(4, 3, 16, 16)
@@ -418,8 +439,10 @@ def test_planner_leaves_no_more_fx_sources_than_torch_compile():
     def added(compiled):
         n = len(fx_gm._loader.eval_cache)
         torch._dynamo.reset()
-        with inductor_config.patch(fx_graph_cache=False), \
-                functorch_config.patch(enable_autograd_cache=False):
+        with (
+            inductor_config.patch(fx_graph_cache=False),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
             _step(compiled, x)
         return len(fx_gm._loader.eval_cache) - n
 

@@ -9,6 +9,7 @@ saved bytes under a fifth of eager's for an 18-coupling RevNet, a memory budget 
 the chains counted, a new input shape traced anew, and the torch.export front end refusing
 the pass by name.
 """
+
 import copy
 import functools
 import re
@@ -56,8 +57,13 @@ def test_revnet_under_compile_matches_eager_fp64_and_moves_running_stats_once():
     # A new batch size: a new graph, its chains split and traced again (a trace is
     # specialised to its shapes).
     x2 = torch.randn(2, 3, 16, 16, dtype=torch.float64)
-    assert max_rel(step_grads(compiled, x2, list(base.parameters())),
-                   step_grads(ref, x2, list(ref.parameters()))) < 1e-9
+    assert (
+        max_rel(
+            step_grads(compiled, x2, list(base.parameters())),
+            step_grads(ref, x2, list(ref.parameters())),
+        )
+        < 1e-9
+    )
     rs = coupling_remarks(compiled)
     assert sum("3 coupling chain(s) split out of the graph" in r for r in rs) == 2, rs
     # No grad: the chain piece runs the aten graph as it is.
@@ -103,8 +109,7 @@ def test_budget_counts_the_chains_and_is_met():
 
 
 def test_export_front_end_refuses_invertible_couplings_by_name():
-    ep = torch.export.export(RevNet(widths=(4, 8, 8), blocks=(1, 1, 1)),
-                             (torch.randn(1, 3, 8, 8),))
+    ep = torch.export.export(RevNet(widths=(4, 8, 8), blocks=(1, 1, 1)), (torch.randn(1, 3, 8, 8),))
     with pytest.raises(ValueError, match="invertible-couplings runs under memslim.compile"):
         memslim.fx.optimize(ep, passes=["invertible-couplings"])
 
@@ -200,14 +205,19 @@ def test_a_budget_the_pieces_cannot_share_falls_back_to_the_unsplit_graph():
     torch.manual_seed(0)
     ref = RevNet(widths=(8, 16, 32), blocks=(2, 2, 2))
     x = torch.randn(4, 3, 16, 16, requires_grad=True)
-    unsplit = torch.compile(copy.deepcopy(ref), backend=functools.partial(
-        memslim.backend.backend, memory_budget=0.12, _chains=False, strict=True))
+    unsplit = torch.compile(
+        copy.deepcopy(ref),
+        backend=functools.partial(
+            memslim.backend.backend, memory_budget=0.12, _chains=False, strict=True
+        ),
+    )
     unsplit(x).sum().backward()  # reachable without the chains
     compiled = memslim.compile(copy.deepcopy(ref), memory_budget=0.12, strict=True)
     compiled(x).sum().backward()
     rs = coupling_remarks(compiled)
     assert any("cannot keep within its share" in r for r in rs), rs
     assert not any("split out" in r for r in rs), rs
-    [note] = [d for d in memslim.report(compiled)
-              if d.pass_ == "memory-budget" and "budget" in d.text]
+    [note] = [
+        d for d in memslim.report(compiled) if d.pass_ == "memory-budget" and "budget" in d.text
+    ]
     assert note.bytes_after <= 0.12 * note.bytes_before, note.text

@@ -5,16 +5,16 @@ Gradients are compared in float64, where a rewrite that changed the function wou
 and fp32 rounding would not hide it (the fp32 RevNet's own gradients move by ~3e-3 against
 float64: bench/results/couplings.md); memory in float32.
 """
+
 from __future__ import annotations
 
-import copy
 import warnings
 
 import pytest
 import torch
 
 import memslim
-from memslim._models import AdditiveCoupling, AffineCoupling, RevNet, RevResidualFn, RevTransformer
+from memslim._models import AdditiveCoupling, RevNet, RevTransformer
 
 warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated.*")
 
@@ -109,8 +109,12 @@ def test_affine_revnet_gradients_and_running_stats_match_eager_fp64(form):
     rs = remarks(opt)
     assert sum("3 affine couplings -> memslim::coupling_chain" in r for r in rs) == 3, rs
     # The combining muls and adds went into the op with F and G.
-    kinds = [n.kind() for k in ("aten::sigmoid", "aten::exp", "aten::mul")
-             for n in opt.graph.findAllNodes(k) if n.output().type().kind() == "TensorType"]
+    kinds = [
+        n.kind()
+        for k in ("aten::sigmoid", "aten::exp", "aten::mul")
+        for n in opt.graph.findAllNodes(k)
+        if n.output().type().kind() == "TensorType"
+    ]
     assert len(opt.graph.findAllNodes("memslim::coupling_chain")) == 3 and not kinds, kinds
     for seed in range(3):
         ga = step_grads(ref, x, list(ref.parameters()), seed)
@@ -244,7 +248,9 @@ class Amplified(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.f = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+        self.f = torch.nn.Sequential(
+            torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)
+        )
         self.g = torch.nn.Linear(4, 4)
 
     def forward(self, x):
@@ -300,7 +306,9 @@ def test_policy_rejects_bad_coupling_options():
 def test_op_rejects_malformed_arguments():
     x = torch.randn(2, 4)
     with pytest.raises(RuntimeError, match="an F and a G per block"):
-        torch.ops.memslim.coupling_chain(x, x, [], ["graph(%x : Tensor):\n  return (%x)\n"], [0], [])
+        torch.ops.memslim.coupling_chain(
+            x, x, [], ["graph(%x : Tensor):\n  return (%x)\n"], [0], []
+        )
     with pytest.raises(RuntimeError, match="cannot parse function 0"):
         torch.ops.memslim.coupling_chain(x, x, [], ["nonsense", "nonsense"], [0, 0], [])
 
@@ -308,19 +316,27 @@ def test_op_rejects_malformed_arguments():
 def test_opcheck():
     """torch.library.opcheck: schema, autograd registration, fake tensors and AOT dispatch
     with dynamic shapes (two linked blocks of linear -> tanh)."""
-    fn = ("graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
-          "  %h : Tensor = aten::linear(%x, %w, %n)\n  %y : Tensor = aten::tanh(%h)\n  return (%y)\n")
+    fn = (
+        "graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
+        "  %h : Tensor = aten::linear(%x, %w, %n)\n  %y : Tensor = aten::tanh(%h)\n  return (%y)\n"
+    )
     torch.manual_seed(0)
     x1, x2 = (torch.randn(3, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
     ws = [torch.randn(4, 4, dtype=torch.float64, requires_grad=True) for _ in range(4)]
-    torch.library.opcheck(torch.ops.memslim.coupling_chain.default,
-                          (x1, x2, ws, [fn] * 4, [1] * 4, [0, 0, 0], 0, 1e-5))
+    torch.library.opcheck(
+        torch.ops.memslim.coupling_chain.default,
+        (x1, x2, ws, [fn] * 4, [1] * 4, [0, 0, 0], 0, 1e-5),
+    )
     # Affine halves: functions return (m, t) = (exp(tanh(h)), h); combine codes 1 and 2.
-    aff = ("graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
-           "  %h : Tensor = aten::linear(%x, %w, %n)\n  %s : Tensor = aten::tanh(%h)\n"
-           "  %m : Tensor = aten::exp(%s)\n  return (%m, %h)\n")
-    torch.library.opcheck(torch.ops.memslim.coupling_chain.default,
-                          (x1, x2, ws, [aff] * 4, [1] * 4, [0, 0, 0], 0, 1e-5, [1, 2, 2, 1]))
+    aff = (
+        "graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
+        "  %h : Tensor = aten::linear(%x, %w, %n)\n  %s : Tensor = aten::tanh(%h)\n"
+        "  %m : Tensor = aten::exp(%s)\n  return (%m, %h)\n"
+    )
+    torch.library.opcheck(
+        torch.ops.memslim.coupling_chain.default,
+        (x1, x2, ws, [aff] * 4, [1] * 4, [0, 0, 0], 0, 1e-5, [1, 2, 2, 1]),
+    )
 
 
 def test_first_call_on_fake_tensors_leaves_the_drift_check_to_the_first_real_call():
@@ -328,17 +344,22 @@ def test_first_call_on_fake_tensors_leaves_the_drift_check_to_the_first_real_cal
     there; the first call with real data does (here: F amplified 1e8, so the check fires)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    f = ("graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
-         "  %c : float = prim::Constant[value=123456789.0]()\n"
-         "  %h : Tensor = aten::linear(%x, %w, %n)\n  %t : Tensor = aten::tanh(%h)\n"
-         "  %y : Tensor = aten::mul(%t, %c)\n  return (%y)\n")
-    g = ("graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
-         "  %c : float = prim::Constant[value=1.25e-8]()\n"
-         "  %h : Tensor = aten::linear(%x, %w, %n)\n  %y : Tensor = aten::mul(%h, %c)\n"
-         "  return (%y)\n")
+    f = (
+        "graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
+        "  %c : float = prim::Constant[value=123456789.0]()\n"
+        "  %h : Tensor = aten::linear(%x, %w, %n)\n  %t : Tensor = aten::tanh(%h)\n"
+        "  %y : Tensor = aten::mul(%t, %c)\n  return (%y)\n"
+    )
+    g = (
+        "graph(%x : Tensor, %w : Tensor):\n  %n : NoneType = prim::Constant()\n"
+        "  %c : float = prim::Constant[value=1.25e-8]()\n"
+        "  %h : Tensor = aten::linear(%x, %w, %n)\n  %y : Tensor = aten::mul(%h, %c)\n"
+        "  return (%y)\n"
+    )
     torch.manual_seed(0)
-    real = [torch.randn(4, 8, requires_grad=True) for _ in range(2)] + \
-        [torch.randn(8, 8, requires_grad=True) for _ in range(2)]
+    real = [torch.randn(4, 8, requires_grad=True) for _ in range(2)] + [
+        torch.randn(8, 8, requires_grad=True) for _ in range(2)
+    ]
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(t).requires_grad_() for t in real]
         y1, y2 = torch.ops.memslim.coupling_chain(fake[0], fake[1], fake[2:], [f, g], [1, 1], [])

@@ -1,4 +1,5 @@
 """CUDA kernels against the CPU ones; skipped where no GPU exists (this project's machines)."""
+
 import pytest
 import torch
 
@@ -44,9 +45,13 @@ def test_cuda_activation_dropout(act, dtype):
     """The fused activation+dropout op on CUDA: its kept elements are act(x) / (1 - p),
     the rest 0 (whatever mask the CUDA generator drew), and its gradient is act'(x) /
     (1 - p) on the kept elements, against aten's activation and autograd."""
-    aten = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
-            "mish": torch.nn.functional.mish, "hardswish": torch.nn.functional.hardswish,
-            "elu": torch.nn.functional.elu}[act]
+    aten = {
+        "gelu": torch.nn.functional.gelu,
+        "silu": torch.nn.functional.silu,
+        "mish": torch.nn.functional.mish,
+        "hardswish": torch.nn.functional.hardswish,
+        "elu": torch.nn.functional.elu,
+    }[act]
     params = [1.0, 1.0, 1.0] if act == "elu" else []
     p = 0.25
     torch.manual_seed(0)
@@ -68,7 +73,10 @@ def test_cuda_activation_dropout(act, dtype):
     scale = float(gref.abs().max())
     # Gradient on the kept elements (a dropped element's gradient is 0).
     assert float((gx[kept].double() - gref[kept].double()).abs().max()) <= 10 * tol * scale
-    assert float(gx[~kept & (a.detach() != 0)].abs().max() if (~kept & (a.detach() != 0)).any() else 0) == 0
+    assert (
+        float(gx[~kept & (a.detach() != 0)].abs().max() if (~kept & (a.detach() != 0)).any() else 0)
+        == 0
+    )
 
 
 def test_cuda_recompute_region():
@@ -89,13 +97,18 @@ def test_cuda_recompute_region():
     torch.testing.assert_close(gx, rx, rtol=1e-6, atol=0)
     torch.testing.assert_close(ga, ra, rtol=1e-5, atol=0)
     xs = (torch.rand(1 << 16, device="cuda") + 0.5).requires_grad_()
-    assert memslim.saved_bytes(lambda t: torch.ops.memslim.recompute_region([t, a], graph)[0], xs,
-                               warmup=0) == (1 << 16) * 4 + 4
+    assert (
+        memslim.saved_bytes(
+            lambda t: torch.ops.memslim.recompute_region([t, a], graph)[0], xs, warmup=0
+        )
+        == (1 << 16) * 4 + 4
+    )
 
 
 def test_cuda_optimize_hand_written_mish_trains_like_eager():
     """memslim.optimize on a CUDA module: the rewritten module's outputs and gradients
     match eager's on the GPU."""
+
     class M(torch.nn.Module):
         def __init__(self):
             super().__init__()

@@ -6,6 +6,7 @@ Measured on torch 2.14 with a scripted Linear(256,1024) -> GELU -> Linear MLP,
 batch 64, four calls per mode, each mode with a fresh class (scripted modules of
 one class share compiled methods and their executors).
 """
+
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ import memslim
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, torch, warnings
 warnings.filterwarnings("ignore")
 import torch.nn.functional as F
@@ -56,18 +57,23 @@ for profiling in (True, False):
             key = ("profiling" if profiling else "legacy") + "/" + ("grad" if grad else "no_grad") + "/" + ("hook" if hook else "none")
             rows[key] = dict(st, saved=saved)
 print(json.dumps(rows))
-'''
+"""
 
 
 def test_executor_hooks_do_not_change_training_memory(tmp_path):
     script = tmp_path / "hook_modes.py"  # a file: torch.jit.script reads class sources
     script.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "python")},
+    )
     rows = json.loads(out.stdout.strip().splitlines()[-1])
     for mode in ("profiling/grad", "profiling/no_grad", "legacy/grad", "legacy/no_grad"):
         assert rows[mode + "/none"]["pre_runs"] == 0
-        assert rows[mode + "/hook"]["pre_runs"] >= 1, mode   # every mode runs the hooks ...
+        assert rows[mode + "/hook"]["pre_runs"] >= 1, mode  # every mode runs the hooks ...
         assert rows[mode + "/hook"]["post_runs"] >= 1, mode
     # ... the profiling executor's graphs carry profiled shapes, so sites get rewritten ...
     assert rows["profiling/grad/hook"]["rewrites"] >= 1

@@ -8,6 +8,7 @@ and every gradient against eager. Findings not fixed yet are marked
 Fixed findings stay here as plain tests, or live in test/fuzz/corpus/ (the fuzz_quick ctest
 runs those).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,11 @@ def session():
 def check_source(session, source: str) -> dict:
     res = session.run({"id": "regression", "source": source})
     assert res["class"] == "ok", "%s@%s: %s (stages: %s)" % (
-        res["class"], res.get("stage"), res.get("detail"), res.get("stages"))
+        res["class"],
+        res.get("stage"),
+        res.get("detail"),
+        res.get("stages"),
+    )
     return res
 
 
@@ -147,6 +152,7 @@ def make():
     m.train()
     return m, (torch.randn(4, 8),)
 """
+
 
 def test_bool_forward_argument(session):
     check(session, BOOL_ARG)
@@ -428,8 +434,12 @@ def test_output_saving_gradient_within_verify_bar(session):
 # gradients within 1.03e-4 of the input graph (bar 1e-4) where the input graph is itself
 # that far from its float64 run; --verify now allows 4x the input graph's own rounding.
 def test_output_saving_gradient_within_input_graphs_rounding(session):
-    check(session, OUTPUT_SAVING_NUMERICS.replace("m.eval()", "m.train()").replace(
-        "torch.manual_seed(101387)", "torch.manual_seed(101387)"))
+    check(
+        session,
+        OUTPUT_SAVING_NUMERICS.replace("m.eval()", "m.train()").replace(
+            "torch.manual_seed(101387)", "torch.manual_seed(101387)"
+        ),
+    )
 
 
 def test_eval_dropout_alias_region(session):
@@ -1124,7 +1134,8 @@ def test_region_loop_after_written_rsqrt(session):
 
 
 FRAC_REGION_GRADIENT_SILU = FRAC_REGION_GRADIENT.replace(
-    "return x * 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))", "return x * torch.sigmoid(x)")
+    "return x * 0.5 * (1.0 + torch.erf(x * 0.7071067811865476))", "return x * torch.sigmoid(x)"
+)
 
 
 def test_frac_region_gradient_is_fp32_rounding(session):
@@ -1178,7 +1189,11 @@ def test_dropout_mask_order_is_rng_order_only(session):
     the masks may come in another order, but with the executor not optimizing every call
     must match eager (the runner's rng-order class checks exactly that)."""
     res = session.run({"id": "regression", "source": HEADER + DROPOUT_ORDER})
-    assert res["class"] in ("ok", "rng-order"), "%s@%s: %s" % (res["class"], res.get("stage"), res.get("detail"))
+    assert res["class"] in ("ok", "rng-order"), "%s@%s: %s" % (
+        res["class"],
+        res.get("stage"),
+        res.get("detail"),
+    )
 
 
 def test_runner_catches_a_wrong_result(session):
@@ -1192,7 +1207,9 @@ def test_runner_catches_a_wrong_result(session):
     assert runner.compare(R, {"out:0": torch.ones(4) * (1 + 2e-4)}, 0)["tensor"] == "out:0"
     nan = torch.tensor([1.0, float("nan")])
     R = runner.Reference("float32", {"out:0": nan}, {}, [], False)
-    assert runner.compare(R, {"out:0": torch.tensor([1.0, 0.0])}, 0) is not None  # NaN must stay NaN
+    assert (
+        runner.compare(R, {"out:0": torch.tensor([1.0, 0.0])}, 0) is not None
+    )  # NaN must stay NaN
 
 
 def test_runner_isolates_a_crash(session):
@@ -1200,7 +1217,9 @@ def test_runner_isolates_a_crash(session):
     crash = "import os, signal\n\ndef make():\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
     res = session.run({"id": "crash", "source": crash})
     assert res["class"] == "crash" and "SIGSEGV" in res["detail"] and res["stage"] == "load"
-    check(session, FLOAT_ARG.replace("x, s: float", "x").replace(" * s", "").replace(", 1.5)", ",)"))
+    check(
+        session, FLOAT_ARG.replace("x, s: float", "x").replace(" * s", "").replace(", 1.5)", ",)")
+    )
 
 
 # Seventh long run (seeds 220000-, commit f298fa1), shrunk.
@@ -1422,8 +1441,8 @@ def make():
     return m, (torch.randn(4, 24, dtype=torch.float32), torch.randn(4, 24, dtype=torch.float32))
 """
 SILU_TWIN_NO_DEVICE = GELU_TWIN_NO_DEVICE.replace(
-    "0.5 * v3 * (1.0 + torch.erf(v3 / math.sqrt(2.0)))", "v3 * torch.sigmoid(v3)").replace(
-    "F.gelu(x)", "F.silu(x)")
+    "0.5 * v3 * (1.0 + torch.erf(v3 / math.sqrt(2.0)))", "v3 * torch.sigmoid(v3)"
+).replace("F.gelu(x)", "F.silu(x)")
 # 282798: a FracAct-like lgamma/pow formula, `where` branches and in-place writes; the
 # gradient of the 0-dim parameter s0 was 1.3e-3 off eager at call 2 (bar 1e-3), the
 # unmodified scripted module 1.9e-3 off. Its erf GELU formula had become aten::gelu, less
@@ -1486,7 +1505,9 @@ def test_dead_loop_keeps_rng_order(session):
 
 @pytest.mark.parametrize("prog", [GELU_TWIN_NO_DEVICE, SILU_TWIN_NO_DEVICE], ids=["gelu", "silu"])
 def test_twin_backward_has_a_device(session, prog):
-    assert SILU_TWIN_NO_DEVICE.count("torch.sigmoid(v3)") == 1 and "F.silu(x)" in SILU_TWIN_NO_DEVICE
+    assert (
+        SILU_TWIN_NO_DEVICE.count("torch.sigmoid(v3)") == 1 and "F.silu(x)" in SILU_TWIN_NO_DEVICE
+    )
     check(session, prog)
 
 
@@ -1797,6 +1818,7 @@ def test_no_rewrite_reaches_across_a_no_grad_block(model_fn, front_end):
         opt = memslim.fx.optimize(torch.export.export(model_fn().train(), (x,))).module()
     else:
         from torch.fx.experimental.proxy_tensor import make_fx
+
         m = model_fn().train()
         opt = memslim.fx.optimize(make_fx(m, pre_dispatch=True)(x))
         opt.parameters = m.parameters  # the graph reads m's parameters
@@ -1825,7 +1847,9 @@ def test_bn_output_saving_of_constant_channels_in_coupling(session):
 # Long-fuzz seed 701167 (2026-11-24), shrunk: a hand-written LayerNorm of rows constant to
 # rounding; aten's layer_norm re-centres the formula's x - mean, the formula does not. Not
 # fixed (known_failures.txt).
-@pytest.mark.xfail(strict=True, reason="seed 701167: canonicalized hand LayerNorm, near-constant rows")
+@pytest.mark.xfail(
+    strict=True, reason="seed 701167: canonicalized hand LayerNorm, near-constant rows"
+)
 def test_hand_layer_norm_of_near_constant_rows(session):
     check_corpus(session, "seed701167_hand_layer_norm_near_constant_row.py")
 
@@ -1845,7 +1869,9 @@ def test_coupling_chain_dropout_after_transposed_input(session):
 # the FX front end pass; memslim-opt --verify on the saved archive reports fp32 gradients off
 # by 3e-3 (1.1 unshrunk). It appeared once coupling links handed the next block the link's
 # pieces (seed 800836's fix). Not understood yet (known_failures.txt).
-@pytest.mark.xfail(strict=True, reason="seed 88: coupling chain on a zero input, memslim-opt --verify")
+@pytest.mark.xfail(
+    strict=True, reason="seed 88: coupling chain on a zero input, memslim-opt --verify"
+)
 def test_coupling_chain_on_zero_input_cli_verify(session):
     check_corpus(session, "seed88_coupling_bn_zero_input_cli_verify.py")
 
@@ -1867,7 +1893,9 @@ def test_coupling_chain_after_layer_norm_input_gradient(session):
 # Eager's mean is exactly 0; after silu canonicalization memslim's is 6.9e-18, an
 # ulp-level difference through a cancelling sum that the comparison reads as relative
 # error inf. Present at 346d549 (known_failures.txt).
-@pytest.mark.xfail(strict=True, reason="seed 912289: fp64 cancelling mean after silu canonicalization")
+@pytest.mark.xfail(
+    strict=True, reason="seed 912289: fp64 cancelling mean after silu canonicalization"
+)
 def test_silu_layer_norm_mean_of_zero_fp64(session):
     check_corpus(session, "seed912289_silu_layer_norm_mean_zero_fp64.py")
 
@@ -1881,8 +1909,11 @@ def test_silu_layer_norm_mean_of_zero_fp64(session):
 # AMD EPYC machines used 2026-11-24 to 2026-11-25: at 1.28e-4 against a bar of 1e-4 the verdict
 # is the CPU's vector rounding. Not strict: reported as XPASS where it passes and XFAIL where
 # it fails (known_failures.txt lists it); fixing it still means making it strict again.
-@pytest.mark.xfail(strict=False, reason="seed 912100: coupling chain through a 2-element "
-                   "LayerNorm (at the bar's edge: passes on some CPUs)")
+@pytest.mark.xfail(
+    strict=False,
+    reason="seed 912100: coupling chain through a 2-element "
+    "LayerNorm (at the bar's edge: passes on some CPUs)",
+)
 def test_coupling_chain_through_a_two_element_layer_norm(session):
     check_corpus(session, "seed912100_coupling_layer_norm_of_two.py")
 
@@ -1892,8 +1923,11 @@ def test_coupling_chain_through_a_two_element_layer_norm(session):
 # fused region loop off). Not fixed yet (known_failures.txt); see each corpus file's header.
 # 2026-11-27: passes on an Intel Xeon with AVX-512, as 912100 above (1.3e-4 against 1e-4
 # on the AMD EPYC used 2026-11-25).
-@pytest.mark.xfail(strict=False, reason="seed 919516: fused activation-dropout in a coupling "
-                   "(at the bar's edge: passes on some CPUs)")
+@pytest.mark.xfail(
+    strict=False,
+    reason="seed 919516: fused activation-dropout in a coupling "
+    "(at the bar's edge: passes on some CPUs)",
+)
 def test_fused_dropout_silu_in_coupling(session):
     check_corpus(session, "seed919516_fused_dropout_silu_in_coupling.py")
 
@@ -1934,7 +1968,8 @@ def test_inplace_activation_under_no_grad_through_compile(session):
     name = "seed927093_inplace_activation_under_no_grad.py"
     check_corpus(session, name)
     spec = importlib.util.spec_from_file_location(
-        "seed927093", os.path.join(REPO, "test", "fuzz", "corpus", name))
+        "seed927093", os.path.join(REPO, "test", "fuzz", "corpus", name)
+    )
     prog = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(prog)
 

@@ -1,6 +1,7 @@
 """The FX front end: memslim.fx.optimize on ExportedPrograms and GraphModules,
 torch.compile(backend="memslim"), and the same decisions as the TorchScript
 front end (both call the C++ decision core)."""
+
 import math
 
 import pytest
@@ -85,7 +86,11 @@ class HandWritten(nn.Module):
 
     def forward(self, x):
         h = self.a(x)
-        h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        h = (
+            0.5
+            * h
+            * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        )
         h = self.b(h)
         h = h * torch.sigmoid(h)
         h = self.c(h)
@@ -134,19 +139,29 @@ def _key(d):
     return (d.pass_, d.verdict, op, d.bytes_before, d.bytes_after, d.added_work, why)
 
 
-@pytest.mark.parametrize("model_fn,shape", [(Net, (2, 3, 8, 8)), (MLP, (16, 32)),
-                                            (InplaceNet, (2, 3, 8, 8)), (HandWritten, (8, 16)),
-                                            (DropMLP, (16, 32))])
+@pytest.mark.parametrize(
+    "model_fn,shape",
+    [
+        (Net, (2, 3, 8, 8)),
+        (MLP, (16, 32)),
+        (InplaceNet, (2, 3, 8, 8)),
+        (HandWritten, (8, 16)),
+        (DropMLP, (16, 32)),
+    ],
+)
 def test_both_front_ends_make_the_same_decisions(model_fn, shape):
     model = model_fn().train()
     x = torch.randn(shape)
-    passes = ["functionalize-inplace-activations", "canonicalize-activations",
-              "fuse-activation-dropout", "recompute-pointwise-regions",
-              "output-saving-activations"]
+    passes = [
+        "functionalize-inplace-activations",
+        "canonicalize-activations",
+        "fuse-activation-dropout",
+        "recompute-pointwise-regions",
+        "output-saving-activations",
+    ]
     # Dropout priced as eager autograd keeps it (float noise) in both.
     ts = memslim.optimize(model, (x,), passes=passes, dropout_mask_bytes=0)
-    ep = memslim.fx.optimize(torch.export.export(model, (x,)), passes=passes,
-                             dropout_mask_bytes=0)
+    ep = memslim.fx.optimize(torch.export.export(model, (x,)), passes=passes, dropout_mask_bytes=0)
     script = [_key(d) for d in memslim.report(ts)]
     fx = [_key(d) for d in memslim.report(ep)]
     assert script == fx
@@ -172,8 +187,12 @@ def test_exported_program_trains_like_the_original_and_keeps_less():
     # silu + mish + add and elu .. tanh become regions (as in TorchScript); the
     # activation before a conv goes into it, with the BatchNorm before keeping its
     # output; the rest output-saving ops.
-    assert {"memslim.gelu.default", "memslim.act_conv2d.default", "memslim.batch_norm.default",
-            "memslim.recompute_region.default"} <= ops
+    assert {
+        "memslim.gelu.default",
+        "memslim.act_conv2d.default",
+        "memslim.batch_norm.default",
+        "memslim.recompute_region.default",
+    } <= ops
     _close(_grads(after, x), _grads(before, x), 1e-6)
     assert saved_bytes(after, x) < saved_bytes(before, x)
 
@@ -190,7 +209,9 @@ def test_hand_written_activations_become_memslim_ops_in_an_exported_program():
     assert "aten.tanh.default" not in ops and "aten.pow.Tensor_Scalar" not in ops
     assert "aten.mish.default" not in ops and "aten.erf.default" not in ops
     assert "aten.silu.default" not in ops and "aten.hardswish.default" not in ops
-    assert ops.count("memslim.act_linear.default") == 3 and "memslim.recompute_region.default" in ops
+    assert (
+        ops.count("memslim.act_linear.default") == 3 and "memslim.recompute_region.default" in ops
+    )
     _close(_grads(after, x), _grads(before, x), 1e-5)
     assert saved_bytes(after, x) < saved_bytes(before, x)
 
@@ -200,8 +221,11 @@ def test_canonicalized_gelu_left_to_aten_runs():
     # output no consumer keeps stays aten::gelu, whose `approximate` is keyword-only;
     # the FX rewrite passed it positionally and the module raised.
     def f(h):
-        return (0.5 * h * (1.0 + torch.tanh(
-            math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))).sum()
+        return (
+            0.5
+            * h
+            * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        ).sum()
 
     class G(nn.Module):
         def forward(self, x):
@@ -217,17 +241,17 @@ def test_canonicalized_gelu_left_to_aten_runs():
 def test_integer_x_times_sigmoid_is_no_site():
     # Review finding: sigmoid promotes an integer x and the product is float, but
     # aten::silu(int) raises: no rewrite in either front end.
-    class I(nn.Module):
+    class IntInput(nn.Module):
         def forward(self, x):
             h = (x > 0).long()
             return h * torch.sigmoid(h) + x
 
     x = torch.randn(4, 8, requires_grad=True)
-    ep = memslim.fx.optimize(torch.export.export(I(), (x,)))
+    ep = memslim.fx.optimize(torch.export.export(IntInput(), (x,)))
     assert not any(d.pass_ == "canonicalize-activations" for d in memslim.report(ep))
-    torch.testing.assert_close(ep.module()(x), I()(x))
-    ts = memslim.optimize(I(), (x,))
-    torch.testing.assert_close(ts(x), I()(x))
+    torch.testing.assert_close(ep.module()(x), IntInput()(x))
+    ts = memslim.optimize(IntInput(), (x,))
+    torch.testing.assert_close(ts(x), IntInput()(x))
 
 
 def test_fx_gate_keeps_a_formula_with_a_write_between_its_nodes():
@@ -245,8 +269,7 @@ def test_fx_gate_keeps_a_formula_with_a_write_between_its_nodes():
             return h * s
 
     x = torch.randn(4, 8)
-    ep = memslim.fx.optimize(torch.export.export(W(), (x,)),
-                             passes=["canonicalize-activations"])
+    ep = memslim.fx.optimize(torch.export.export(W(), (x,)), passes=["canonicalize-activations"])
     [d] = memslim.report(ep)
     assert d.verdict == "kept" and "in place between its nodes" in d.text, d
 
@@ -263,24 +286,30 @@ def test_compile_backend_rewrites_hand_written_gelu():
 
         def forward(self, x):
             h = self.a(x)
-            return self.b(0.5 * h * (1.0 + torch.tanh(
-                math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0)))))
+            return self.b(
+                0.5
+                * h
+                * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+            )
 
     model = G().train()
     x = torch.randn(32, 16)
     plain, ours = _compile_pair(model)
     _close(_grads(ours, x), _grads(model, x), 1e-5)
     assert saved_bytes(ours, x) < saved_bytes(plain, x)
-    assert any(d.pass_ == "canonicalize-activations" and d.verdict == "rewrote"
-               for d in memslim.report(ours))
+    assert any(
+        d.pass_ == "canonicalize-activations" and d.verdict == "rewrote"
+        for d in memslim.report(ours)
+    )
 
 
 def test_predicted_matches_measured_on_the_exported_mlp():
     model = MLP().train()
     x = torch.randn(16, 32)
     ep = memslim.fx.optimize(torch.export.export(model, (x,)))
-    measured = saved_bytes(torch.export.export(model, (x,)).module(), x) - \
-        saved_bytes(ep.module(), x)
+    measured = saved_bytes(torch.export.export(model, (x,)).module(), x) - saved_bytes(
+        ep.module(), x
+    )
     # The exact lists near GELU's/SiLU's minimum are data-dependent (a few
     # elements here) and not priced.
     predicted = memslim.predicted_bytes_freed(ep)
@@ -315,6 +344,7 @@ def test_graph_module_needs_aten_ops_and_takes_example_inputs():
     with pytest.raises(TypeError, match="ExportedProgram"):
         memslim.fx.optimize(MLP())
     from torch.fx.experimental.proxy_tensor import make_fx
+
     model = MLP()
     x = torch.randn(16, 32)
     gm = make_fx(lambda x: model(x), pre_dispatch=True)(x)
@@ -370,9 +400,15 @@ def test_compile_leaves_a_graph_to_inductor_when_its_partitioner_keeps_less(monk
     # the next conv, the BN keeps its output): fewer bytes -> rewrites kept.
     import memslim.backend as B
 
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.GELU(),
-                          nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.GELU(),
-                          nn.Conv2d(8, 4, 3, padding=1)).train()
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.GELU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.GELU(),
+        nn.Conv2d(8, 4, 3, padding=1),
+    ).train()
     x = torch.randn(2, 3, 8, 8)
     for passes, left in [(["output-saving-activations"], True), (None, False)]:
         if passes:
@@ -394,9 +430,17 @@ def test_compile_under_an_activation_memory_budget():
     # compiled backward (resnet50_gelu at 0.5 failed with DynamicOutputShapeException
     # before the frame's ShapeEnv kept allowing data-dependent sizes).
     from torch._functorch import config as functorch_config
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GELU(), nn.Conv2d(8, 8, 3, padding=1),
-                          nn.GELU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 32), nn.GELU(),
-                          nn.Linear(32, 4)).train()
+
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.GELU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.GELU(),
+        nn.Flatten(),
+        nn.Linear(8 * 8 * 8, 32),
+        nn.GELU(),
+        nn.Linear(32, 4),
+    ).train()
     x = torch.randn(4, 3, 8, 8)
     with functorch_config.patch(activation_memory_budget=0.5):
         plain, ours = _compile_pair(model)
@@ -458,6 +502,7 @@ class FracMLP(nn.Module):
     def __init__(self, width=16):
         super().__init__()
         from memslim._models import FracAct
+
         self.a = nn.Linear(16, width)
         self.act = FracAct()
         self.b = nn.Linear(width, 4)
@@ -498,8 +543,9 @@ def test_region_decisions_match_between_front_ends():
     passes = ["recompute-pointwise-regions"]
     ts = memslim.report(memslim.optimize(model, (x,), passes=passes))
     fx = memslim.report(memslim.fx.optimize(torch.export.export(model, (x,)), passes=passes))
-    assert [(d.verdict, d.bytes_before, d.bytes_after) for d in ts] == \
-        [(d.verdict, d.bytes_before, d.bytes_after) for d in fx]
+    assert [(d.verdict, d.bytes_before, d.bytes_after) for d in ts] == [
+        (d.verdict, d.bytes_before, d.bytes_after) for d in fx
+    ]
 
 
 def test_region_with_a_later_write_to_its_input_is_kept():
@@ -515,8 +561,9 @@ def test_region_with_a_later_write_to_its_input_is_kept():
             return y.sum() + h.sum()
 
     x = torch.randn(4, 16)
-    ep = memslim.fx.optimize(torch.export.export(Net(), (x,)),
-                             passes=["recompute-pointwise-regions"])
+    ep = memslim.fx.optimize(
+        torch.export.export(Net(), (x,)), passes=["recompute-pointwise-regions"]
+    )
     (d,) = memslim.report(ep)
     assert d.verdict == "kept" and "written in place afterwards" in d.text, d.text
     assert not _region_ops(ep.module())
@@ -538,9 +585,10 @@ class TrainableSwishMLP(nn.Module):
         return self.b(h * torch.sigmoid(self.beta * h) + 0.1 * torch.tanh(h) * torch.exp(-h * h))
 
 
-@pytest.mark.parametrize("model_fn,dynamic", [(lambda: FracMLP(width=64), False),
-                                              (TrainableSwishMLP, False),
-                                              (TrainableSwishMLP, True)])
+@pytest.mark.parametrize(
+    "model_fn,dynamic",
+    [(lambda: FracMLP(width=64), False), (TrainableSwishMLP, False), (TrainableSwishMLP, True)],
+)
 def test_compile_applies_regions_as_recompute_tags(model_fn, dynamic):
     torch.manual_seed(0)
     model = model_fn().train()
@@ -550,8 +598,7 @@ def test_compile_applies_regions_as_recompute_tags(model_fn, dynamic):
     _close(_grads(ours, x), want, 1e-5)
     assert saved_bytes(ours, x) <= 0.85 * saved_bytes(plain, x)
     records = memslim.report(ours)
-    assert any(d.pass_ == "recompute-pointwise-regions" and d.verdict == "rewrote"
-               for d in records)
+    assert any(d.pass_ == "recompute-pointwise-regions" and d.verdict == "rewrote" for d in records)
     assert "rewrites kept" in records[-1].text
     x2 = torch.randn(9, 16)
     _close(_grads(ours, x2), _grads(model, x2), 1e-5)
@@ -564,6 +611,7 @@ class TwoFracMLP(nn.Module):
     def __init__(self):
         super().__init__()
         from memslim._models import FracAct
+
         self.a, self.b, self.c = nn.Linear(16, 64), nn.Linear(64, 64), nn.Linear(64, 4)
         self.act1, self.act2 = FracAct(), FracAct()
 
@@ -600,9 +648,15 @@ def test_compile_with_caches_on_keeps_each_policys_regions(tmp_path):
     import os
     import subprocess
     import sys
+
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, os.path.dirname(__file__)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", _CACHE_SCRIPT, os.path.dirname(__file__)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     hits, one, both = map(int, r.stdout.split()[-3:])
     assert hits == 0 and both <= 0.85 * one, (hits, one, both)
@@ -640,6 +694,7 @@ def test_region_tags_enter_inductors_cache_key():
 
 def _pre_dispatch(model, x):
     from torch.fx.experimental.proxy_tensor import make_fx
+
     return make_fx(model, pre_dispatch=True)(x)
 
 
@@ -668,13 +723,19 @@ class _ParamReadMidGraph(nn.Module):
         return (a.cos() * self.w).exp().tanh() + s
 
 
-@pytest.mark.parametrize("model_fn", ["no_grad_then_formula", "sum_under_no_grad", "nan_fill",
-                                      "param_mid_graph"])
+@pytest.mark.parametrize(
+    "model_fn", ["no_grad_then_formula", "sum_under_no_grad", "nan_fill", "param_mid_graph"]
+)
 def test_fx_region_regressions_run_like_eager(model_fn):
     from test_recompute_regions import _NanFill, _NoGradThenFormula, check_like_eager
     from torch.fx.experimental.proxy_tensor import make_fx
-    model = {"no_grad_then_formula": _NoGradThenFormula, "sum_under_no_grad": _SumUnderNoGrad,
-             "nan_fill": _NanFill, "param_mid_graph": _ParamReadMidGraph}[model_fn]()
+
+    model = {
+        "no_grad_then_formula": _NoGradThenFormula,
+        "sum_under_no_grad": _SumUnderNoGrad,
+        "nan_fill": _NanFill,
+        "param_mid_graph": _ParamReadMidGraph,
+    }[model_fn]()
     torch.manual_seed(0)
     x = torch.randn(64, 64)
     gm = make_fx(model)(x) if model_fn == "param_mid_graph" else _pre_dispatch(model, x)
@@ -704,8 +765,10 @@ def test_exported_region_outputs_keep_the_signature_valid(tmp_path):
     model = _RegionIsTheOutput()
     x = torch.randn(64, 64)
     ep = memslim.fx.optimize(torch.export.export(model, (x,)))
-    assert any(d.pass_ == "recompute-pointwise-regions" and d.verdict == "rewrote"
-               for d in memslim.report(ep))
+    assert any(
+        d.pass_ == "recompute-pointwise-regions" and d.verdict == "rewrote"
+        for d in memslim.report(ep)
+    )
     ep._validate()
     torch.export.save(ep, str(tmp_path / "m.pt2"))
     loaded = torch.export.load(str(tmp_path / "m.pt2")).module()
@@ -735,6 +798,7 @@ class _InplaceUnderNoGrad(nn.Module):
 
 def test_inplace_activation_under_no_grad_is_not_functionalized():
     from memslim.optimize import _policy
+
     x = torch.randn(4, 8)
     gm = _pre_dispatch(_InplaceUnderNoGrad(), x)
     decisions, _, _, _ = memslim.fx._plan(gm, ["functionalize-inplace-activations"], _policy())

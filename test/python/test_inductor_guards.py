@@ -8,6 +8,7 @@ that read an mm, the same values, a FakeTensor value on the new node, and, end t
 memslim.compile's outputs and gradients as eager's, with a user's own post-grad pass
 still run.
 """
+
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -20,10 +21,10 @@ aten = torch.ops.aten
 
 
 def _program(x, w, y):
-    a = torch.add(x @ w, x, alpha=0.5)   # mm first: rewritten
-    b = torch.add(y, x @ w, alpha=2.0)   # mm second: rewritten
-    c = torch.add(x, y, alpha=0.5)       # no mm: left (Inductor's fma on GPU)
-    d = torch.add(x @ w, y)              # unit alpha: left
+    a = torch.add(x @ w, x, alpha=0.5)  # mm first: rewritten
+    b = torch.add(y, x @ w, alpha=2.0)  # mm second: rewritten
+    c = torch.add(x, y, alpha=0.5)  # no mm: left (Inductor's fma on GPU)
+    d = torch.add(x @ w, y)  # unit alpha: left
     e = torch.add(x @ w, y @ w, alpha=0.25)  # both mm: rewritten
     return a, b, c, d, e
 
@@ -34,8 +35,10 @@ def _inputs():
 
 
 def _alphas(gm):
-    return sorted(n.kwargs.get("alpha", 1)
-                  for n in gm.graph.find_nodes(op="call_function", target=aten.add.Tensor))
+    return sorted(
+        n.kwargs.get("alpha", 1)
+        for n in gm.graph.find_nodes(op="call_function", target=aten.add.Tensor)
+    )
 
 
 @pytest.mark.parametrize("tracing_mode", ["real", "fake"])
@@ -90,6 +93,7 @@ class _Counting:
 def test_compile_keeps_eager_results_beside_the_addmm_pattern(mm_first):
     from torch._functorch import config as functorch_config
     from torch._inductor import config as inductor_config
+
     torch.manual_seed(0)
     model = _AddAlpha(mm_first)
     x = torch.randn(4, 8)
@@ -100,8 +104,10 @@ def test_compile_keeps_eager_results_beside_the_addmm_pattern(mm_first):
     user = _Counting()
     torch._dynamo.reset()
     # Cold, so that the post-grad passes run (a cache hit skips them).
-    with inductor_config.patch(fx_graph_cache=False, post_grad_custom_pre_pass=user.pass_), \
-            functorch_config.patch(enable_autograd_cache=False):
+    with (
+        inductor_config.patch(fx_graph_cache=False, post_grad_custom_pre_pass=user.pass_),
+        functorch_config.patch(enable_autograd_cache=False),
+    ):
         compiled = memslim.compile(model, strict=True)
         got = compiled(x)
         got.sum().backward()

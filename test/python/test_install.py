@@ -2,6 +2,7 @@
 the package, its libraries, memslim-opt and the torch.compile backend's entry point, run
 from the installed copy alone (PYTHONPATH is the install target, not the sources).
 Its own ctest (pip_install): a wheel build takes minutes cold."""
+
 import os
 import subprocess
 import sys
@@ -27,19 +28,44 @@ print("ok")
 
 def test_pip_install_target(tmp_path):
     target = tmp_path / "site"
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation",
-                        "--no-deps", "--target", str(target), str(ROOT)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-build-isolation",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert (target / "bin" / "memslim-opt").is_file()
-    assert not list((ROOT / "python" / "memslim").glob("_C*.so")), "the build wrote into the sources"
+    assert not list((ROOT / "python" / "memslim").glob("_C*.so")), (
+        "the build wrote into the sources"
+    )
     env = dict(os.environ, PYTHONPATH=str(target))
     env.pop("MEMSLIM_BUILD_DIR", None)
     env.pop("MEMSLIM_LIBRARY", None)
     pt2 = tmp_path / "m.pt2"
-    r = subprocess.run([sys.executable, "-c", SMOKE, str(target), str(pt2)], env=env,
-                       capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-c", SMOKE, str(target), str(pt2)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
-    r = subprocess.run([str(target / "bin" / "memslim-opt"), str(pt2), "-o", str(tmp_path / "o.pt2"),
-                        "--remarks"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [str(target / "bin" / "memslim-opt"), str(pt2), "-o", str(tmp_path / "o.pt2"), "--remarks"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0 and "fused aten::gelu" in r.stderr, r.stderr[-3000:]

@@ -10,6 +10,7 @@ Here: fp64 against aten (tight), fp32 / bf16 errors against an fp64 reference ne
 to aten's own, zero / tiny gamma, a residual 1e6 x gamma, running statistics, NaN,
 what each keeps (saved_tensors_hooks), opcheck, torch.compile with dynamic shapes.
 """
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,8 +18,13 @@ import torch.nn.functional as F
 import memslim  # noqa: F401  (registers torch.ops.memslim)
 
 M = torch.ops.memslim
-ACTS = {"none": lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu,
-        "sigmoid": torch.sigmoid}
+ACTS = {
+    "none": lambda t: t,
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+}
 
 
 def _bn_args(x, w, b, rm=None, rv=None, training=True):
@@ -40,7 +46,7 @@ def _case(name, dtype, act, gamma=None, residual_scale=1.0, seed=0):
     x = torch.randn(xs, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
     r = (residual_scale * torch.randn(xs, generator=g, dtype=torch.float64)).to(dtype)
     r.requires_grad_()
-    w = (gamma if gamma is not None else 0.5 + torch.rand(ws, generator=g, dtype=torch.float64))
+    w = gamma if gamma is not None else 0.5 + torch.rand(ws, generator=g, dtype=torch.float64)
     w = w.to(dtype).requires_grad_()
     b = torch.randn(ws, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
     args = args_of(x, w, b)
@@ -153,11 +159,13 @@ def test_join_opcheck(name):
     torch.library.opcheck(getattr(M, name + "_add").default, (r, "relu", [], *args))
 
 
-POOLS = [((2, 3, 17, 19), (3, 3), (2, 2), (1, 1), (1, 1), False),
-         ((2, 3, 17, 19), (3, 3), (2, 2), (1, 1), (1, 1), True),
-         ((1, 4, 16, 16), (2, 2), (), (0, 0), (1, 1), False),
-         ((3, 15, 14), (3, 2), (1, 2), (1, 0), (2, 1), True),
-         ((2, 2, 12, 12), (12, 12), (), (0,), (1,), False)]
+POOLS = [
+    ((2, 3, 17, 19), (3, 3), (2, 2), (1, 1), (1, 1), False),
+    ((2, 3, 17, 19), (3, 3), (2, 2), (1, 1), (1, 1), True),
+    ((1, 4, 16, 16), (2, 2), (), (0, 0), (1, 1), False),
+    ((3, 15, 14), (3, 2), (1, 2), (1, 0), (2, 1), True),
+    ((2, 2, 12, 12), (12, 12), (), (0,), (1,), False),
+]
 
 
 @pytest.mark.parametrize("case", POOLS)
@@ -176,8 +184,8 @@ def test_max_pool2d_bitwise(case, channels_last):
     out = M.max_pool2d(x, k, s, p, d, c)
     assert torch.equal(ref.nan_to_num(), out.nan_to_num()) and out.stride() == ref.stride()
     g = torch.randn_like(ref)
-    gr, = torch.autograd.grad(ref, x, g)
-    go, = torch.autograd.grad(out, x, g)
+    (gr,) = torch.autograd.grad(ref, x, g)
+    (go,) = torch.autograd.grad(out, x, g)
     assert torch.equal(gr, go) and gr.stride() == go.stride()
 
 
@@ -188,35 +196,49 @@ def test_max_pool2d_keeps_int8_positions_only():
 
 
 def test_max_pool2d_opcheck_and_compile_dynamic():
-    torch.library.opcheck(M.max_pool2d.default,
-                          (torch.randn(2, 3, 9, 9, requires_grad=True), [3, 3], [2, 2], [1, 1],
-                           [1, 1], False))
+    torch.library.opcheck(
+        M.max_pool2d.default,
+        (torch.randn(2, 3, 9, 9, requires_grad=True), [3, 3], [2, 2], [1, 1], [1, 1], False),
+    )
 
     def f(x):
         return M.max_pool2d(x.relu(), [3, 3], [2, 2], [1, 1], [1, 1], False).sum()
+
     cf = torch.compile(f, dynamic=True, backend="aot_eager")
     for n in (9, 13):
         x = torch.randn(2, 3, n, n, requires_grad=True)
-        g1, = torch.autograd.grad(cf(x), x)
+        (g1,) = torch.autograd.grad(cf(x), x)
         x2 = x.detach().requires_grad_()
-        g2, = torch.autograd.grad(F.max_pool2d(x2.relu(), 3, 2, 1).sum(), x2)
+        (g2,) = torch.autograd.grad(F.max_pool2d(x2.relu(), 3, 2, 1).sum(), x2)
         assert torch.equal(g1, g2)
 
 
 def test_join_compile_dynamic():
     def f(r, x, w, b):
-        return M.batch_norm_add(r, "relu", [], x, w, b, None, None, True, 0.1, 1e-5,
-                                False).square().sum()
+        return (
+            M.batch_norm_add(r, "relu", [], x, w, b, None, None, True, 0.1, 1e-5, False)
+            .square()
+            .sum()
+        )
+
     cf = torch.compile(f, dynamic=True, backend="aot_eager")
     for n in (5, 7):
-        ins = [torch.randn(2, 4, n, n, dtype=torch.float64, requires_grad=True),
-               torch.randn(2, 4, n, n, dtype=torch.float64, requires_grad=True),
-               torch.rand(4, dtype=torch.float64, requires_grad=True),
-               torch.randn(4, dtype=torch.float64, requires_grad=True)]
+        ins = [
+            torch.randn(2, 4, n, n, dtype=torch.float64, requires_grad=True),
+            torch.randn(2, 4, n, n, dtype=torch.float64, requires_grad=True),
+            torch.rand(4, dtype=torch.float64, requires_grad=True),
+            torch.randn(4, dtype=torch.float64, requires_grad=True),
+        ]
         got = torch.autograd.grad(cf(*ins), ins)
         want = torch.autograd.grad(
-            (torch.relu(ins[0]) + torch.batch_norm(ins[1], ins[2], ins[3], None, None, True, 0.1,
-                                                   1e-5, False)).square().sum(), ins)
+            (
+                torch.relu(ins[0])
+                + torch.batch_norm(ins[1], ins[2], ins[3], None, None, True, 0.1, 1e-5, False)
+            )
+            .square()
+            .sum(),
+            ins,
+        )
         for a, b in zip(got, want):
             assert _rel(a, b) < 1e-10
 
@@ -232,8 +254,7 @@ def test_join_fused_add_is_aten_bit_for_bit(name, act):
     # residual's gradient is aten's (gelu: to rounding, one fused pass).
     args, r, ins = _case(name, torch.float32, act, seed=11)
     with torch.no_grad():
-        r.view(-1)[:6] = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"),
-                                       -1.0])
+        r.view(-1)[:6] = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), -1.0])
         r.view(-1)[-3:] = torch.tensor([-0.0, -1e30, 3e-39])
     ref, out = _both(name, args, r, act)
     assert torch.equal(out.isnan(), ref.isnan())
@@ -285,8 +306,9 @@ def test_relu_join_fused_pass_is_aten_bit_for_bit(name, dtype):
     # is aten's clamp_min value for value), and the residual's gradient aten's exactly.
     args, r, ins = _case(name, dtype, "relu", seed=7)
     with torch.no_grad():
-        r.view(-1)[:6] = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), -1.0],
-                                      dtype=dtype)
+        r.view(-1)[:6] = torch.tensor(
+            [float("nan"), -0.0, 0.0, float("inf"), -float("inf"), -1.0], dtype=dtype
+        )
     ref, out = _both(name, args, r, "relu")
     assert torch.equal(out.isnan(), ref.isnan())
     assert torch.equal(out.nan_to_num(), ref.nan_to_num())

@@ -1,4 +1,5 @@
 """Saved-for-backward bytes of the memslim ops (saved_tensors_hooks, distinct storages)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,8 +10,8 @@ from memslim import _numerics as N
 M = torch.ops.memslim
 ROWS, COLS = 64, 1024
 NUMEL = ROWS * COLS
-OUT = NUMEL * 4          # fp32 output
-BITS = NUMEL // 8        # one bit per element
+OUT = NUMEL * 4  # fp32 output
+BITS = NUMEL // 8  # one bit per element
 
 OUTPUT_BITS_EXACT = ["gelu", "gelu_tanh", "silu", "mish", "hardswish"]
 MASK_ONLY = ["leaky_relu", "leaky_relu_0.2", "hardsigmoid", "relu"]

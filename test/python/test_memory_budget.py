@@ -7,6 +7,7 @@ BatchNorm running stats and dropout's random numbers stay eager's.
 Gradients are compared in float64 (a recompute changes no arithmetic: what differs is the
 pipeline's own rewrites, within their fp64 bars); saved bytes in float32.
 """
+
 from __future__ import annotations
 
 import re
@@ -107,7 +108,10 @@ def test_budgets_are_met_and_monotone_convnet():
     known = [p for p in peaks if p is not None]
     assert known == sorted(known, reverse=True), peaks
     assert saved[0] == eager  # budget 1: nothing rewritten
-    assert any("met as it is, nothing rewritten" in r for r in budget_remarks(memslim.optimize(m, (x,), memory_budget=1.0)))
+    assert any(
+        "met as it is, nothing rewritten" in r
+        for r in budget_remarks(memslim.optimize(m, (x,), memory_budget=1.0))
+    )
 
 
 def budget_matches_eager_fp64(make, budget):
@@ -126,7 +130,11 @@ def budget_matches_eager_fp64(make, budget):
         assert max_rel(g_opt, g_ref) < 1e-9
     # Running stats moved once per step (replays write copies), as in eager.
     for a, b in zip(ref.buffers(), base.buffers()):
-        assert torch.equal(a, b) if a.dtype == torch.long else torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+        assert (
+            torch.equal(a, b)
+            if a.dtype == torch.long
+            else torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+        )
     return opt
 
 
@@ -207,8 +215,9 @@ def test_blocks_with_an_in_place_residual_if_and_int_list_attributes_fp64():
     opt = budget_matches_eager_fp64(InvResNet, 0.4)
     assert "prim::tolist" in str(opt.graph), "the Permute dims travel as an int[] state"
     xf = torch.randn(4, 3, 16, 16)
-    assert memslim.saved_bytes(memslim.optimize(InvResNet(), (xf,), memory_budget=0.4), xf) <= \
-        0.4 * memslim.saved_bytes(InvResNet(), xf)
+    assert memslim.saved_bytes(
+        memslim.optimize(InvResNet(), (xf,), memory_budget=0.4), xf
+    ) <= 0.4 * memslim.saved_bytes(InvResNet(), xf)
 
 
 class SDBlock(nn.Module):
@@ -242,8 +251,10 @@ def test_blocks_reading_a_str_attribute_fp64():
     opt = budget_matches_eager_fp64(SDNet, 0.4)
     g = str(opt.inlined_graph)
     strs = re.findall(r"(%\S+) : str\[\] = prim::ListConstruct\(%", g)
-    assert any(re.search(r"memslim::recompute_block\(%\S+, %\S+, %\S+, " + re.escape(v) + r"\)", g)
-               for v in strs), g
+    assert any(
+        re.search(r"memslim::recompute_block\(%\S+, %\S+, %\S+, " + re.escape(v) + r"\)", g)
+        for v in strs
+    ), g
 
 
 def test_unreachable_budget_names_the_smallest_reachable_figure():
@@ -282,11 +293,13 @@ def test_recompute_blocks_pass_alone():
 
 
 def test_recompute_block_opcheck():
-    text = ("graph(%x : Tensor, %w : Tensor):\n"
-            "  %none : NoneType = prim::Constant()\n"
-            "  %h : Tensor = aten::linear(%x, %w, %none)\n"
-            "  %y : Tensor = aten::tanh(%h)\n"
-            "  return (%y)\n")
+    text = (
+        "graph(%x : Tensor, %w : Tensor):\n"
+        "  %none : NoneType = prim::Constant()\n"
+        "  %h : Tensor = aten::linear(%x, %w, %none)\n"
+        "  %y : Tensor = aten::tanh(%h)\n"
+        "  return (%y)\n"
+    )
     x = torch.randn(3, 4, requires_grad=True)
     w = torch.randn(5, 4, requires_grad=True)
     torch.library.opcheck(torch.ops.memslim.recompute_block.default, (x, [w], text))
@@ -295,19 +308,21 @@ def test_recompute_block_opcheck():
 
 
 def test_recompute_block_with_strs_opcheck():
-    text = ("graph(%x : Tensor, %w : Tensor, %mode : str):\n"
-            "  %none : NoneType = prim::Constant()\n"
-            "  %row : str = prim::Constant[value=\"row\"]()\n"
-            "  %h : Tensor = aten::linear(%x, %w, %none)\n"
-            "  %is_row : bool = aten::eq(%mode, %row)\n"
-            "  %y : Tensor = prim::If(%is_row)\n"
-            "    block0():\n"
-            "      %t : Tensor = aten::tanh(%h)\n"
-            "      -> (%t)\n"
-            "    block1():\n"
-            "      %s : Tensor = aten::sigmoid(%h)\n"
-            "      -> (%s)\n"
-            "  return (%y)\n")
+    text = (
+        "graph(%x : Tensor, %w : Tensor, %mode : str):\n"
+        "  %none : NoneType = prim::Constant()\n"
+        '  %row : str = prim::Constant[value="row"]()\n'
+        "  %h : Tensor = aten::linear(%x, %w, %none)\n"
+        "  %is_row : bool = aten::eq(%mode, %row)\n"
+        "  %y : Tensor = prim::If(%is_row)\n"
+        "    block0():\n"
+        "      %t : Tensor = aten::tanh(%h)\n"
+        "      -> (%t)\n"
+        "    block1():\n"
+        "      %s : Tensor = aten::sigmoid(%h)\n"
+        "      -> (%s)\n"
+        "  return (%y)\n"
+    )
     x = torch.randn(3, 4, requires_grad=True)
     w = torch.randn(5, 4, requires_grad=True)
     op = torch.ops.memslim.recompute_block.default
@@ -319,7 +334,9 @@ def test_recompute_block_with_strs_opcheck():
         ex, ew = torch.autograd.grad(f(x @ w.t()).square().sum(), (x, w))
         assert torch.allclose(gx, ex) and torch.allclose(gw, ew)
     # A str where the function takes a tensor, or a missing str: one clear error.
-    with pytest.raises(RuntimeError, match="its function takes 2 state inputs, got 1 tensors and 0 strs"):
+    with pytest.raises(
+        RuntimeError, match="its function takes 2 state inputs, got 1 tensors and 0 strs"
+    ):
         op(x, [w], text)
     with pytest.raises(RuntimeError, match="input 1 is Tensor where the op gives a str"):
         op(x, [], text, ["row", "row"])
@@ -343,14 +360,27 @@ def test_traced_transformer_blocks_fp64(kind):
     def build():
         torch.manual_seed(0)
         if kind == "bert":
-            cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                          intermediate_size=64, vocab_size=100,
-                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+            cfg = transformers.BertConfig(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                vocab_size=100,
+                hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+            )
             m = transformers.BertModel(cfg, add_pooling_layer=False)
         else:
-            cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                           num_attention_heads=2, num_key_value_heads=2, vocab_size=100,
-                                           max_position_embeddings=64, use_cache=False)
+            cfg = transformers.LlamaConfig(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                vocab_size=100,
+                max_position_embeddings=64,
+                use_cache=False,
+            )
             m = transformers.LlamaModel(cfg)
         return Wrap(m).double().train()
 
@@ -382,11 +412,14 @@ def test_budget_is_held_to_measured_bytes():
     assert kept <= 0.5 * eager
     rs = budget_remarks(opt)
     assert any(f"the unmodified model keeps {eager:,} B (eager)" in r for r in rs), rs
-    assert any(r.endswith(f"measured {kept:,} B ({kept / eager:.3f} of the unmodified)") for r in rs), rs
+    assert any(
+        r.endswith(f"measured {kept:,} B ({kept / eager:.3f} of the unmodified)") for r in rs
+    ), rs
 
 
 def test_a_plan_measured_over_budget_is_redone(monkeypatch):
     import memslim.measure as measure
+
     torch.manual_seed(0)
     m = ConvNet()
     x = torch.randn(4, 3, 16, 16)
@@ -407,9 +440,17 @@ def test_a_plan_measured_over_budget_is_redone(monkeypatch):
     assert real(opt, (x,), {}) <= 0.5 * calls[0]
     # A plan that can never measure under the target is an error naming the measured
     # figures (here the shrinking fraction ends below what the planner can reach).
-    monkeypatch.setattr(measure, "saved_bytes_quietly",
-                        lambda model, args, kwargs, warmup=2: 10 ** 9 if model is not m else real(model, args, kwargs, warmup))
-    with pytest.raises(RuntimeError, match=r"memory_budget 0\.5 \(\S+ B (measured against|of) the unmodified model's"):
+    monkeypatch.setattr(
+        measure,
+        "saved_bytes_quietly",
+        lambda model, args, kwargs, warmup=2: (
+            10**9 if model is not m else real(model, args, kwargs, warmup)
+        ),
+    )
+    with pytest.raises(
+        RuntimeError,
+        match=r"memory_budget 0\.5 \(\S+ B (measured against|of) the unmodified model's",
+    ):
         memslim.optimize(m, (x,), memory_budget=0.5)
 
 
@@ -447,9 +488,12 @@ def test_in_place_writes_inside_a_recomputed_block_fp64(block):
     """Writes into values the block makes itself run inside the op (ConvNeXt's
     residual add_ is recomputed); a write to what the block reads from outside keeps
     the block. Either way the gradients are eager's."""
+
     def make():
         torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(8, 8), *[block(8) for _ in range(3)], nn.Linear(8, 4)).double()
+        return nn.Sequential(
+            nn.Linear(8, 8), *[block(8) for _ in range(3)], nn.Linear(8, 4)
+        ).double()
 
     x = torch.randn(6, 8, dtype=torch.float64)
     ref, base = make(), make()

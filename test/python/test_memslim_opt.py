@@ -1,4 +1,5 @@
 """memslim-opt over a saved TorchScript archive: rewrite, reload in a new process, train, match."""
+
 import json
 import re
 import os
@@ -10,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import memslim
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT = os.environ.get("MEMSLIM_OPT", str(ROOT / "build" / "bin" / "memslim-opt"))
@@ -52,8 +52,13 @@ print(json.dumps({"losses": losses, "graph": str(m.graph), "saved": memslim.save
 
 
 def run_train(path):
-    out = subprocess.run([sys.executable, "-c", TRAIN, str(path)], capture_output=True, text=True,
-                         check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "python")})
+    out = subprocess.run(
+        [sys.executable, "-c", TRAIN, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "python")},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -61,8 +66,20 @@ def test_pt_round_trip_trains_identically(tmp_path):
     torch.manual_seed(0)
     src, dst = tmp_path / "net.pt", tmp_path / "net_opt.pt"
     torch.jit.save(torch.jit.script(Net()), str(src))
-    r = subprocess.run([OPT, str(src), "--pipeline=memslim-default", "--input-shapes=8x16",
-                        "--verify", "--remarks", "-o", str(dst)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            OPT,
+            str(src),
+            "--pipeline=memslim-default",
+            "--input-shapes=8x16",
+            "--verify",
+            "--remarks",
+            "-o",
+            str(dst),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert "canonicalize-activations: x * sigmoid(x)" in r.stderr
     # gelu goes into b, the canonicalized silu into c (each keeps its input).
@@ -81,7 +98,9 @@ def test_pt_errors_leave_no_output(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"PK\x03\x04 not really a zip")
     out = tmp_path / "out.pt"
-    r = subprocess.run([OPT, str(bad), "--passes=cleanup", "-o", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [OPT, str(bad), "--passes=cleanup", "-o", str(out)], capture_output=True, text=True
+    )
     assert r.returncode == 1
     assert r.stderr.startswith("memslim-opt: error: cannot load") and r.stderr.count("\n") == 1
     assert not out.exists()
@@ -102,14 +121,23 @@ def _one_error_line(r, out=None):
 DATA = Path(__file__).resolve().parent / "data"
 
 
-@pytest.mark.parametrize("name", ["fuzz_corrupt_save.pt", "fuzz_corrupt_debug_info.pt", "fuzz_corrupt_code.pt",
-                                  "fuzz_reader_segfault.pt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fuzz_corrupt_save.pt",
+        "fuzz_corrupt_debug_info.pt",
+        "fuzz_corrupt_code.pt",
+        "fuzz_reader_segfault.pt",
+    ],
+)
 def test_corrupted_archives_found_by_the_fuzzer(tmp_path, name):
     """bench/fuzz_opt_inputs.py findings: archives torch.jit.load accepts but whose
     clone or save later hit torch's INTERNAL ASSERT (a flipped byte in the debug
     info; an attribute of the wrong type). Now refused at load."""
     out = tmp_path / "out.pt"
-    r = subprocess.run([OPT, str(DATA / name), "--passes=cleanup", "-o", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [OPT, str(DATA / name), "--passes=cleanup", "-o", str(out)], capture_output=True, text=True
+    )
     _one_error_line(r, out)
     assert "cannot load" in r.stderr, r.stderr
     if name == "fuzz_reader_segfault.pt":
@@ -120,23 +148,60 @@ def test_corrupted_archives_found_by_the_fuzzer(tmp_path, name):
         assert "inconsistent contents" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("name,args,expect", [
-    ("fuzz_error_control_byte.pt", ["--pipeline=memslim-default", "--input-shapes=8x16", "--remarks"], "\\x1d"),
-    ("fuzz_error_binary_version.pt", ["--pipeline=memslim-default", "--input-shapes=8x16", "-o", "OUT"],
-     "Couldn't parse the version \\xe6"),
-    ("fuzz_error_report_throws.pt", ["--pipeline=memslim-default", "--input-shapes=2x3x8x8", "--verify", "-o", "OUT"],
-     "torch failed while describing the load error (Expected PROTO opcode"),
-    ("fuzz_error_control_byte.ir", ["--passes=cleanup,fuse-activation-dropout", "--split-input-file", "--verify",
-                                    "--input-shapes=8x16", "-o", "OUT"], "found '\\x1d' here"),
-    # a prim::Uninitialized bool fed straight to dropout: the recording run hit
-    # torch's INTERNAL ASSERT "expected bool" (fuzz_opt_inputs --quick, input 295)
-    ("fuzz_error_uninitialized.ir", ["--pipeline=memslim-default", "--split-input-file", "--input-shapes=8x16",
-                                     "--verify", "--remarks", "-o", "OUT"], "prim::Uninitialized at line 3, column 19: its value is read by aten::dropout"),
-    # `%flag : b(ool)` reads as a type with alias info, which torch's IR parser
-    # refuses with an INTERNAL ASSERT (fuzz_opt_inputs --quick, input 217)
-    ("fuzz_error_alias_type.ir", ["--passes=cleanup", "--input-shapes=1e400,scalar", "--verify", "-o", "OUT"],
-     "as TorchScript IR: Parsing IR with Alias Info not handled"),
-])
+@pytest.mark.parametrize(
+    "name,args,expect",
+    [
+        (
+            "fuzz_error_control_byte.pt",
+            ["--pipeline=memslim-default", "--input-shapes=8x16", "--remarks"],
+            "\\x1d",
+        ),
+        (
+            "fuzz_error_binary_version.pt",
+            ["--pipeline=memslim-default", "--input-shapes=8x16", "-o", "OUT"],
+            "Couldn't parse the version \\xe6",
+        ),
+        (
+            "fuzz_error_report_throws.pt",
+            ["--pipeline=memslim-default", "--input-shapes=2x3x8x8", "--verify", "-o", "OUT"],
+            "torch failed while describing the load error (Expected PROTO opcode",
+        ),
+        (
+            "fuzz_error_control_byte.ir",
+            [
+                "--passes=cleanup,fuse-activation-dropout",
+                "--split-input-file",
+                "--verify",
+                "--input-shapes=8x16",
+                "-o",
+                "OUT",
+            ],
+            "found '\\x1d' here",
+        ),
+        # a prim::Uninitialized bool fed straight to dropout: the recording run hit
+        # torch's INTERNAL ASSERT "expected bool" (fuzz_opt_inputs --quick, input 295)
+        (
+            "fuzz_error_uninitialized.ir",
+            [
+                "--pipeline=memslim-default",
+                "--split-input-file",
+                "--input-shapes=8x16",
+                "--verify",
+                "--remarks",
+                "-o",
+                "OUT",
+            ],
+            "prim::Uninitialized at line 3, column 19: its value is read by aten::dropout",
+        ),
+        # `%flag : b(ool)` reads as a type with alias info, which torch's IR parser
+        # refuses with an INTERNAL ASSERT (fuzz_opt_inputs --quick, input 217)
+        (
+            "fuzz_error_alias_type.ir",
+            ["--passes=cleanup", "--input-shapes=1e400,scalar", "--verify", "-o", "OUT"],
+            "as TorchScript IR: Parsing IR with Alias Info not handled",
+        ),
+    ],
+)
 def test_error_text_from_corrupt_inputs_is_one_printable_line(tmp_path, name, args, expect):
     """bench/results/fuzz_opt_inputs.md findings: torch quotes a corrupt input's bytes
     in its error (a \\x1d that Python's splitlines breaks at, invalid UTF-8), and on one
@@ -145,7 +210,9 @@ def test_error_text_from_corrupt_inputs_is_one_printable_line(tmp_path, name, ar
     out = tmp_path / "out.pt"
     argv = [OPT, str(DATA / name)] + [str(out) if a == "OUT" else a for a in args]
     raw = subprocess.run(argv, capture_output=True)
-    r = subprocess.CompletedProcess(raw.args, raw.returncode, "", raw.stderr.decode("utf-8"))  # strict UTF-8
+    r = subprocess.CompletedProcess(
+        raw.args, raw.returncode, "", raw.stderr.decode("utf-8")
+    )  # strict UTF-8
     _one_error_line(r, out)
     assert expect in r.stderr, r.stderr
     assert "internal error" not in r.stderr, r.stderr
@@ -159,15 +226,27 @@ def test_fork_server_matches_a_fresh_process(tmp_path):
     import runner
 
     ir = tmp_path / "g.ir"
-    ir.write_text("graph(%x : Tensor):\n  %none : str = prim::Constant[value=\"none\"]()\n"
-                  "  %y : Tensor = aten::gelu(%x, %none)\n  %z : Tensor = aten::mul(%y, %y)\n  return (%z)\n")
+    ir.write_text(
+        'graph(%x : Tensor):\n  %none : str = prim::Constant[value="none"]()\n'
+        "  %y : Tensor = aten::gelu(%x, %none)\n  %z : Tensor = aten::mul(%y, %y)\n  return (%z)\n"
+    )
     out = tmp_path / "out.pt"
-    cases = [["--list-passes"], ["--bogus"], [str(ir), "--pipeline=memslim-default"],
-             [str(ir), "--pipeline=memslim-default", "--input-shapes=8x16", "--verify", "--remarks"],
-             [str(ir), "--input-shapes=8x16x"],
-             [str(DATA / "fuzz_error_report_throws.pt"), "--pipeline=memslim-default", "--input-shapes=2x3x8x8",
-              "--verify", "-o", str(out)],
-             [str(DATA / "fuzz_reader_segfault.pt"), "--passes=cleanup", "-o", str(out)]]
+    cases = [
+        ["--list-passes"],
+        ["--bogus"],
+        [str(ir), "--pipeline=memslim-default"],
+        [str(ir), "--pipeline=memslim-default", "--input-shapes=8x16", "--verify", "--remarks"],
+        [str(ir), "--input-shapes=8x16x"],
+        [
+            str(DATA / "fuzz_error_report_throws.pt"),
+            "--pipeline=memslim-default",
+            "--input-shapes=2x3x8x8",
+            "--verify",
+            "-o",
+            str(out),
+        ],
+        [str(DATA / "fuzz_reader_segfault.pt"), "--passes=cleanup", "-o", str(out)],
+    ]
     srv = runner.MemslimOpt(OPT, str(tmp_path))
     assert not srv.spawn
     got = []
@@ -204,8 +283,20 @@ def test_archive_state_is_not_changed_by_the_recording_run_or_verify(tmp_path):
     src, dst = tmp_path / "bn.pt", tmp_path / "bn_opt.pt"
     m = torch.jit.script(BNNet())
     torch.jit.save(m, str(src))
-    r = subprocess.run([OPT, str(src), "--pipeline=memslim-default", "--input-shapes=8x16,0.5,true",
-                        "--verify", "--remarks", "-o", str(dst)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            OPT,
+            str(src),
+            "--pipeline=memslim-default",
+            "--input-shapes=8x16,0.5,true",
+            "--verify",
+            "--remarks",
+            "-o",
+            str(dst),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert "rewrote aten::gelu" in r.stderr and "verify: ok" in r.stderr, r.stderr
     before, after = torch.jit.load(str(src)), torch.jit.load(str(dst))
@@ -264,9 +355,13 @@ def test_verify_passes_on_every_lit_input(tmp_path):
     through the file's own pass. Cases whose input graph cannot be differentiated
     (it writes in place to a leaf or to a tensor its backward needs: memslim-opt
     says "the input graph fails") are counted apart; anything else must verify."""
-    passes = [l.split()[0] for l in subprocess.run([OPT, "--list-passes"], capture_output=True, text=True,
-                                                   check=True).stdout.splitlines()
-              if l.strip() and not l.strip().startswith("pipeline")]
+    passes = [
+        ln.split()[0]
+        for ln in subprocess.run(
+            [OPT, "--list-passes"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        if ln.strip() and not ln.strip().startswith("pipeline")
+    ]
     jobs = []
     for name, text in _lit_cases():
         # An int[] or str graph input (recompute-blocks' ConvNeXt dims, StochasticDepth
@@ -279,16 +374,32 @@ def test_verify_passes_on_every_lit_input(tmp_path):
         path.write_text(text)
         shapes = _input_shapes(name, text)
         stem = name.split("#")[0].split("/")[0]
-        for flag in ["--pipeline=memslim-default"] + ([f"--passes={stem}"] if stem in passes else []):
-            jobs.append((name, [OPT, str(path), flag, "--verify"] + ([f"--input-shapes={shapes}"] if shapes else [])))
+        for flag in ["--pipeline=memslim-default"] + (
+            [f"--passes={stem}"] if stem in passes else []
+        ):
+            jobs.append(
+                (
+                    name,
+                    [OPT, str(path), flag, "--verify"]
+                    + ([f"--input-shapes={shapes}"] if shapes else []),
+                )
+            )
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=2) as ex:
-        results = list(ex.map(lambda j: (j[0], j[1], subprocess.run(j[1], capture_output=True, text=True)), jobs))
+        results = list(
+            ex.map(
+                lambda j: (j[0], j[1], subprocess.run(j[1], capture_output=True, text=True)), jobs
+            )
+        )
     ok, not_differentiable, bad = 0, set(), []
     for name, args, r in results:
         if r.returncode == 0 and "memslim-opt: verify: ok" in r.stderr:
             ok += 1
-        elif r.returncode == 1 and "--verify: the input graph fails on the example inputs" in r.stderr:
+        elif (
+            r.returncode == 1
+            and "--verify: the input graph fails on the example inputs" in r.stderr
+        ):
             not_differentiable.add(name)
         else:
             bad.append(f"{name} {' '.join(args[2:])}: {r.returncode} {r.stderr.strip()[-300:]}")
@@ -306,8 +417,11 @@ def test_archive_write_errors_are_one_line(tmp_path):
     src = tmp_path / "net.pt"
     torch.jit.save(torch.jit.script(Net()), str(src))
     out = tmp_path / "missing" / "out.pt"
-    r = subprocess.run([OPT, str(src), "--pipeline=memslim-default", "--input-shapes=8x16", "-o", str(out)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [OPT, str(src), "--pipeline=memslim-default", "--input-shapes=8x16", "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
     _one_error_line(r, out)
     assert "cannot write" in r.stderr
     assert not out.parent.exists()
@@ -332,13 +446,18 @@ def test_verify_when_the_rewritten_backward_throws(tmp_path):
     with `verify: ok` or one error line naming the rewritten graph, no output file."""
     src, out = tmp_path / "in.ir", tmp_path / "out.ir"
     src.write_text(FUSED_DROPOUT_WRITTEN_LATER)
-    r = subprocess.run([OPT, str(src), "--pipeline=memslim-default", "--verify", "-o", str(out)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [OPT, str(src), "--pipeline=memslim-default", "--verify", "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode == 0:
         assert "memslim-opt: verify: ok" in r.stderr and out.exists(), r.stderr
     else:
         _one_error_line(r, out)
-        assert "--verify: the rewritten graph fails (the input graph does not)" in r.stderr, r.stderr
+        assert "--verify: the rewritten graph fails (the input graph does not)" in r.stderr, (
+            r.stderr
+        )
 
 
 class _Pt2Net(torch.nn.Module):
@@ -355,6 +474,7 @@ class _Pt2FracNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
         from memslim._models import FracAct
+
         self.a = torch.nn.Linear(16, 32)
         self.act = FracAct()
         self.b = torch.nn.Linear(32, 4)
@@ -363,15 +483,25 @@ class _Pt2FracNet(torch.nn.Module):
         return self.b(self.act(self.a(x)))
 
 
-@pytest.mark.parametrize("net,remark,op", [
-    (_Pt2Net, "remark: fuse-activation-consumer: fused aten::gelu at %gelu",
-     "memslim.act_linear.default"),
-    (_Pt2FracNet, "remark: recompute-pointwise-regions: rewrote region of 64 ops",
-     "memslim.recompute_region.default")])
+@pytest.mark.parametrize(
+    "net,remark,op",
+    [
+        (
+            _Pt2Net,
+            "remark: fuse-activation-consumer: fused aten::gelu at %gelu",
+            "memslim.act_linear.default",
+        ),
+        (
+            _Pt2FracNet,
+            "remark: recompute-pointwise-regions: rewrote region of 64 ops",
+            "memslim.recompute_region.default",
+        ),
+    ],
+)
 def test_pt2_end_to_end(tmp_path, net, remark, op):
     # memslim-opt m.pt2 -o m_opt.pt2: the FX front end; the program it writes loads
     # (once memslim is imported) and its module trains with the same gradients.
-    import memslim  # noqa: F401  (registers the ops torch.export.load meets)
+
     torch.manual_seed(0)
     model = net()
     x = torch.randn(8, 16)
@@ -391,16 +521,21 @@ def test_pt2_end_to_end(tmp_path, net, remark, op):
 
 def test_pt2_errors_are_one_line(tmp_path):
     missing = tmp_path / "nope.pt2"
-    r = subprocess.run([OPT, str(missing), "-o", str(tmp_path / "o.pt2")], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [OPT, str(missing), "-o", str(tmp_path / "o.pt2")], capture_output=True, text=True
+    )
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
-        f"memslim-opt: error: cannot read {missing}: no such file"]
+        f"memslim-opt: error: cannot read {missing}: no such file"
+    ]
     src = tmp_path / "m.pt2"
     torch.export.save(torch.export.export(_Pt2Net(), (torch.randn(2, 16),)), str(src))
     out = tmp_path / "o.pt2"
-    r = subprocess.run([OPT, str(src), "--min-bytes=-1", "-o", str(out)], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [OPT, str(src), "--min-bytes=-1", "-o", str(out)], capture_output=True, text=True
+    )
     assert r.returncode == 1 and not out.exists()
     assert r.stderr.strip().splitlines()[-1].startswith("memslim-opt: error: min_bytes must be")
     r = subprocess.run([OPT, str(src), "--verify"], capture_output=True, text=True)
-    assert r.returncode == 1 and "unknown or unsupported option for .pt2 input: --verify" in r.stderr
+    assert (
+        r.returncode == 1 and "unknown or unsupported option for .pt2 input: --verify" in r.stderr
+    )

@@ -7,6 +7,7 @@ x_hat the norms' fallback keeps) rewritten by
 memslim.optimize (TorchScript) and memslim.fx.optimize (torch.export), in float64 so
 "exact" means agreeing with eager to 1e-10; plus the chain's remarks and bytes.
 """
+
 import copy
 
 import pytest
@@ -89,8 +90,9 @@ def test_zero_init_residual_resnet_is_exact(front_end):
     x = torch.randn(4, 3, 32, 32, dtype=torch.float64)
     ref = copy.deepcopy(model)
     opt = _optimized(model, x, front_end)
-    assert any(r.pass_ == "output-saving-norms" and r.verdict == "rewrote"
-               for r in memslim.report(opt))
+    assert any(
+        r.pass_ == "output-saving-norms" and r.verdict == "rewrote" for r in memslim.report(opt)
+    )
     mod = _module(opt, front_end)
     got, want = _grads(mod, x), _grads(ref, x)
     for a, b in zip(want, got):
@@ -108,6 +110,7 @@ def test_resnet_blocks_keep_two_tensors_exactly(front_end, act):
     # (eager: four tensors). Measured on resnet18 at 4x3x64x64: 0.52x eager (ReLU),
     # 0.37x (GELU). Exact in float64 (every gradient, every running statistic).
     from memslim._models import torchvision_with
+
     torch.manual_seed(0)
     model = torchvision_with("resnet18", act).double().train()
     x = torch.randn(4, 3, 64, 64, dtype=torch.float64)
@@ -211,8 +214,14 @@ class StdConv(nn.Conv2d):
     """timm's StdConv2d: the weight standardised per output channel by F.batch_norm."""
 
     def forward(self, x):
-        w = nn.functional.batch_norm(self.weight.reshape(1, self.out_channels, -1), None, None,
-                                     training=True, momentum=0.0, eps=1e-6).reshape_as(self.weight)
+        w = nn.functional.batch_norm(
+            self.weight.reshape(1, self.out_channels, -1),
+            None,
+            None,
+            training=True,
+            momentum=0.0,
+            eps=1e-6,
+        ).reshape_as(self.weight)
         return nn.functional.conv2d(x, w, self.bias, self.stride, self.padding)
 
 
@@ -245,7 +254,11 @@ def test_standardised_weight_is_not_priced_as_freed(front_end):
     mod = _module(opt, front_end)
     measured = memslim.saved_bytes(ref, x) - memslim.saved_bytes(mod, x)
     predicted = memslim.predicted_bytes_freed(opt)
-    assert measured > 0 and abs(predicted - measured) <= 0.05 * measured, (predicted, measured, recs)
+    assert measured > 0 and abs(predicted - measured) <= 0.05 * measured, (
+        predicted,
+        measured,
+        recs,
+    )
     for a, b in zip(_grads(ref, x), _grads(mod, x)):
         torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-10)
 
@@ -286,8 +299,10 @@ def test_hand_written_layer_norm_becomes_an_output_saving_layer_norm(front_end):
     ref = copy.deepcopy(model)
     opt = _optimized(model, x, front_end)
     recs = memslim.report(opt)
-    assert any(r.pass_ == "canonicalize-norms" and r.verdict == "rewrote"
-               and "aten::layer_norm" in r.text for r in recs), recs
+    assert any(
+        r.pass_ == "canonicalize-norms" and r.verdict == "rewrote" and "aten::layer_norm" in r.text
+        for r in recs
+    ), recs
     assert any(r.pass_ == "output-saving-norms" and r.verdict == "rewrote" for r in recs), recs
     mod = _module(opt, front_end)
     before, after = memslim.saved_bytes(ref, x), memslim.saved_bytes(mod, x)

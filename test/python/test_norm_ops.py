@@ -8,6 +8,7 @@ reference, next to aten's own), gamma = 0 / tiny / non-finite / |beta| >> |gamma
 running statistics, eval mode, layouts, affine off, NaN, saved bytes, opcheck and
 torch.compile with dynamic shapes.
 """
+
 import pytest
 import torch
 
@@ -17,21 +18,41 @@ M = torch.ops.memslim
 
 
 def _bn(op):
-    return lambda x, w, b, **k: op(x, w, b, k.get("rm"), k.get("rv"), k.get("training", True),
-                                   0.1, 1e-5, False)
+    return lambda x, w, b, **k: op(
+        x, w, b, k.get("rm"), k.get("rv"), k.get("training", True), 0.1, 1e-5, False
+    )
 
 
 # name -> (aten call, memslim call, input shape, gamma shape, has beta)
 NORMS = {
-    "layer_norm": (lambda x, w, b, **k: torch.layer_norm(x, [16], w, b, 1e-5),
-                   lambda x, w, b, **k: M.layer_norm(x, [16], w, b, 1e-5), (4, 5, 16), (16,), True),
-    "layer_norm_2d": (lambda x, w, b, **k: torch.layer_norm(x, [5, 16], w, b, 1e-5),
-                      lambda x, w, b, **k: M.layer_norm(x, [5, 16], w, b, 1e-5), (4, 5, 16),
-                      (5, 16), True),
-    "rms_norm": (lambda x, w, b, **k: torch.rms_norm(x, [16], w, 1e-6),
-                 lambda x, w, b, **k: M.rms_norm(x, [16], w, 1e-6), (4, 5, 16), (16,), False),
-    "group_norm": (lambda x, w, b, **k: torch.group_norm(x, 3, w, b, 1e-5),
-                   lambda x, w, b, **k: M.group_norm(x, 3, w, b, 1e-5), (4, 6, 5, 5), (6,), True),
+    "layer_norm": (
+        lambda x, w, b, **k: torch.layer_norm(x, [16], w, b, 1e-5),
+        lambda x, w, b, **k: M.layer_norm(x, [16], w, b, 1e-5),
+        (4, 5, 16),
+        (16,),
+        True,
+    ),
+    "layer_norm_2d": (
+        lambda x, w, b, **k: torch.layer_norm(x, [5, 16], w, b, 1e-5),
+        lambda x, w, b, **k: M.layer_norm(x, [5, 16], w, b, 1e-5),
+        (4, 5, 16),
+        (5, 16),
+        True,
+    ),
+    "rms_norm": (
+        lambda x, w, b, **k: torch.rms_norm(x, [16], w, 1e-6),
+        lambda x, w, b, **k: M.rms_norm(x, [16], w, 1e-6),
+        (4, 5, 16),
+        (16,),
+        False,
+    ),
+    "group_norm": (
+        lambda x, w, b, **k: torch.group_norm(x, 3, w, b, 1e-5),
+        lambda x, w, b, **k: M.group_norm(x, 3, w, b, 1e-5),
+        (4, 6, 5, 5),
+        (6,),
+        True,
+    ),
     "batch_norm": (_bn(torch.batch_norm), _bn(M.batch_norm), (4, 6, 5, 5), (6,), True),
 }
 
@@ -70,8 +91,9 @@ def test_fp64_matches_aten(name, edges):
     aten, ours, *_ = NORMS[name]
     gamma = _gamma_edges(name, torch.float64) if edges else None
     x, w, b, gy = _inputs(name, torch.float64, gamma)
-    for a, m, what in zip(_run(aten, x, w, b, gy), _run(ours, x, w, b, gy),
-                          ["y", "grad x", "grad gamma", "grad beta"]):
+    for a, m, what in zip(
+        _run(aten, x, w, b, gy), _run(ours, x, w, b, gy), ["y", "grad x", "grad gamma", "grad beta"]
+    ):
         torch.testing.assert_close(m, a, rtol=1e-10, atol=1e-10, msg=f"{name} {what}")
 
 
@@ -208,8 +230,13 @@ def test_nn_modules_through_memslim_ops_layouts_and_affine_off():
     ]
     for mod, x in cases:
         name = type(mod).__name__
-        kind = {"BatchNorm2d": "batch_norm", "BatchNorm1d": "batch_norm", "LayerNorm": "layer_norm",
-                "GroupNorm": "group_norm", "RMSNorm": "rms_norm"}[name]
+        kind = {
+            "BatchNorm2d": "batch_norm",
+            "BatchNorm1d": "batch_norm",
+            "LayerNorm": "layer_norm",
+            "GroupNorm": "group_norm",
+            "RMSNorm": "rms_norm",
+        }[name]
         ref = _grads_of(mod, x, None)
         got = _grads_of(mod, x, kind)
         for r, g in zip(ref, got):
@@ -220,6 +247,7 @@ def _grads_of(mod, x, kind):
     """Values and gradients of `mod` on x; with `kind`, torch.<kind> (what
     torch.nn.functional calls) is memslim's op."""
     import copy
+
     mod = copy.deepcopy(mod)
     x = x.detach().clone().requires_grad_(True)
     real = getattr(torch, kind) if kind else None
@@ -276,8 +304,9 @@ OPCHECK = {
 @pytest.mark.parametrize("name", sorted(OPCHECK))
 def test_opcheck(name):
     x, w, b, _ = _inputs(name, torch.float32, _gamma_edges(name, torch.float32))
-    op, args = OPCHECK[name](x.requires_grad_(), w.requires_grad_(),
-                             b.requires_grad_() if b is not None else None)
+    op, args = OPCHECK[name](
+        x.requires_grad_(), w.requires_grad_(), b.requires_grad_() if b is not None else None
+    )
     torch.library.opcheck(op, args)
 
 

@@ -6,6 +6,7 @@ points around each non-monotonic function's minimum; error relative to
 16-bit: every representable value in [-20, 20]; near the minimum
 (|x - x*| <= 0.8) the error must stay within 4x aten's own 16-bit backward.
 """
+
 import pytest
 import torch
 

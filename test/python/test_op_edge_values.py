@@ -19,6 +19,7 @@ the NaN. Forward values are compared with aten's scalar loop, because the
 vectorised gelu returns NaN for +inf and inf for |x| >= 1.7e38 (fp32), where
 the scalar loop and memslim return inf and x.
 """
+
 import math
 
 import pytest
@@ -42,11 +43,15 @@ CASES = {
     "softplus_b2_t1": (lambda x: M.softplus(x, 2.0, 1.0), lambda x: F.softplus(x, 2.0, 1.0)),
     "softplus_b05": (lambda x: M.softplus(x, 0.5), lambda x: F.softplus(x, 0.5)),
     "elu": (M.elu, F.elu),
-    "elu_a05_s2_i15": (lambda x: M.elu(x, 0.5, 2.0, 1.5),
-                       lambda x: torch.ops.aten.elu(x, 0.5, 2.0, 1.5)),
+    "elu_a05_s2_i15": (
+        lambda x: M.elu(x, 0.5, 2.0, 1.5),
+        lambda x: torch.ops.aten.elu(x, 0.5, 2.0, 1.5),
+    ),
     "elu_neg_alpha": (lambda x: M.elu(x, -0.5), lambda x: torch.ops.aten.elu(x, -0.5)),
-    "elu_neg_iscale": (lambda x: M.elu(x, 1.0, 1.0, -0.5),
-                       lambda x: torch.ops.aten.elu(x, 1.0, 1.0, -0.5)),
+    "elu_neg_iscale": (
+        lambda x: M.elu(x, 1.0, 1.0, -0.5),
+        lambda x: torch.ops.aten.elu(x, 1.0, 1.0, -0.5),
+    ),
     "elu_a1e5": (lambda x: M.elu(x, 1e5), lambda x: F.elu(x, 1e5)),
     "celu": (lambda x: M.celu(x, 0.7), lambda x: F.celu(x, 0.7)),
     "celu_a1e5": (lambda x: M.celu(x, 1e5), lambda x: F.celu(x, 1e5)),
@@ -79,10 +84,39 @@ TOL = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 2e-3, torch.bflo
 
 def extremal_values(dtype):
     fi = torch.finfo(dtype)
-    base = [math.nan, math.inf, -math.inf, 0.0, -0.0, fi.tiny, -fi.tiny, fi.tiny / 4,
-            -fi.tiny / 4, fi.max, -fi.max, fi.max / 2, -fi.max / 2, fi.eps, -fi.eps,
-            1.0, -1.0, 3.0, -3.0, 10.0, -10.0, 20.0, -20.0, 25.0, -25.0, 90.0, -90.0,
-            1e4, -1e4, 6e4, -6e4]
+    base = [
+        math.nan,
+        math.inf,
+        -math.inf,
+        0.0,
+        -0.0,
+        fi.tiny,
+        -fi.tiny,
+        fi.tiny / 4,
+        -fi.tiny / 4,
+        fi.max,
+        -fi.max,
+        fi.max / 2,
+        -fi.max / 2,
+        fi.eps,
+        -fi.eps,
+        1.0,
+        -1.0,
+        3.0,
+        -3.0,
+        10.0,
+        -10.0,
+        20.0,
+        -20.0,
+        25.0,
+        -25.0,
+        90.0,
+        -90.0,
+        1e4,
+        -1e4,
+        6e4,
+        -6e4,
+    ]
     # gelu(tanh)'s x^2 overflows (aten's backward: 0 * inf = NaN) past ~1.8e19 in
     # float compute and ~1.3e154 in double.
     for v in (1e10, 1e13, 1e18, 1e19, 2e19, 1e20, 1e30, 1e38, 1e100, 1e153, 1e155, 1e200):
@@ -111,18 +145,25 @@ def assert_like_aten(got, want, dtype, what, scale=1.0):
         return f"{i.numel()} elements, e.g. {list(zip(i[:6].tolist(), got[i[:6]].tolist(), want[i[:6]].tolist()))}"
 
     nan_diff = got.isnan() != want.isnan()
-    assert not nan_diff.any(), f"{what}: NaN pattern differs at {where(nan_diff)} (index, memslim, aten)"
+    assert not nan_diff.any(), (
+        f"{what}: NaN pattern differs at {where(nan_diff)} (index, memslim, aten)"
+    )
     inf = want.isinf() | got.isinf()
-    at_threshold = torch.where(got.isinf(), want, got).abs() >= torch.finfo(dtype).max * (1 - TOL[dtype])
+    at_threshold = torch.where(got.isinf(), want, got).abs() >= torch.finfo(dtype).max * (
+        1 - TOL[dtype]
+    )
     same_sign = torch.sign(got) == torch.sign(want)
     inf_diff = inf & (got != want) & ~(at_threshold & same_sign)
-    assert not inf_diff.any(), f"{what}: infinities differ at {where(inf_diff)} (index, memslim, aten)"
+    assert not inf_diff.any(), (
+        f"{what}: infinities differ at {where(inf_diff)} (index, memslim, aten)"
+    )
     fin = ~(want.isnan() | inf)
     err = (got - want).abs()[fin] / want.abs()[fin].clamp_min(scale)
     if err.numel():
         i = fin.nonzero()[err.argmax(), 0].item()
         assert err.max() <= TOL[dtype], (
-            f"{what}: max error {err.max():.3g} at index {i}: memslim {got[i].item()!r}, aten {want[i].item()!r}")
+            f"{what}: max error {err.max():.3g} at index {i}: memslim {got[i].item()!r}, aten {want[i].item()!r}"
+        )
 
 
 def aten_vector_path(fn, x, g=None):
@@ -135,7 +176,7 @@ def aten_vector_path(fn, x, g=None):
 def aten_scalar_path(fn, x):
     # One element at a time: aten's scalar loop, whose non-finite handling does
     # not depend on where the element sits in the tensor.
-    return torch.stack([fn(x[i:i + 1])[0] for i in range(x.numel())])
+    return torch.stack([fn(x[i : i + 1])[0] for i in range(x.numel())])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -208,24 +249,33 @@ def test_activation_dropout_extremal_inputs(name, dtype):
     assert_like_aten(g1, g2, dtype, f"activation_dropout {name} grad", SCALE.get(name, 1.0) / 0.7)
     if name == "gelu":  # aten's vectorised gelu at +inf and |x| >= 1.7e38, see above
         y2 = torch.where((x == math.inf) | (x.double().abs() >= 1.7e38), y1, y2)
-    assert_like_aten(y1, y2, dtype, f"activation_dropout {name} forward", SCALE.get(name, 1.0) / 0.7)
+    assert_like_aten(
+        y1, y2, dtype, f"activation_dropout {name} forward", SCALE.get(name, 1.0) / 0.7
+    )
 
 
-@pytest.mark.parametrize("name", ["gelu", "silu", "mish", "gelu_tanh", "softplus", "elu", "elu_a1e5"])
+@pytest.mark.parametrize(
+    "name", ["gelu", "silu", "mish", "gelu_tanh", "softplus", "elu", "elu_a1e5"]
+)
 def test_activation_dropout_fp16_scaled_output_overflow(name):
     # Kept elements whose output y overflows fp16 once scaled by 1/(1-p)
     # (y > 45853 at p = 0.3): the saved out is inf, the derivative finite.
     params, aten = DROPOUT_ACTS[name]
     act = name.split("_a1e5")[0]
-    x = torch.tensor([45000.0, 46000.0, 50000.0, 65504.0, 1.0, -1.0, 30000.0, -0.5] * 64,
-                     dtype=torch.float16)
+    x = torch.tensor(
+        [45000.0, 46000.0, 50000.0, 65504.0, 1.0, -1.0, 30000.0, -0.5] * 64, dtype=torch.float16
+    )
     torch.manual_seed(3)
     y1, g1 = grads(lambda t: M.activation_dropout(t, act, params, 0.3, True), x)
     torch.manual_seed(3)
     y2, g2 = grads(lambda t: F.dropout(aten(t), 0.3, True), x)
     assert y2.isinf().any()
-    assert_like_aten(y1, y2, torch.float16, f"activation_dropout {name} forward", SCALE.get(name, 1.0))
-    assert_like_aten(g1, g2, torch.float16, f"activation_dropout {name} grad", SCALE.get(name, 1.0) / 0.7)
+    assert_like_aten(
+        y1, y2, torch.float16, f"activation_dropout {name} forward", SCALE.get(name, 1.0)
+    )
+    assert_like_aten(
+        g1, g2, torch.float16, f"activation_dropout {name} grad", SCALE.get(name, 1.0) / 0.7
+    )
 
 
 # fp16 / bf16: every finite value, elu family with parameters whose forward
@@ -248,7 +298,11 @@ def test_elu_overflow_wide_dtypes(dtype):
     alpha, scale_ = (1e38, 10.0) if dtype == torch.float32 else (1e308, 10.0)
     x = torch.tensor([-1e-3, -0.5, -1.0, -5.0, -50.0, -700.0, -1e4, 0.5], dtype=dtype)
     for ours, aten, scale in [
-        (lambda t: M.elu(t, alpha, scale_), lambda t: torch.ops.aten.elu(t, alpha, scale_), alpha * scale_),
+        (
+            lambda t: M.elu(t, alpha, scale_),
+            lambda t: torch.ops.aten.elu(t, alpha, scale_),
+            alpha * scale_,
+        ),
         (lambda t: M.elu(t, 1.0, 1.0, -2.0), lambda t: torch.ops.aten.elu(t, 1.0, 1.0, -2.0), 2.0),
     ]:
         _, g1 = grads(ours, x)
@@ -292,11 +346,17 @@ def test_fp64_dense_gradcheck_around_minimum(name):
     bad = (ana - num).abs() > 1e-5 + 1e-3 * num.abs()
     assert not bad.any(), (
         f"{int(bad.sum())} of {x.numel()} points fail gradcheck's criterion, first at "
-        f"x = {x[bad][0].item()!r}: analytical {ana[bad][0].item():.6e}, numerical {num[bad][0].item():.6e}")
+        f"x = {x[bad][0].item()!r}: analytical {ana[bad][0].item():.6e}, numerical {num[bad][0].item():.6e}"
+    )
     # And closer than gradcheck requires: against aten's fp64 backward.
-    aten = {"gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
-            "mish": F.mish, "hardswish": F.hardswish,
-            "softplus_b2_t1": lambda t: F.softplus(t, 2.0, 1.0)}[name]
+    aten = {
+        "gelu": F.gelu,
+        "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+        "silu": F.silu,
+        "mish": F.mish,
+        "hardswish": F.hardswish,
+        "softplus_b2_t1": lambda t: F.softplus(t, 2.0, 1.0),
+    }[name]
     _, ref = grads(aten, x)
     assert (ana - ref).abs().max() < 1e-9
 
@@ -305,14 +365,39 @@ def test_fp64_dense_gradcheck_around_minimum(name):
 def test_fp64_gradcheck_near_minimum_and_extremal(name):
     fn, x_min = MINIMA[name]
     if x_min is not None:
-        u = torch.tensor([0.0, 1e-9, 1e-7, 5e-7, 1e-6, 1.0001e-6, 2e-6, 5e-6, 1e-5, 2e-5, 3e-5,
-                          5e-5, 1e-4, 3e-4, 1e-3, 1e-2], dtype=torch.float64)
+        u = torch.tensor(
+            [
+                0.0,
+                1e-9,
+                1e-7,
+                5e-7,
+                1e-6,
+                1.0001e-6,
+                2e-6,
+                5e-6,
+                1e-5,
+                2e-5,
+                3e-5,
+                5e-5,
+                1e-4,
+                3e-4,
+                1e-3,
+                1e-2,
+            ],
+            dtype=torch.float64,
+        )
         x = torch.cat([x_min + u, x_min - u])
     else:
         x = torch.linspace(-4, 4, 64, dtype=torch.float64)
     # Extremal finite values (away from hardswish's kinks at +-3, where aten's
     # own gradcheck fails).
     # (Not beyond ~1e9: x +- 1e-6 rounds to x there, for aten's op as for ours.)
-    x = torch.cat([x, torch.tensor([-700.0, -40.0, -12.0, -5.0, 5.0, 12.0, 40.0, 1e4, -1e4],
-                                   dtype=torch.float64)])
+    x = torch.cat(
+        [
+            x,
+            torch.tensor(
+                [-700.0, -40.0, -12.0, -5.0, 5.0, 12.0, 40.0, 1e4, -1e4], dtype=torch.float64
+            ),
+        ]
+    )
     assert torch.autograd.gradcheck(fn, (x.requires_grad_(),))

@@ -16,11 +16,12 @@ elements is cut to its non-finite and huge elements plus a strided 8k subset.
 aten's gradient is taken on the sample as is, except at NaN inputs, where
 aten's vectorised loop is the reference (see test_op_edge_values).
 """
+
 import pytest
 import torch
 
 import memslim  # noqa: F401  (registers torch.ops.memslim)
-from test_op_edge_values import TOL, aten_scalar_path, aten_vector_path, assert_like_aten, grads
+from test_op_edge_values import aten_scalar_path, aten_vector_path, assert_like_aten, grads
 from torch.testing._internal.common_methods_invocations import op_db
 
 M = torch.ops.memslim
@@ -31,6 +32,7 @@ def _functional(op):
     def f(x, *args, inplace=False, **kwargs):
         assert not inplace, "memslim ops are out of place"
         return op(x, *args, **kwargs)
+
     return f
 
 
@@ -39,11 +41,15 @@ MEMSLIM_FOR = {
     "nn.functional.gelu": _functional(lambda x, approximate="none": M.gelu(x, approximate)),
     "nn.functional.silu": _functional(M.silu),
     "nn.functional.mish": _functional(M.mish),
-    "nn.functional.softplus": _functional(lambda x, beta=1.0, threshold=20.0: M.softplus(x, beta, threshold)),
+    "nn.functional.softplus": _functional(
+        lambda x, beta=1.0, threshold=20.0: M.softplus(x, beta, threshold)
+    ),
     "nn.functional.elu": _functional(lambda x, alpha=1.0: M.elu(x, alpha)),
     "nn.functional.celu": _functional(lambda x, alpha=1.0: M.celu(x, alpha)),
     "nn.functional.selu": _functional(M.selu),
-    "nn.functional.leaky_relu": _functional(lambda x, negative_slope=0.01: M.leaky_relu(x, negative_slope)),
+    "nn.functional.leaky_relu": _functional(
+        lambda x, negative_slope=0.01: M.leaky_relu(x, negative_slope)
+    ),
     "nn.functional.hardswish": _functional(M.hardswish),
     "nn.functional.hardsigmoid": _functional(M.hardsigmoid),
     "sigmoid": _functional(M.sigmoid),
@@ -136,10 +142,20 @@ def test_opinfo_samples_match_aten(name, dtype):
 # torch.library.opcheck
 # ---------------------------------------------------------------------------
 PUBLIC_CALLS = {
-    "gelu": ((), {}), "gelu_tanh": (("tanh",), {}), "silu": ((), {}), "mish": ((), {}),
-    "softplus": ((2.0, 1.0), {}), "elu": ((0.5, 2.0, 1.5), {}), "celu": ((0.7,), {}),
-    "selu": ((), {}), "leaky_relu": ((0.2,), {}), "hardswish": ((), {}),
-    "hardsigmoid": ((), {}), "sigmoid": ((), {}), "tanh": ((), {}), "relu": ((), {}),
+    "gelu": ((), {}),
+    "gelu_tanh": (("tanh",), {}),
+    "silu": ((), {}),
+    "mish": ((), {}),
+    "softplus": ((2.0, 1.0), {}),
+    "elu": ((0.5, 2.0, 1.5), {}),
+    "celu": ((0.7,), {}),
+    "selu": ((), {}),
+    "leaky_relu": ((0.2,), {}),
+    "hardswish": ((), {}),
+    "hardsigmoid": ((), {}),
+    "sigmoid": ((), {}),
+    "tanh": ((), {}),
+    "relu": ((), {}),
 }
 
 
@@ -160,8 +176,10 @@ def test_opcheck_public_ops(name, grad):
     torch.library.opcheck(op, (_x(grad=grad),) + args, kwargs)
 
 
-@pytest.mark.parametrize("act,params", [("gelu", []), ("mish", []), ("elu", [1e5, 1.0, 1.0]),
-                                        ("softplus", [2.0, 1.0]), ("relu", [])])
+@pytest.mark.parametrize(
+    "act,params",
+    [("gelu", []), ("mish", []), ("elu", [1e5, 1.0, 1.0]), ("softplus", [2.0, 1.0]), ("relu", [])],
+)
 def test_opcheck_activation_forward_backward(act, params):
     x = _x(dtype=torch.float16 if act == "elu" else torch.float32, grad=False)
     if act == "elu":
@@ -182,8 +200,11 @@ def test_opcheck_activation_dropout(act, params):
     torch.library.opcheck(M.activation_dropout, (x, act, params, 0.0, True))
     # Training with dropout draws random numbers, which the AOT tests would
     # compare across two runs: schema, autograd registration and fake tensors.
-    torch.library.opcheck(M.activation_dropout, (x, act, params, 0.3, True),
-                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    torch.library.opcheck(
+        M.activation_dropout,
+        (x, act, params, 0.3, True),
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
+    )
 
 
 @pytest.mark.parametrize("act,params", [("gelu", []), ("elu", [1.0, 1.0, 1.0])])

@@ -1,4 +1,5 @@
 """The memslim activation ops against aten: values, gradients, layouts, modes, errors."""
+
 import pytest
 import torch
 
@@ -20,7 +21,7 @@ def grads(fn, x, g):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_forward_and_grad_match_aten(name, dtype):
     c = N.CASES[name]
-    x = (torch.randn(4096, dtype=dtype) * 3)
+    x = torch.randn(4096, dtype=dtype) * 3
     g = torch.randn_like(x)
     y1, g1 = grads(c.ours, x, g)
     y2, g2 = grads(c.aten, x, g)
@@ -29,7 +30,9 @@ def test_forward_and_grad_match_aten(name, dtype):
     # Gradient error relative to |grad_out|. fp64 bar: 1e-7, because aten's own
     # fp64 celu backward is off by 1.7e-8 at x = -4e-4 (checked with mpmath:
     # exp(x/0.7) = 0.99943105364682, memslim gives ...682, aten ...706).
-    assert ((g1 - g2).abs() / g.abs().clamp_min(1e-30)).max() < (1e-4 if dtype == torch.float32 else 1e-7)
+    assert ((g1 - g2).abs() / g.abs().clamp_min(1e-30)).max() < (
+        1e-4 if dtype == torch.float32 else 1e-7
+    )
 
 
 # The left tails, where the output is tiny: memslim's forward is as accurate as
@@ -38,8 +41,10 @@ def test_forward_and_grad_match_aten(name, dtype):
 # AVX-512 build's auto-vectorised libm calls once went to libmvec's 16-lane erff,
 # which rounds erf(-3.65) to -1: gelu(-5.17) was -0 where aten gives -6.2e-7, and
 # the derivative recovered from it 0 where aten's is -3.2e-6.
-@pytest.mark.parametrize("name,lo,hi", [("gelu", -5.6, -4.0), ("gelu_tanh", -5.0, -3.0),
-                                        ("silu", -30.0, -8.0), ("mish", -30.0, -8.0)])
+@pytest.mark.parametrize(
+    "name,lo,hi",
+    [("gelu", -5.6, -4.0), ("gelu_tanh", -5.0, -3.0), ("silu", -30.0, -8.0), ("mish", -30.0, -8.0)],
+)
 def test_left_tail_is_relative_accurate(name, lo, hi):
     c = N.CASES[name]
     x = torch.linspace(lo, hi, 4099)
@@ -61,7 +66,9 @@ def test_gradcheck_fp64(name):
     assert torch.autograd.gradcheck(N.CASES[name].ours, (x,))
 
 
-@pytest.mark.parametrize("name", ["gelu", "silu", "hardswish", "elu", "relu", "leaky_relu", "sigmoid"])
+@pytest.mark.parametrize(
+    "name", ["gelu", "silu", "hardswish", "elu", "relu", "leaky_relu", "sigmoid"]
+)
 def test_layouts(name):
     c = N.CASES[name]
     base = torch.randn(4, 6, 5, 7)
@@ -82,7 +89,9 @@ def test_layouts(name):
         y2, g2 = grads(c.aten, x, g)
         torch.testing.assert_close(y1, y2, rtol=1e-5, atol=1e-6, msg=label)
         # fp32 output-saving error is up to 4.5e-5 of |grad_out| (README table).
-        torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-4 * float(g.abs().amax()) if g.numel() else 0.0, msg=label)
+        torch.testing.assert_close(
+            g1, g2, rtol=1e-4, atol=1e-4 * float(g.abs().amax()) if g.numel() else 0.0, msg=label
+        )
         assert y1.shape == y2.shape, label
         # aten's layout (TensorIterator keeps the stride order): a dropout drawn over
         # the output's memory order then draws aten's mask (long-fuzz seed 124836)
@@ -141,14 +150,21 @@ def test_16bit_grads_track_aten():
 def test_exact_list_holds_exactly_the_band():
     # fp32 band is 2e-3 around x*; every band element is listed once with its input.
     x = torch.linspace(-3, 3, 100_001)
-    for name, act in [("gelu", "gelu"), ("silu", "silu"), ("mish", "mish"), ("hardswish", "hardswish")]:
+    for name, act in [
+        ("gelu", "gelu"),
+        ("silu", "silu"),
+        ("mish", "mish"),
+        ("hardswish", "hardswish"),
+    ]:
         xs = N.CASES[name].x_min
         y, bits, idx, val = M.activation_forward(x, act, [], True)
         expect = ((x - xs).abs() < 2e-3).nonzero().flatten()
         assert torch.equal(idx.long().sort().values, expect), name
         assert torch.equal(val[idx.long().argsort()], x[expect]), name
         assert bits.numel() == (x.numel() + 7) // 8
-        branch = torch.tensor([(int(b) >> j) & 1 for b in bits.tolist() for j in range(8)])[: x.numel()]
+        branch = torch.tensor([(int(b) >> j) & 1 for b in bits.tolist() for j in range(8)])[
+            : x.numel()
+        ]
         ref_branch = (x < -1.5) if name == "hardswish" else (x >= xs)
         assert torch.equal(branch.bool(), ref_branch), name
 
@@ -163,13 +179,16 @@ def test_meta_tensors(name):
     assert x.grad.shape == x.shape
 
 
-@pytest.mark.parametrize("act,aten,params", [
-    ("gelu", lambda t: torch.nn.functional.gelu(t), []),
-    ("gelu_tanh", lambda t: torch.nn.functional.gelu(t, approximate="tanh"), []),
-    ("silu", torch.nn.functional.silu, []),
-    ("elu", torch.nn.functional.elu, [1.0, 1.0, 1.0]),
-    ("sigmoid", torch.sigmoid, []),
-])
+@pytest.mark.parametrize(
+    "act,aten,params",
+    [
+        ("gelu", lambda t: torch.nn.functional.gelu(t), []),
+        ("gelu_tanh", lambda t: torch.nn.functional.gelu(t, approximate="tanh"), []),
+        ("silu", torch.nn.functional.silu, []),
+        ("elu", torch.nn.functional.elu, [1.0, 1.0, 1.0]),
+        ("sigmoid", torch.sigmoid, []),
+    ],
+)
 def test_activation_dropout_matches_aten_pair(act, aten, params):
     x = torch.randn(64, 256, requires_grad=True)
     g = torch.randn(64, 256)
@@ -192,7 +211,9 @@ def test_activation_dropout_matches_aten_pair(act, aten, params):
 
 def test_activation_dropout_eval_and_no_grad():
     x = torch.randn(32, 16)
-    torch.testing.assert_close(M.activation_dropout(x, "gelu", [], 0.5, False), torch.nn.functional.gelu(x))
+    torch.testing.assert_close(
+        M.activation_dropout(x, "gelu", [], 0.5, False), torch.nn.functional.gelu(x)
+    )
     with torch.no_grad():
         torch.manual_seed(3)
         a = M.activation_dropout(x, "gelu", [], 0.5, True)
@@ -206,14 +227,18 @@ def test_activation_dropout_eval_and_no_grad():
 def test_activation_dropout_checks_its_parameter_count():
     """A missing parameter was read as 0: elu with [1.0] (scale 0) returned zeros."""
     x = torch.randn(16)
-    with pytest.raises(RuntimeError, match=r"'elu' takes 3 parameters \(alpha, scale, input_scale\), got 1"):
+    with pytest.raises(
+        RuntimeError, match=r"'elu' takes 3 parameters \(alpha, scale, input_scale\), got 1"
+    ):
         M.activation_dropout(x, "elu", [1.0], 0.1, True)
     with pytest.raises(RuntimeError, match="'gelu' takes 0 parameters"):
         M.activation_dropout(x, "gelu", [3.0], 0.1, True)
     with pytest.raises(RuntimeError, match="unknown activation 'nope'"):
         M.activation_dropout(x, "nope", [], 0.1, True)
-    torch.testing.assert_close(M.activation_dropout(x, "softplus", [2.0, 20.0], 0.0, True),
-                               torch.nn.functional.softplus(x, 2.0, 20.0))
+    torch.testing.assert_close(
+        M.activation_dropout(x, "softplus", [2.0, 20.0], 0.0, True),
+        torch.nn.functional.softplus(x, 2.0, 20.0),
+    )
 
 
 @pytest.mark.parametrize("n", [1, 7, 9, 31, 33, 255, 257, 511, 513, 1000, 4103, 70001])

@@ -1,4 +1,5 @@
 """memslim.optimize / report on scripted models: bytes saved, gradients kept, cost model honest."""
+
 import math
 import re
 
@@ -32,6 +33,7 @@ def assert_training_error_like_eager(ref, ours, xs, steps=5, lr=0.01, factor=4.0
     layers at step 2 hold gradients of ~1e-9 next to ~1, where eager's own error
     against float64 is 100% (measured), so comparing to eager fp32 compares noise."""
     import copy
+
     opt = torch.optim.SGD(ref.parameters(), lr=lr)
     for step, x in enumerate(xs[:steps]):
         ref64 = copy.deepcopy(ref).double()
@@ -46,8 +48,9 @@ def assert_training_error_like_eager(ref, ours, xs, steps=5, lr=0.01, factor=4.0
             loss = model(xi).pow(2).mean()
             loss.backward()
             grads = dict((n, p.grad.clone()) for n, p in model.named_parameters())
-            results.append([loss.detach().reshape(1), xi.grad] +
-                           [grads[n] for n, _ in ref.named_parameters()])
+            results.append(
+                [loss.detach().reshape(1), xi.grad] + [grads[n] for n, _ in ref.named_parameters()]
+            )
         for i, (a, b, t) in enumerate(zip(*results)):
             t = t.double()
             scale = float(t.norm()) + 1e-300
@@ -76,8 +79,11 @@ def assert_same_training(ref, ours, xs, steps=5, lr=0.01, rtol=1e-4):
             model.zero_grad()
             xi = x.clone().requires_grad_(True)
             out = model(xi)
-            loss = out.pow(2).mean() if out.dim() < 2 or out.shape[-1] < 100 else \
-                F.cross_entropy(out, torch.arange(out.shape[0]) % out.shape[-1])
+            loss = (
+                out.pow(2).mean()
+                if out.dim() < 2 or out.shape[-1] < 100
+                else F.cross_entropy(out, torch.arange(out.shape[0]) % out.shape[-1])
+            )
             loss.backward()
             grads = dict((n, p.grad.clone()) for n, p in model.named_parameters())
             results.append((loss.item(), xi.grad, [grads[n] for n, _ in ref.named_parameters()]))
@@ -100,12 +106,17 @@ def test_mlp_sites_decided_by_the_graph():
     assert any(r.startswith("remark: fuse-activation-consumer: fused aten::gelu") for r in rep), rep
     # silu(g) * g: output-saving silu alone frees nothing (the mul keeps g too), but
     # the region {silu, mul} keeps only g instead of g and silu(g).
-    assert any("recompute-pointwise-regions: rewrote region of 2 ops" in r and "frees 32768 B" in r
-               and "more than output-saving aten::silu alone (0 B)" in r for r in rep), rep
+    assert any(
+        "recompute-pointwise-regions: rewrote region of 2 ops" in r
+        and "frees 32768 B" in r
+        and "more than output-saving aten::silu alone (0 B)" in r
+        for r in rep
+    ), rep
     # Without the region pass, output-saving keeps silu, and says why.
     o2 = memslim.optimize(m, (x,), passes=["canonicalize-activations", "output-saving-activations"])
-    assert any("kept aten::silu" in r and "input also saved by aten::mul" in r
-               for r in memslim.report(o2)), memslim.report(o2)
+    assert any(
+        "kept aten::silu" in r and "input also saved by aten::mul" in r for r in memslim.report(o2)
+    ), memslim.report(o2)
     s = torch.jit.script(m)
     assert "memslim::act_linear" in str(o.graph) and "memslim::recompute_region" in str(o.graph)
     assert "memslim::" not in str(s.graph)  # the original keeps its own graphs
@@ -151,6 +162,7 @@ def test_optimized_module_saves_and_reloads(tmp_path):
 
 def _gelu_resnet(arch):
     from memslim._models import gelu_resnet
+
     return gelu_resnet(arch)
 
 
@@ -164,7 +176,6 @@ def test_gelu_resnet_saves_27_percent_with_equal_gradients(arch):
     x = torch.randn(16, 3, 32, 32)
     ref = torch.jit.script(m)
     o = memslim.optimize(m, (x,))
-    rep = memslim.report(o)
     before, after = memslim.saved_bytes(ref, x), memslim.saved_bytes(o, x)
     assert after <= 0.73 * before, (before, after)
     # The cost model's prediction agrees with the measurement within 5%.
@@ -184,9 +195,9 @@ class HandWritten(torch.nn.Module):
 
     def forward(self, x):
         h = self.l[0](x)
-        x = self.l[1](h * torch.sigmoid(h))                                   # SiLU
-        x = self.l[2](0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))))        # GELU
-        x = self.l[3](x * torch.tanh(F.softplus(x)))                          # Mish
+        x = self.l[1](h * torch.sigmoid(h))  # SiLU
+        x = self.l[2](0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))))  # GELU
+        x = self.l[3](x * torch.tanh(F.softplus(x)))  # Mish
         return x
 
 
@@ -197,12 +208,16 @@ def test_hand_written_activations_are_canonicalized_and_rewritten():
     o = memslim.optimize(m, (x,))
     rep = "\n".join(memslim.report(o))
     for form, op in [("x * sigmoid(x)", "aten::silu"), ("x * tanh(softplus(x))", "aten::mish")]:
-        assert re.search(r"canonicalize-activations: .*" + re.escape(form) + r".* -> " + re.escape(op), rep), rep
+        assert re.search(
+            r"canonicalize-activations: .*" + re.escape(form) + r".* -> " + re.escape(op), rep
+        ), rep
     for op in ("silu", "mish"):  # into the next linear (which keeps their input)
         assert f"fused aten::{op}" in rep, rep
     # The erf GELU stays as written (aten::gelu is less accurate on the CPU); the
     # region pass recomputes it from its input instead.
-    assert re.search(r"canonicalize-activations: kept .*\(1 \+ erf\(x / sqrt\(2\)\)\).*less accurate", rep), rep
+    assert re.search(
+        r"canonicalize-activations: kept .*\(1 \+ erf\(x / sqrt\(2\)\)\).*less accurate", rep
+    ), rep
     assert re.search(r"recompute-pointwise-regions: rewrote region of 5 ops", rep), rep
     s = torch.jit.script(m)
     before, after = memslim.saved_bytes(s, x), memslim.saved_bytes(o, x)
@@ -259,14 +274,18 @@ def test_transformer_encoder_fuses_gelu_dropout():
 
     def make():
         torch.manual_seed(0)
-        layer = torch.nn.TransformerEncoderLayer(256, 8, 1024, 0.1, activation="gelu", batch_first=True)
+        layer = torch.nn.TransformerEncoderLayer(
+            256, 8, 1024, 0.1, activation="gelu", batch_first=True
+        )
         return torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
 
     enc = make()
     x = torch.randn(8, 128, 256)
     o = memslim.optimize(enc, (x,))
     rep = memslim.report(o)
-    assert sum("fuse-activation-dropout: rewrote aten::gelu + aten::dropout" in r for r in rep) == 4, rep
+    assert (
+        sum("fuse-activation-dropout: rewrote aten::gelu + aten::dropout" in r for r in rep) == 4
+    ), rep
     ref = torch.jit.script(make())
     before, after = memslim.saved_bytes(ref, x), memslim.saved_bytes(o, x)
     assert after <= 0.85 * before, (before, after)
@@ -291,7 +310,7 @@ def test_transformer_encoder_fuses_gelu_dropout():
             assert float((a - b).norm()) <= 1e-4 * (float(a.norm()) + 1e-12)
 
 
-TRANSFORMER_EAGER_AUTOGRAD = r'''
+TRANSFORMER_EAGER_AUTOGRAD = r"""
 import json, torch, warnings
 warnings.filterwarnings("ignore")
 import memslim
@@ -305,7 +324,7 @@ o = memslim.optimize(make(), (x,))
 predicted = memslim.predicted_bytes_freed(o)
 print(json.dumps({"eager": memslim.saved_bytes(make(), x), "scripted": memslim.saved_bytes(torch.jit.script(make()), x),
                   "memslim": memslim.saved_bytes(o, x), "predicted": predicted}))
-'''
+"""
 
 
 def test_transformer_prediction_matches_without_autodiff(tmp_path):
@@ -316,11 +335,19 @@ def test_transformer_prediction_matches_without_autodiff(tmp_path):
     import json
     import subprocess
     import sys
+
     script = tmp_path / "transformer_eager_autograd.py"
     script.write_text(TRANSFORMER_EAGER_AUTOGRAD)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ,
-                              "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[2] / "python")})
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            **__import__("os").environ,
+            "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[2] / "python"),
+        },
+    )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["scripted"] == r["eager"]
     assert r["scripted"] - r["memslim"] == pytest.approx(r["predicted"], rel=0.05), r
@@ -348,8 +375,14 @@ class InplaceActNet(torch.nn.Module):
         super().__init__()
         # No conv bias before BatchNorm (as torchvision): its true gradient is 0, so
         # relative differences of it would compare float noise.
-        self.c1, self.b1 = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16)
-        self.c2, self.b2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16)
+        self.c1, self.b1 = (
+            torch.nn.Conv2d(3, 16, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(16),
+        )
+        self.c2, self.b2 = (
+            torch.nn.Conv2d(16, 16, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(16),
+        )
         self.c3 = torch.nn.Conv2d(16, 16, 3, padding=1)
         self.a1, self.a2 = torch.nn.SiLU(inplace=True), torch.nn.Hardswish(inplace=True)
         self.fc = torch.nn.Linear(16, 10)

@@ -1,7 +1,7 @@
 """memslim.optimize's front door: example inputs of every kind TorchScript takes,
 arguments with defaults, keyword example inputs, policy validation, and a recording
 run that leaves no trace (module state, global RNG, stdout)."""
-import math
+
 import re
 from typing import Dict, List, Optional, Tuple
 
@@ -66,8 +66,13 @@ class Containers(torch.nn.Module):
         super().__init__()
         self.a = torch.nn.Linear(16, 16)
 
-    def forward(self, pair: Tuple[torch.Tensor, torch.Tensor], xs: List[torch.Tensor],
-                d: Dict[str, torch.Tensor], bias: Optional[torch.Tensor]):
+    def forward(
+        self,
+        pair: Tuple[torch.Tensor, torch.Tensor],
+        xs: List[torch.Tensor],
+        d: Dict[str, torch.Tensor],
+        bias: Optional[torch.Tensor],
+    ):
         z = self.a(pair[0] + xs[0] + d["x"])
         if bias is not None:
             z = z + bias
@@ -91,8 +96,13 @@ class WithDefaults(torch.nn.Module):
         self.a = torch.nn.Linear(16, 32)
         self.b = torch.nn.Linear(32, 16)
 
-    def forward(self, x, attn_mask: Optional[torch.Tensor] = None, is_causal: bool = False,
-                scale: float = 1.0):
+    def forward(
+        self,
+        x,
+        attn_mask: Optional[torch.Tensor] = None,
+        is_causal: bool = False,
+        scale: float = 1.0,
+    ):
         h = self.b(F.gelu(self.a(x))) * scale  # b keeps gelu's output: b takes gelu in
         if attn_mask is not None:
             h = h + attn_mask
@@ -106,7 +116,10 @@ def test_arguments_with_defaults_need_no_example_values():
     x = torch.randn(4, 16)
     for example in [(x,), (x, None, False), (x, None, True, 2.0), x, {"x": x, "is_causal": True}]:
         opt = memslim.optimize(m, example)
-        assert any("fused aten::gelu" in r for r in memslim.report(opt)), (example, memslim.report(opt))
+        assert any("fused aten::gelu" in r for r in memslim.report(opt)), (
+            example,
+            memslim.report(opt),
+        )
         _grads_match(m, opt, x)
 
 
@@ -133,27 +146,36 @@ def test_example_input_errors_are_clear():
         memslim.optimize(m, 3)
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"min_bytes": -100}, r"min_bytes must be an integer in \[0, "),
-    ({"min_bytes": 1.5}, r"min_bytes must be an integer"),
-    ({"min_bytes": True}, r"min_bytes must be an integer"),
-    ({"max_added_work": float("nan")}, r"max_added_work must be a number >= 0"),
-    ({"max_added_work": -1}, r"max_added_work must be a number >= 0"),
-    ({"max_added_work": "2"}, r"max_added_work must be a number >= 0"),
-    ({"dropout_mask_bytes": 7}, r"dropout_mask_bytes must be 0 or 1, got"),
-    ({"dropout_mask_bytes": 0.5}, r"dropout_mask_bytes must be 0 or 1, got"),
-    ({"assume_numel": -5}, r"assume_numel must be an integer in \[0, 1099511627776\]"),
-    ({"assume_numel": 2 ** 41}, r"assume_numel must be an integer in \[0, 1099511627776\]"),
-    ({"assume_numel": float("inf")}, r"assume_numel must be an integer"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"min_bytes": -100}, r"min_bytes must be an integer in \[0, "),
+        ({"min_bytes": 1.5}, r"min_bytes must be an integer"),
+        ({"min_bytes": True}, r"min_bytes must be an integer"),
+        ({"max_added_work": float("nan")}, r"max_added_work must be a number >= 0"),
+        ({"max_added_work": -1}, r"max_added_work must be a number >= 0"),
+        ({"max_added_work": "2"}, r"max_added_work must be a number >= 0"),
+        ({"dropout_mask_bytes": 7}, r"dropout_mask_bytes must be 0 or 1, got"),
+        ({"dropout_mask_bytes": 0.5}, r"dropout_mask_bytes must be 0 or 1, got"),
+        ({"assume_numel": -5}, r"assume_numel must be an integer in \[0, 1099511627776\]"),
+        ({"assume_numel": 2**41}, r"assume_numel must be an integer in \[0, 1099511627776\]"),
+        ({"assume_numel": float("inf")}, r"assume_numel must be an integer"),
+    ],
+)
 def test_policy_values_are_validated(kw, match):
     with pytest.raises(ValueError, match=match):
         memslim.optimize(WithDefaults(), (torch.randn(2, 16),), **kw)
 
 
 def test_policy_values_in_range_are_accepted():
-    opt = memslim.optimize(WithDefaults(), (torch.randn(2, 16),), min_bytes=0, max_added_work=float("inf"),
-                           assume_numel=2 ** 40, dropout_mask_bytes=0)
+    opt = memslim.optimize(
+        WithDefaults(),
+        (torch.randn(2, 16),),
+        min_bytes=0,
+        max_added_work=float("inf"),
+        assume_numel=2**40,
+        dropout_mask_bytes=0,
+    )
     assert memslim.report(opt)
     opt = memslim.optimize(WithDefaults(), (torch.randn(2, 16),), min_bytes=1e3, max_added_work=2)
     assert memslim.report(opt)
@@ -167,6 +189,7 @@ def test_policy_is_one_table_for_both_front_ends():
     from pathlib import Path
 
     from memslim import _C
+
     names = [n for n, _, _ in _C.policy_options()]
     params = inspect.signature(memslim.optimize).parameters
     assert names and all(n in params for n in names)
@@ -177,8 +200,12 @@ def test_policy_is_one_table_for_both_front_ends():
     for n in names:
         flag = "--" + n.replace("_", "-")
         assert flag + "=" in usage, flag
-        r = subprocess.run([str(opt_tool), "-", "--passes=cleanup", flag + "=-3"], input="graph():\n  return ()\n",
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [str(opt_tool), "-", "--passes=cleanup", flag + "=-3"],
+            input="graph():\n  return ()\n",
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 1, r.stderr
         expect = r.stderr.split("expected ", 1)[1].strip()
         with pytest.raises(ValueError, match=f"{n} must be " + re.escape(expect) + ", got -3"):
@@ -187,8 +214,13 @@ def test_policy_is_one_table_for_both_front_ends():
 
 def test_policy_takes_numpy_numbers():
     np = pytest.importorskip("numpy")
-    opt = memslim.optimize(WithDefaults(), (torch.randn(2, 16),), min_bytes=np.int64(0),
-                           max_added_work=np.float32(2.0), assume_numel=np.int32(0))
+    opt = memslim.optimize(
+        WithDefaults(),
+        (torch.randn(2, 16),),
+        min_bytes=np.int64(0),
+        max_added_work=np.float32(2.0),
+        assume_numel=np.int32(0),
+    )
     assert memslim.report(opt)
 
 
@@ -225,4 +257,6 @@ def test_recording_run_leaves_module_rng_and_stdout_alone(capfd):
     for k, v in opt.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert m.calls == 0 and opt.calls == 0
-    assert any("aten::gelu" in r and "unknown shape" not in r for r in memslim.report(opt)), memslim.report(opt)
+    assert any("aten::gelu" in r and "unknown shape" not in r for r in memslim.report(opt)), (
+        memslim.report(opt)
+    )

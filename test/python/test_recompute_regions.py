@@ -4,6 +4,7 @@ The model family: memslim._models.FracAct (where, pow, exp, lgamma, a 3-term sum
 trainable 0-dim order) in place of ReLU in torchvision ResNets. Batch 16 here (bench/
 runs 128: bench/frac_models.py).
 """
+
 import subprocess
 import sys
 
@@ -46,7 +47,10 @@ def test_region_op_matches_aten_and_keeps_only_inputs():
     # Autograd keeps x and a only (aten keeps x, a, pow's result and exp's output).
     xs = (torch.rand(4096) + 0.5).requires_grad_()
     assert memslim.saved_bytes(lambda t: region(t, a)[0], xs, warmup=0) == 4096 * 4 + 4
-    assert memslim.saved_bytes(lambda t: torch.exp(torch.pow(t, a)) + 1, xs, warmup=0) == 3 * 4096 * 4 + 4
+    assert (
+        memslim.saved_bytes(lambda t: torch.exp(torch.pow(t, a)) + 1, xs, warmup=0)
+        == 3 * 4096 * 4 + 4
+    )
 
 
 def test_region_op_gradcheck_double():
@@ -130,7 +134,8 @@ def test_rewritten_module_saves_reloads_and_trains_identically(frac_resnet18, tm
         f"m = torch.jit.load({str(path)!r}); x = torch.load({str(tmp_path / 'x.pt')!r})\n"
         "assert 'memslim::recompute_region' in str(m.graph)\n"
         "loss = m(x).pow(2).mean(); loss.backward()\n"
-        f"torch.save([loss.detach()] + [p.grad for p in m.parameters()], {str(tmp_path / 'g.pt')!r})\n")
+        f"torch.save([loss.detach()] + [p.grad for p in m.parameters()], {str(tmp_path / 'g.pt')!r})\n"
+    )
     subprocess.run([sys.executable, "-c", script], check=True)
     got = torch.load(tmp_path / "g.pt")
     o.zero_grad()

@@ -6,6 +6,7 @@ interpreter: aten's ops, eager's numbers). Values and gradients must agree to a 
 units in the last place, with NaN / inf where aten has them; inputs the loop does not
 take (broadcasting, fp64, strides) must give the interpreter's results bit for bit.
 """
+
 import copy
 
 import pytest
@@ -14,15 +15,34 @@ import torch
 import memslim
 from test_optimize import assert_training_error_like_eager
 
-SPECIALS = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-30, -1e-30, 1e30, -1e30,
-            1.0, -1.0, 0.5, 2.0, -2.0, 88.0, -88.0, 1e-42]
+SPECIALS = [
+    0.0,
+    -0.0,
+    float("inf"),
+    -float("inf"),
+    float("nan"),
+    1e-30,
+    -1e-30,
+    1e30,
+    -1e30,
+    1.0,
+    -1.0,
+    0.5,
+    2.0,
+    -2.0,
+    88.0,
+    -88.0,
+    1e-42,
+]
 
 
 def _ir(body: str, inputs: str = "%x : Tensor, %s : Tensor", outs: str = "%y") -> str:
-    return (f"graph({inputs}):\n  %one : int = prim::Constant[value=1]()\n"
-            f"  %half : float = prim::Constant[value=0.5]()\n"
-            f"  %two : float = prim::Constant[value=2.]()\n"
-            f"  %none : NoneType = prim::Constant()\n{body}\n  return ({outs})")
+    return (
+        f"graph({inputs}):\n  %one : int = prim::Constant[value=1]()\n"
+        f"  %half : float = prim::Constant[value=0.5]()\n"
+        f"  %two : float = prim::Constant[value=2.]()\n"
+        f"  %none : NoneType = prim::Constant()\n{body}\n  return ({outs})"
+    )
 
 
 # (name, body, scalar input value or None for a full-size second input, x's range)
@@ -37,40 +57,92 @@ CASES = [
     ("pow_full_full", "  %y : Tensor = aten::pow(%x, %s)", None, 3),
     ("pow_const_half", "  %y : Tensor = aten::pow(%x, %half)", 1.0, 3),
     ("pow_const_two", "  %y : Tensor = aten::pow(%x, %two)", 1.0, 3),
-    ("pow_const_other", "  %c : float = prim::Constant[value=1.7]()\n"
-                        "  %y : Tensor = aten::pow(%x, %c)", 1.0, 3),
+    (
+        "pow_const_other",
+        "  %c : float = prim::Constant[value=1.7]()\n  %y : Tensor = aten::pow(%x, %c)",
+        1.0,
+        3,
+    ),
     ("pow_number_base", "  %y : Tensor = aten::pow(%two, %x)", 1.0, 3),
     ("square", "  %y : Tensor = aten::square(%x)", 1.0, 3),
     ("exp_log", "  %e : Tensor = aten::exp(%x)\n  %y : Tensor = aten::log(%e)", 1.0, 3),
     ("log", "  %y : Tensor = aten::log(%x)", 1.0, 3),
-    ("sigmoid_tanh", "  %a : Tensor = aten::sigmoid(%x)\n  %b : Tensor = aten::tanh(%x)\n"
-                     "  %y : Tensor = aten::mul(%a, %b)", 1.0, 6),
-    ("sqrt_rsqrt", "  %a : Tensor = aten::sqrt(%x)\n  %b : Tensor = aten::rsqrt(%x)\n"
-                   "  %y : Tensor = aten::add(%a, %b, %one)", 1.0, 3),
-    ("reciprocal_neg", "  %a : Tensor = aten::reciprocal(%x)\n  %y : Tensor = aten::neg(%a)", 1.0, 3),
-    ("expm1_log1p", "  %a : Tensor = aten::expm1(%x)\n  %b : Tensor = aten::log1p(%x)\n"
-                    "  %y : Tensor = aten::sub(%a, %b, %one)", 1.0, 3),
+    (
+        "sigmoid_tanh",
+        "  %a : Tensor = aten::sigmoid(%x)\n  %b : Tensor = aten::tanh(%x)\n"
+        "  %y : Tensor = aten::mul(%a, %b)",
+        1.0,
+        6,
+    ),
+    (
+        "sqrt_rsqrt",
+        "  %a : Tensor = aten::sqrt(%x)\n  %b : Tensor = aten::rsqrt(%x)\n"
+        "  %y : Tensor = aten::add(%a, %b, %one)",
+        1.0,
+        3,
+    ),
+    (
+        "reciprocal_neg",
+        "  %a : Tensor = aten::reciprocal(%x)\n  %y : Tensor = aten::neg(%a)",
+        1.0,
+        3,
+    ),
+    (
+        "expm1_log1p",
+        "  %a : Tensor = aten::expm1(%x)\n  %b : Tensor = aten::log1p(%x)\n"
+        "  %y : Tensor = aten::sub(%a, %b, %one)",
+        1.0,
+        3,
+    ),
     ("relu", "  %y : Tensor = aten::relu(%x)", 1.0, 3),
-    ("clamp", "  %m : float = prim::Constant[value=-0.5]()\n"
-              "  %y : Tensor = aten::clamp(%x, %m, %half)", 1.0, 3),
+    (
+        "clamp",
+        "  %m : float = prim::Constant[value=-0.5]()\n  %y : Tensor = aten::clamp(%x, %m, %half)",
+        1.0,
+        3,
+    ),
     ("clamp_lo_above_hi", "  %y : Tensor = aten::clamp(%x, %two, %half)", 1.0, 3),
-    ("clamp_min_max", "  %m : float = prim::Constant[value=-0.5]()\n"
-                      "  %a : Tensor = aten::clamp_min(%x, %m)\n"
-                      "  %y : Tensor = aten::clamp_max(%a, %half)", 1.0, 3),
+    (
+        "clamp_min_max",
+        "  %m : float = prim::Constant[value=-0.5]()\n"
+        "  %a : Tensor = aten::clamp_min(%x, %m)\n"
+        "  %y : Tensor = aten::clamp_max(%a, %half)",
+        1.0,
+        3,
+    ),
     ("clamp_tensor_bound", "  %y : Tensor = aten::clamp_min(%x, %s)", 0.5, 3),  # interpreter
-    ("where_compare", "  %c : Tensor = aten::gt(%x, %s)\n  %e : Tensor = aten::exp(%x)\n"
-                      "  %y : Tensor = aten::where(%c, %x, %e)", 0.25, 3),
-    ("where_scalar_other", "  %c : Tensor = aten::le(%x, %half)\n"
-                           "  %y : Tensor = aten::where(%c, %x, %two)", 1.0, 3),
-    ("logical", "  %a : Tensor = aten::lt(%x, %s)\n  %b : Tensor = aten::ge(%x, %half)\n"
-                "  %c : Tensor = aten::logical_or(%a, %b)\n  %d : Tensor = aten::logical_not(%c)\n"
-                "  %e : Tensor = aten::ne(%x, %x)\n  %f : Tensor = aten::logical_xor(%d, %e)\n"
-                "  %y : Tensor = aten::mul(%x, %f)", -0.5, 3),
+    (
+        "where_compare",
+        "  %c : Tensor = aten::gt(%x, %s)\n  %e : Tensor = aten::exp(%x)\n"
+        "  %y : Tensor = aten::where(%c, %x, %e)",
+        0.25,
+        3,
+    ),
+    (
+        "where_scalar_other",
+        "  %c : Tensor = aten::le(%x, %half)\n  %y : Tensor = aten::where(%c, %x, %two)",
+        1.0,
+        3,
+    ),
+    (
+        "logical",
+        "  %a : Tensor = aten::lt(%x, %s)\n  %b : Tensor = aten::ge(%x, %half)\n"
+        "  %c : Tensor = aten::logical_or(%a, %b)\n  %d : Tensor = aten::logical_not(%c)\n"
+        "  %e : Tensor = aten::ne(%x, %x)\n  %f : Tensor = aten::logical_xor(%d, %e)\n"
+        "  %y : Tensor = aten::mul(%x, %f)",
+        -0.5,
+        3,
+    ),
     ("mul_self", "  %y : Tensor = aten::mul(%x, %x)", 1.0, 3),
     # The prelude: ops on the 0-dim input alone run with aten, the loop reads their value.
-    ("prelude", "  %a : Tensor = aten::lgamma(%s)\n  %b : Tensor = aten::exp(%a)\n"
-                "  %c : Tensor = aten::neg(%s)\n  %p : Tensor = aten::pow(%x, %c)\n"
-                "  %y : Tensor = aten::div(%p, %b)", 1.3, 3),
+    (
+        "prelude",
+        "  %a : Tensor = aten::lgamma(%s)\n  %b : Tensor = aten::exp(%a)\n"
+        "  %c : Tensor = aten::neg(%s)\n  %p : Tensor = aten::pow(%x, %c)\n"
+        "  %y : Tensor = aten::div(%p, %b)",
+        1.3,
+        3,
+    ),
 ]
 
 
@@ -80,8 +152,8 @@ def _inputs(scalar, scale, n=4099, seed=0):
     x[: len(SPECIALS)] = torch.tensor(SPECIALS)
     if scalar is None:
         s = torch.randn(n, generator=g) * scale
-        s[len(SPECIALS): 2 * len(SPECIALS)] = torch.tensor(SPECIALS)
-        s[2 * len(SPECIALS): 3 * len(SPECIALS)] = 0.0
+        s[len(SPECIALS) : 2 * len(SPECIALS)] = torch.tensor(SPECIALS)
+        s[2 * len(SPECIALS) : 3 * len(SPECIALS)] = 0.0
     else:
         s = torch.tensor(float(scalar))
     return x, s
@@ -122,8 +194,10 @@ def _close(got, want, what, ref=None):
     rms = scale / max(1, r.numel()) ** 0.5
     err = (g - r).abs()
     bad = err > 1e-3 * (r.abs() + rms) + 1e-30
-    assert not bad.any(), (f"{what}: {int(bad.sum())} elements off; worst at "
-                           f"{r[err.argmax()].item()}: got {g[err.argmax()].item()}")
+    assert not bad.any(), (
+        f"{what}: {int(bad.sum())} elements off; worst at "
+        f"{r[err.argmax()].item()}: got {g[err.argmax()].item()}"
+    )
 
 
 @pytest.mark.parametrize("name,body,scalar,scale", CASES, ids=[c[0] for c in CASES])
@@ -172,8 +246,10 @@ def test_inputs_the_loop_does_not_take_run_the_interpreter(layout, monkeypatch):
 
 def test_bool_output_and_unsupported_op_fall_back(monkeypatch):
     # A bool output and an op without a loop form (erfinv) run the interpreter: bit for bit.
-    for body, outs in [("  %y : Tensor = aten::exp(%x)\n  %m : Tensor = aten::gt(%x, %s)", "%y, %m"),
-                       ("  %e : Tensor = aten::erfinv(%x)\n  %y : Tensor = aten::mul(%e, %s)", "%y")]:
+    for body, outs in [
+        ("  %y : Tensor = aten::exp(%x)\n  %m : Tensor = aten::gt(%x, %s)", "%y, %m"),
+        ("  %e : Tensor = aten::erfinv(%x)\n  %y : Tensor = aten::mul(%e, %s)", "%y"),
+    ]:
         ir = _ir(body, outs=outs)
         x, s = _inputs(0.5, 0.5)
         fused = _run(ir, x, s, True, monkeypatch)
@@ -183,8 +259,11 @@ def test_bool_output_and_unsupported_op_fall_back(monkeypatch):
 
 
 def test_two_outputs_and_only_scalar_needs_grad(monkeypatch):
-    ir = _ir("  %a : Tensor = aten::mul(%x, %s)\n  %b : Tensor = aten::sigmoid(%a)\n"
-             "  %y : Tensor = aten::mul(%b, %x)", outs="%y, %a")
+    ir = _ir(
+        "  %a : Tensor = aten::mul(%x, %s)\n  %b : Tensor = aten::sigmoid(%a)\n"
+        "  %y : Tensor = aten::mul(%b, %x)",
+        outs="%y, %a",
+    )
     x, s = _inputs(0.8, 2)
     res = []
     for kernel in (True, False):
@@ -201,9 +280,9 @@ def test_hand_activation_resnet_trains_like_eager():
     import torchvision
 
     from memslim._models import TrainableAct, swap_activation
+
     torch.manual_seed(0)
-    ref = swap_activation(torchvision.models.resnet18(num_classes=10), torch.nn.ReLU,
-                          TrainableAct)
+    ref = swap_activation(torchvision.models.resnet18(num_classes=10), torch.nn.ReLU, TrainableAct)
     ours = memslim.optimize(torch.jit.script(copy.deepcopy(ref)), (torch.randn(4, 3, 32, 32),))
     assert "memslim::recompute_region" in str(ours.graph)
     torch.manual_seed(1)

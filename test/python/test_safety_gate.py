@@ -4,6 +4,7 @@ Each case is a module a user could write; each test compares memslim.optimize
 against eager PyTorch (outputs and every gradient) and, where bytes are the
 point, against the unmodified scripted module: a rewrite may never add bytes.
 """
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -98,8 +99,9 @@ class DropoutWrittenLater(torch.nn.Module):
 
 def test_dropout_output_written_later_is_kept():
     opt = assert_matches_eager(DropoutWrittenLater(), torch.randn(8, 16))
-    assert any("fuse-activation-dropout: kept" in r and "later writes" in r
-               for r in memslim.report(opt))
+    assert any(
+        "fuse-activation-dropout: kept" in r and "later writes" in r for r in memslim.report(opt)
+    )
 
 
 def scripted_and_optimized_bytes(model, x):
@@ -163,14 +165,19 @@ class Conv1DGelu(torch.nn.Module):
     def forward(self, x):
         h = torch.addmm(self.b1, x.view(-1, x.size(-1)), self.w1).view(x.shape[0], x.shape[1], 128)
         h = F.gelu(h, approximate="tanh")
-        return torch.addmm(self.b2, h.view(-1, h.size(-1)), self.w2).view(x.shape[0], x.shape[1], 32)
+        return torch.addmm(self.b2, h.view(-1, h.size(-1)), self.w2).view(
+            x.shape[0], x.shape[1], 32
+        )
 
 
-@pytest.mark.parametrize("make,shape", [
-    (ConvBnLeaky, (4, 8, 16, 16)),
-    (lambda: SEGate(False), (4, 16, 8, 8)),
-    (lambda: SEGate(True), (4, 16, 8, 8)),
-])
+@pytest.mark.parametrize(
+    "make,shape",
+    [
+        (ConvBnLeaky, (4, 8, 16, 16)),
+        (lambda: SEGate(False), (4, 16, 8, 8)),
+        (lambda: SEGate(True), (4, 16, 8, 8)),
+    ],
+)
 def test_never_more_bytes_than_unmodified(make, shape):
     torch.manual_seed(0)
     model = make()
@@ -196,7 +203,9 @@ def test_gpt2_conv1d_gelu_view_kept_by_addmm():
 
 def test_unknown_pass_is_a_clear_error():
     with pytest.raises(RuntimeError, match="unknown pass 'no-such-pass'"):
-        memslim.optimize(WriteBetween(), example_inputs=(torch.randn(2, 16),), passes=["no-such-pass"])
+        memslim.optimize(
+            WriteBetween(), example_inputs=(torch.randn(2, 16),), passes=["no-such-pass"]
+        )
 
 
 class InceptionCat(torch.nn.Module):

@@ -1,4 +1,5 @@
 """The ops inside TorchScript and under torch.compile(fullgraph=True)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -48,7 +49,9 @@ def _train(model, steps=3):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return losses, {k.replace("_orig_mod.", ""): p.grad.clone() for k, p in model.named_parameters()}
+    return losses, {
+        k.replace("_orig_mod.", ""): p.grad.clone() for k, p in model.named_parameters()
+    }
 
 
 def _assert_same(a, b):
@@ -69,7 +72,9 @@ def test_scripted_module_trains_like_aten():
 def test_scripted_module_saves_less():
     ref, ours = _pair()
     x = torch.randn(16, 32)
-    assert memslim.saved_bytes(torch.jit.script(ours), x) < memslim.saved_bytes(torch.jit.script(ref), x)
+    assert memslim.saved_bytes(torch.jit.script(ours), x) < memslim.saved_bytes(
+        torch.jit.script(ref), x
+    )
 
 
 def test_scripted_module_save_load(tmp_path):

@@ -16,7 +16,6 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/loop_unrolling.h>
-#include "memslim/passes/graph_iterator.h"
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/csrc/jit/runtime/print_handler.h>
 #include <torch/script.h>
@@ -38,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memslim/passes/graph_iterator.h"
 #include "memslim/passes/optimize.h"
 #include "memslim/passes/pass.h"
 #include "memslim/passes/recompute_blocks.h"
@@ -54,7 +54,7 @@ struct Options {
   std::string pipeline;
   bool list = false, remarks = false, print_after_all = false, help = false, split = false;
   bool verify = false;
-  std::vector<std::string> input_specs;  // --input-shapes, one token per graph input
+  std::vector<std::string> input_specs; // --input-shapes, one token per graph input
   memslim::CostPolicy policy;
 };
 
@@ -87,9 +87,10 @@ std::string printable(const std::string& text) {
       ++i;
     } else {
       // A well-formed UTF-8 sequence (no overlongs, no surrogates) is kept.
-      const size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
-                         : c >= 0xf0 && c <= 0xf4                            ? 4
-                                                                             : 0;
+      const size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                         : c >= 0xe0 && c <= 0xef ? 3
+                         : c >= 0xf0 && c <= 0xf4 ? 4
+                                                  : 0;
       uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
       bool ok = len != 0 && i + len <= n;
       for (size_t k = 1; ok && k < len; ++k) {
@@ -202,7 +203,7 @@ std::string one_line(const std::exception& e, const std::string& source = "") {
       for (size_t end = k; end <= src.size(); ++end) {
         bool same = true;
         for (size_t j = 0; j < k && same; ++j) same = src[end - k + j] == lines[first + 1 + j];
-        if (same) hits.push_back(end);  // 1-based line number of the block's last line
+        if (same) hits.push_back(end); // 1-based line number of the block's last line
       }
       const auto col = lines[marker].find('~');
       if (hits.size() == 1) {
@@ -406,7 +407,7 @@ at::Tensor make_tensor(const TensorSpec& s) {
 // The inputs to run a graph on, and which tensors of them require grad in --verify.
 struct Example {
   std::vector<c10::IValue> values;
-  std::vector<bool> requires_grad;  // per value
+  std::vector<bool> requires_grad; // per value
 };
 
 std::string describe(const Value* v) {
@@ -456,7 +457,7 @@ Example inputs_from_specs(const std::vector<c10::TypePtr>& types,
     const std::string who = "--input-shapes: input " + names[i] + " (" + types[i]->repr_str() + ")";
     c10::TypePtr t = types[i];
     if (auto opt = t->cast<c10::OptionalType>()) {
-      if (tok == "none") continue;  // others[i] is None
+      if (tok == "none") continue; // others[i] is None
       t = opt->getElementType();
     }
     if (auto tt = t->cast<c10::TensorType>()) {
@@ -543,8 +544,8 @@ void flatten(const c10::IValue& v, std::vector<c10::IValue>& out) {
 }
 
 struct RunResult {
-  std::vector<c10::IValue> outputs;  // flattened; tensors detached
-  std::vector<at::Tensor> grads;     // one per leaf (undefined: no gradient)
+  std::vector<c10::IValue> outputs; // flattened; tensors detached
+  std::vector<at::Tensor> grads;    // one per leaf (undefined: no gradient)
 };
 
 // Runs `graph` on `prefix` + `ex` with autograd (the RNG seeded the same way
@@ -1302,7 +1303,7 @@ int run(const Options& o) {
 // torch's warnings (aten::warn in a graph, deprecations) as one stderr line each,
 // so that stderr stays lines memslim-opt wrote.
 class OneLineWarnings : public c10::WarningHandler {
-public:
+ public:
   void process(const c10::Warning& w) override {
     std::string msg = trim(w.msg());
     const auto nl = msg.find('\n');
@@ -1398,7 +1399,7 @@ int fork_server() {
     }
     int status = 0;
     if (pid < 0) {
-      status = 126 << 8;  // as a child that exited 126
+      status = 126 << 8; // as a child that exited 126
     } else {
       while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) break;
@@ -1408,7 +1409,7 @@ int fork_server() {
   }
 }
 
-}  // namespace
+} // namespace
 
 // A torch.export archive (INPUT ending in .pt2) goes to the FX front end, which
 // lives in Python: this process becomes `python -m memslim.opt_pt2 ARGS...`.

@@ -62,14 +62,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_activation_forwa
 // Sizes and strides are SymInts: symbolic under torch.compile's dynamic shapes;
 // empty ones say `grad` already has the layout (y was contiguous, grad made so).
 at::Tensor call_activation_backward(at::Tensor grad, c10::SymIntArrayRef sizes,
-                                    c10::SymIntArrayRef strides,
-                                    const at::Tensor& out, const at::Tensor& bits,
-                                    const at::Tensor& exact_idx, const at::Tensor& exact_val,
-                                    const std::string& act, const std::vector<double>& params);
+                                    c10::SymIntArrayRef strides, const at::Tensor& out,
+                                    const at::Tensor& bits, const at::Tensor& exact_idx,
+                                    const at::Tensor& exact_val, const std::string& act,
+                                    const std::vector<double>& params);
 
 // Kernel set of one public op, from its spec function ActSpec F(args...).
-template <auto F> struct OpKernels;
-template <typename... A, ActSpec (*F)(A...)> struct OpKernels<F> {
+template <auto F>
+struct OpKernels;
+template <typename... A, ActSpec (*F)(A...)>
+struct OpKernels<F> {
   static at::Tensor cpu(const at::Tensor& x, A... a) {
     return activation_plain(x, F(a...), cpu_launchers());
   }

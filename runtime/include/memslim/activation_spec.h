@@ -22,9 +22,9 @@
 namespace memslim {
 
 struct ActSpec {
-  std::string op;              // public op name, for messages: "gelu"
-  std::string act;             // kernel activation name: "gelu_tanh"
-  std::vector<double> params;  // up to three kernel parameters
+  std::string op;             // public op name, for messages: "gelu"
+  std::string act;            // kernel activation name: "gelu_tanh"
+  std::vector<double> params; // up to three kernel parameters
 };
 
 kernels::Act act_from_name(const std::string& act);
@@ -34,8 +34,7 @@ const char* act_name(kernels::Act a);
 void check_param_count(const char* op, const std::string& act, size_t n);
 
 // Kernel parameters for one call on a tensor of dtype `t`.
-kernels::ActParams make_params(kernels::Act a, const std::vector<double>& params,
-                               at::ScalarType t);
+kernels::ActParams make_params(kernels::Act a, const std::vector<double>& params, at::ScalarType t);
 
 // What memslim::activation_forward(save=True) returns besides the output, for
 // a kernel activation name, its parameters and the largest finite value of the
@@ -61,7 +60,7 @@ ActSpec spec_elu(const c10::Scalar& alpha, const c10::Scalar& scale,
 ActSpec spec_celu(const c10::Scalar& alpha);
 ActSpec spec_selu();
 ActSpec spec_leaky_relu(const c10::Scalar& negative_slope);
-ActSpec spec_simple(const std::string& name);  // silu, mish, hardswish, ...
+ActSpec spec_simple(const std::string& name); // silu, mish, hardswish, ...
 
 // The spec public op `op` (activation_table.def) computes from its arguments
 // after `self`, through the op's own spec function: nullopt for an unknown op

@@ -15,7 +15,8 @@ namespace kernels {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-template <typename S> ForwardParams<S> typed(const ForwardArgs& a) {
+template <typename S>
+ForwardParams<S> typed(const ForwardArgs& a) {
   ForwardParams<S> p;
   p.x = static_cast<const S*>(a.x);
   p.y = static_cast<S*>(a.y);
@@ -29,7 +30,8 @@ template <typename S> ForwardParams<S> typed(const ForwardArgs& a) {
   p.exact_cap = a.exact_cap;
   return p;
 }
-template <typename S> BackwardParams<S> typed(const BackwardArgs& a) {
+template <typename S>
+BackwardParams<S> typed(const BackwardArgs& a) {
   BackwardParams<S> p;
   p.grad = static_cast<const S*>(a.grad);
   p.y = static_cast<const S*>(a.y);
@@ -40,7 +42,8 @@ template <typename S> BackwardParams<S> typed(const BackwardArgs& a) {
   p.aligned = aligned16(a.grad) && aligned16(a.grad_in) && (a.y == nullptr || aligned16(a.y));
   return p;
 }
-template <typename S> FixupParams<S> typed(const FixupArgs& a) {
+template <typename S>
+FixupParams<S> typed(const FixupArgs& a) {
   FixupParams<S> p;
   p.idx = a.idx;
   p.val = static_cast<const S*>(a.val);
@@ -55,10 +58,18 @@ template <typename S> FixupParams<S> typed(const FixupArgs& a) {
 template <typename F, Act A, typename... Args>
 void dispatch_dtype(DType t, Args&&... args) {
   switch (t) {
-  case DType::Float: F::template run<A, float>(args...); break;
-  case DType::Double: F::template run<A, double>(args...); break;
-  case DType::Half: F::template run<A, half_t>(args...); break;
-  case DType::BFloat16: F::template run<A, bf16_t>(args...); break;
+    case DType::Float:
+      F::template run<A, float>(args...);
+      break;
+    case DType::Double:
+      F::template run<A, double>(args...);
+      break;
+    case DType::Half:
+      F::template run<A, half_t>(args...);
+      break;
+    case DType::BFloat16:
+      F::template run<A, bf16_t>(args...);
+      break;
   }
 }
 

@@ -19,19 +19,21 @@ namespace memslim {
 namespace kernels {
 
 // Storage of one group; alignment lets 8 elements move as 16-byte vectors.
-template <typename S> struct alignas(sizeof(S) * 8 < 16 ? sizeof(S) * 8 : 16) Group8 {
+template <typename S>
+struct alignas(sizeof(S) * 8 < 16 ? sizeof(S) * 8 : 16) Group8 {
   S v[8];
 };
 
-template <typename S> struct ForwardParams {
+template <typename S>
+struct ForwardParams {
   const S* x = nullptr;
   S* y = nullptr;
-  uint8_t* bits = nullptr;           // packed, bit (i % 8) of byte i / 8; null: none
+  uint8_t* bits = nullptr; // packed, bit (i % 8) of byte i / 8; null: none
   int64_t n = 0;
   ActParams act;
-  bool aligned = false;              // x and y 16-byte aligned
+  bool aligned = false; // x and y 16-byte aligned
   // Exact list (guard band): indices and input values appended in any order.
-  int32_t* exact_idx = nullptr;      // null: no exact list
+  int32_t* exact_idx = nullptr; // null: no exact list
   S* exact_val = nullptr;
   unsigned long long* exact_count = nullptr;
   int64_t exact_cap = 0;
@@ -48,19 +50,21 @@ MEMSLIM_HD void push_exact(const ForwardParams<S>& p, int64_t index, S value) {
   }
 }
 
-template <typename S> struct BackwardParams {
-  const S* grad = nullptr;           // dL/dy
-  const S* y = nullptr;              // saved output; null for mask-only ops
-  const uint8_t* bits = nullptr;     // null when the op stores no bit
-  S* grad_in = nullptr;              // dL/dx
+template <typename S>
+struct BackwardParams {
+  const S* grad = nullptr;       // dL/dy
+  const S* y = nullptr;          // saved output; null for mask-only ops
+  const uint8_t* bits = nullptr; // null when the op stores no bit
+  S* grad_in = nullptr;          // dL/dx
   int64_t n = 0;
   ActParams act;
-  bool aligned = false;              // grad, y, grad_in 16-byte aligned
+  bool aligned = false; // grad, y, grad_in 16-byte aligned
 };
 
-template <typename S> struct FixupParams {
+template <typename S>
+struct FixupParams {
   const int32_t* idx = nullptr;
-  const S* val = nullptr;            // exact inputs
+  const S* val = nullptr; // exact inputs
   const S* grad = nullptr;
   S* grad_in = nullptr;
   int64_t count = 0;

@@ -31,12 +31,22 @@ namespace kernels {
 
 // 16-bit storage types. They are plain uint16_t wrappers so the same bytes
 // torch keeps in c10::Half / c10::BFloat16 can be passed as raw pointers.
-struct half_t { uint16_t bits; };
-struct bf16_t { uint16_t bits; };
+struct half_t {
+  uint16_t bits;
+};
+struct bf16_t {
+  uint16_t bits;
+};
 
 // Arithmetic is done in float for 16-bit and float storage, double for double.
-template <typename S> struct compute_type { using type = float; };
-template <> struct compute_type<double> { using type = double; };
+template <typename S>
+struct compute_type {
+  using type = float;
+};
+template <>
+struct compute_type<double> {
+  using type = double;
+};
 
 namespace m {
 MEMSLIM_HD float exp(float x) { return ::expf(x); }
@@ -59,10 +69,22 @@ MEMSLIM_HD float fabs(float x) { return ::fabsf(x); }
 MEMSLIM_HD double fabs(double x) { return ::fabs(x); }
 MEMSLIM_HD float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
 MEMSLIM_HD double fma(double a, double b, double c) { return ::fma(a, b, c); }
-template <typename T> MEMSLIM_HD T min(T a, T b) { return b < a ? b : a; }
-template <typename T> MEMSLIM_HD T max(T a, T b) { return a < b ? b : a; }
-template <typename T> MEMSLIM_HD bool isnan(T x) { return x != x; }
-template <typename T> MEMSLIM_HD bool isinf(T x) { return fabs(x) == T(INFINITY); }
+template <typename T>
+MEMSLIM_HD T min(T a, T b) {
+  return b < a ? b : a;
+}
+template <typename T>
+MEMSLIM_HD T max(T a, T b) {
+  return a < b ? b : a;
+}
+template <typename T>
+MEMSLIM_HD bool isnan(T x) {
+  return x != x;
+}
+template <typename T>
+MEMSLIM_HD bool isinf(T x) {
+  return fabs(x) == T(INFINITY);
+}
 } // namespace m
 
 // ---- 16-bit conversions (round to nearest even, NaN kept quiet) ----------
@@ -92,7 +114,7 @@ MEMSLIM_HD float to_float(half_t v) {
   const uint32_t h = v.bits;
   const uint32_t sign = (h & 0x8000u) << 16;
   const uint32_t em = h & 0x7fffu;
-  const float scaled = bits_to_float(em << 13) * 5.192296858534828e+33f;  // 2^112
+  const float scaled = bits_to_float(em << 13) * 5.192296858534828e+33f; // 2^112
   const uint32_t finite = float_to_bits(scaled);
   const uint32_t special = (em << 13) | 0x7f800000u;
   return bits_to_float(sign | (em >= 0x7c00u ? special : finite));
@@ -135,36 +157,69 @@ MEMSLIM_HD half_t to_half(float f) {
 MEMSLIM_HD float fast_log(float v) {
   uint32_t u = float_to_bits(v);
   int32_t e = int32_t((u >> 23) & 0xffu) - 127;
-  float mnt = bits_to_float((u & 0x7fffffu) | 0x3f800000u);  // [1, 2)
+  float mnt = bits_to_float((u & 0x7fffffu) | 0x3f800000u); // [1, 2)
   const bool big = mnt > 1.41421356f;
   mnt = big ? mnt * 0.5f : mnt;
   e = big ? e + 1 : e;
-  const float z = (mnt - 1.f) / (mnt + 1.f);  // |z| <= 0.172
+  const float z = (mnt - 1.f) / (mnt + 1.f); // |z| <= 0.172
   const float z2 = z * z;
-  const float series = z * (2.f + z2 * (0.6666666667f + z2 * (0.4f + z2 * (0.2857142857f + z2 * 0.2222222222f))));
+  const float series =
+      z * (2.f + z2 * (0.6666666667f + z2 * (0.4f + z2 * (0.2857142857f + z2 * 0.2222222222f))));
   return float(e) * 0.69314718056f + series;
 }
 MEMSLIM_HD double fast_log(double v) { return ::log(v); }
 
 // Load/store between storage and compute type.
-template <typename C> MEMSLIM_HD C load(float v) { return C(v); }
-template <typename C> MEMSLIM_HD C load(double v) { return C(v); }
-template <typename C> MEMSLIM_HD C load(half_t v) { return C(to_float(v)); }
-template <typename C> MEMSLIM_HD C load(bf16_t v) { return C(to_float(v)); }
-template <typename S> struct store_to;
-template <> struct store_to<float> {
-  template <typename C> MEMSLIM_HD static float cvt(C v) { return float(v); }
+template <typename C>
+MEMSLIM_HD C load(float v) {
+  return C(v);
+}
+template <typename C>
+MEMSLIM_HD C load(double v) {
+  return C(v);
+}
+template <typename C>
+MEMSLIM_HD C load(half_t v) {
+  return C(to_float(v));
+}
+template <typename C>
+MEMSLIM_HD C load(bf16_t v) {
+  return C(to_float(v));
+}
+template <typename S>
+struct store_to;
+template <>
+struct store_to<float> {
+  template <typename C>
+  MEMSLIM_HD static float cvt(C v) {
+    return float(v);
+  }
 };
-template <> struct store_to<double> {
-  template <typename C> MEMSLIM_HD static double cvt(C v) { return double(v); }
+template <>
+struct store_to<double> {
+  template <typename C>
+  MEMSLIM_HD static double cvt(C v) {
+    return double(v);
+  }
 };
-template <> struct store_to<half_t> {
-  template <typename C> MEMSLIM_HD static half_t cvt(C v) { return to_half(float(v)); }
+template <>
+struct store_to<half_t> {
+  template <typename C>
+  MEMSLIM_HD static half_t cvt(C v) {
+    return to_half(float(v));
+  }
 };
-template <> struct store_to<bf16_t> {
-  template <typename C> MEMSLIM_HD static bf16_t cvt(C v) { return to_bf16(float(v)); }
+template <>
+struct store_to<bf16_t> {
+  template <typename C>
+  MEMSLIM_HD static bf16_t cvt(C v) {
+    return to_bf16(float(v));
+  }
 };
-template <typename S, typename C> MEMSLIM_HD S store(C v) { return store_to<S>::cvt(v); }
+template <typename S, typename C>
+MEMSLIM_HD S store(C v) {
+  return store_to<S>::cvt(v);
+}
 
 // Relaxed atomic add on a 64-bit counter: atomicAdd on the device, the GCC
 // builtin on the host (the CPU loops run in torch's thread pool).

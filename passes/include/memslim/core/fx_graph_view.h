@@ -31,10 +31,10 @@ class FxGraphView final : public GraphView {
     std::optional<int64_t> numel;
     std::optional<c10::ScalarType> dtype;
     std::optional<c10::DeviceType> device;
-    std::optional<bool> requires_grad; // known: a buffer, a value made under no_grad
-    bool module_state = false;         // a parameter or buffer placeholder
-    std::optional<int64_t> rank;       // number of dimensions
-    std::optional<bool> contiguous;    // row-major
+    std::optional<bool> requires_grad;         // known: a buffer, a value made under no_grad
+    bool module_state = false;                 // a parameter or buffer placeholder
+    std::optional<int64_t> rank;               // number of dimensions
+    std::optional<bool> contiguous;            // row-major
     std::optional<std::vector<int64_t>> sizes; // every size known (hints)
     std::optional<c10::IValue> constant;
     std::string name;
@@ -106,7 +106,7 @@ class FxGraphView final : public GraphView {
  private:
   static const Node& N(NodeRef n) { return *static_cast<const Node*>(n.p); }
   static const Value& V(ValueRef v) { return *static_cast<const Value*>(v.p); }
-  std::deque<Node> nodes_; // deque: handles stay valid while building
+  std::deque<Node> nodes_;    // deque: handles stay valid while building
   std::vector<size_t> order_; // node ids in program order
   std::deque<Value> values_;
 };

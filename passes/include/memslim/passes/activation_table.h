@@ -18,8 +18,8 @@ namespace memslim {
 enum class Keeps { Input, Output, OutputAndBits, Bits };
 
 struct ActivationInfo {
-  c10::Symbol aten;     // aten::gelu
-  c10::Symbol memslim;  // memslim::gelu
+  c10::Symbol aten;    // aten::gelu
+  c10::Symbol memslim; // memslim::gelu
   Keeps aten_keeps;
   Keeps memslim_keeps;
   // What aten's in-place form (`aten::relu_`) keeps: its output, or a copy of

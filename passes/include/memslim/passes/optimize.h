@@ -23,7 +23,7 @@ namespace memslim {
 
 struct OptimizeOptions {
   std::vector<std::string> methods = {"forward"};
-  std::vector<std::string> passes;            // empty: the pipeline below
+  std::vector<std::string> passes; // empty: the pipeline below
   std::string pipeline = "memslim-default";
   // For `forward` (without self): positional values (tensors, bools, ints,
   // floats, None, strings, tuples/lists/dicts of them: what TorchScript takes),
@@ -87,7 +87,7 @@ class ModuleStateGuard {
     c10::intrusive_ptr<c10::ivalue::Object> object;
     size_t index;
     c10::IValue value;
-    at::Tensor contents;  // a copy of a non-parameter tensor's data
+    at::Tensor contents; // a copy of a non-parameter tensor's data
   };
   std::vector<Slot> slots_;
 };

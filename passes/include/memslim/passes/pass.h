@@ -40,7 +40,7 @@ struct PassContext {
 using PassFn = void (*)(const std::shared_ptr<torch::jit::Graph>&, PassContext&);
 
 struct PassInfo {
-  const char* flag;         // kebab-case, = its lit file name
+  const char* flag; // kebab-case, = its lit file name
   const char* description;
   PassFn run;
 };

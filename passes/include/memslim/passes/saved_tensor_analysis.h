@@ -12,9 +12,9 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <optional>
-#include <vector>
-#include <unordered_set>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 namespace memslim {
 

@@ -38,4 +38,4 @@ std::optional<std::string> validate_graph(const std::shared_ptr<torch::jit::Grap
 // Throws c10::Error with validate_graph's line when the graph is invalid.
 void check_graph(const std::shared_ptr<torch::jit::Graph>& graph, bool executor_nodes = false);
 
-}  // namespace memslim
+} // namespace memslim
