@@ -32,7 +32,7 @@ phase() {  # phase NAME LOGFILE COMMAND...: runs it quietly, prints its time or 
 #    and lit from llvm-14-tools). Installed alongside pip on a fresh machine: configuring
 #    without them and again with them would rebuild everything (ccache as the launcher).
 need=()
-for p in cmake ninja-build ccache libgtest-dev llvm-14-tools; do
+for p in cmake ninja-build ccache libgtest-dev llvm-14-tools clang-format-14; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 apt_install() {
@@ -50,7 +50,7 @@ venv_install() {
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --no-compile --disable-pip-version-check -r requirements.txt
 }
-if ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest, matplotlib, scikit_build_core; assert torch.__version__.startswith('2.14.1')" 2>/dev/null; then
+if [ ! -x .venv/bin/ruff ] || ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest, matplotlib, scikit_build_core; assert torch.__version__.startswith('2.14.1')" 2>/dev/null; then
   if [ ${#need[@]} -gt 0 ]; then
     apt_install "${need[@]}" >"$LOGS/apt.log" 2>&1 &
     APT=$!
