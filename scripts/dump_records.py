@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import warnings
 
@@ -54,13 +55,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help="suite model names (default: all 13)")
     ap.add_argument("--ways", default=",".join(WAYS), help="comma list of " + ", ".join(WAYS))
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     ways = [w for w in args.ways.split(",") if w]
     bad = [w for w in ways if w not in WAYS] + [m for m in args.models if m not in suite.SPECS]
     if bad:
         print(f"dump_records: unknown way or model: {', '.join(bad)}", file=sys.stderr)
         return 1
-    for name in args.models or suite.FULL_MODELS:
+    if not args.one:
+        # One process per model: what TorchScript scripts (or falls back to tracing) and
+        # what Dynamo caches must not depend on the models run before it.
+        for name in args.models or suite.FULL_MODELS:
+            sys.stdout.flush()
+            cmd = [sys.executable, os.path.abspath(__file__), name, "--one", "--ways", args.ways]
+            if subprocess.run(cmd).returncode != 0:
+                print(f"=== {name}: the worker process failed")
+        return 0
+    for name in args.models:
         for way in ways:
             print(f"=== {name} / {way}", flush=True)
             try:

@@ -1,8 +1,8 @@
 //===- functionalize.cpp - the in-place activation decision, any view ------===//
 #include "memslim/core/functionalize.h"
 
+#include "memslim/core/activation_table.h"
 #include "memslim/core/output_saving.h"
-#include "memslim/passes/activation_table.h"
 
 namespace memslim {
 

@@ -7,12 +7,12 @@
 
 #include <sstream>
 
+#include "memslim/core/activation_table.h"
 #include "memslim/core/fuse_dropout.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/output_saving_norms.h"
 #include "memslim/core/residual_join.h"
 #include "memslim/core/saved_tensors.h"
-#include "memslim/passes/activation_table.h"
 
 namespace memslim {
 

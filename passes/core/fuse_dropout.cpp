@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <sstream>
 
+#include "memslim/core/activation_table.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/saved_tensors.h"
-#include "memslim/passes/activation_table.h"
 
 namespace memslim {
 

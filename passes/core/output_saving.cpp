@@ -9,8 +9,8 @@
 
 #include <sstream>
 
+#include "memslim/core/activation_table.h"
 #include "memslim/core/saved_tensors.h"
-#include "memslim/passes/activation_table.h"
 
 namespace memslim {
 

@@ -8,9 +8,9 @@
 
 #include <sstream>
 
+#include "memslim/core/norm_table.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/saved_tensors.h"
-#include "memslim/passes/norm_table.h"
 
 namespace memslim {
 

@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <sstream>
 
+#include "memslim/core/activation_table.h"
 #include "memslim/core/fuse_dropout.h"
+#include "memslim/core/norm_table.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/output_saving_norms.h"
 #include "memslim/core/saved_tensors.h"
-#include "memslim/passes/activation_table.h"
-#include "memslim/passes/norm_table.h"
 
 namespace memslim {
 

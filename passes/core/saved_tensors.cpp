@@ -10,8 +10,8 @@
 
 #include <set>
 
-#include "memslim/passes/activation_table.h"
-#include "memslim/passes/norm_table.h"
+#include "memslim/core/activation_table.h"
+#include "memslim/core/norm_table.h"
 
 namespace memslim::saved {
 
@@ -336,3 +336,32 @@ bool dropout_is_identity(const GraphView& g, NodeRef d) {
 }
 
 } // namespace memslim::saved
+
+namespace memslim {
+
+bool switches_grad_mode(const std::string& kind) {
+  return kind == "prim::Enter" || kind == "prim::Exit" || kind == "python::_set_grad_enabled" ||
+         kind == "python::_enter_autocast" || kind == "python::_exit_autocast";
+}
+
+std::optional<std::string> write_observable(const GraphView& g, ValueRef w) {
+  if (g.uses(w).size() != 1) return std::string("its input has another use");
+  const NodeRef p = g.producer(w);
+  if (!p || g.kind(p) == "prim::Param") return std::string("its input is a graph input");
+  if (saved::is_dropout_kind(g.kind(p), /*inplace=*/false))
+    return "its input may be another tensor (" + g.kind(p) +
+           " returns its input when not training)";
+  if (g.kind(p).rfind("prim::", 0) == 0) return "its input comes from " + g.kind(p);
+  const c10::FunctionSchema* schema = g.schema(p);
+  if (!schema) return "its input comes from " + g.kind(p) + " (no schema)";
+  // The result of an in-place op (ResNet's `out += identity` on a norm's fresh
+  // output) is its first argument's storage: unobservable where that argument
+  // has no other use and is itself unobservable, down the chain.
+  if (saved::returns_written_first(schema) && g.num_inputs(p) > 0 && g.is_tensor(g.input(p, 0)))
+    return write_observable(g, g.input(p, 0));
+  for (const auto& r : schema->returns())
+    if (r.alias_info()) return "its input may alias another tensor (" + g.kind(p) + ")";
+  return std::nullopt;
+}
+
+} // namespace memslim

@@ -10,10 +10,12 @@
 #include <torch/python.h>
 
 #include "memslim/activation_spec.h"
-#include "memslim/core/fx_front_end.h"
+#include "memslim/core/pass_table.h"
+#include "memslim/core/statistics.h"
+#include "memslim/fx/fx_front_end.h"
+#include "memslim/jit/executor_hook.h"
+#include "memslim/jit/optimize.h"
 #include "memslim/kernels/activations.h"
-#include "memslim/passes/executor_hook.h"
-#include "memslim/passes/optimize.h"
 
 namespace py = pybind11;
 
@@ -255,6 +257,20 @@ PYBIND11_MODULE(_C, m) {
       out.append(py::make_tuple(po.name, po.value_help, po.help));
     return out;
   });
+  // {name: default} as Python reads it (None where the default is "no value": no
+  // bound, automatic, no budget): the keywords' defaults of every entry point.
+  m.def("policy_defaults", []() {
+    py::dict out;
+    const memslim::CostPolicy defaults;
+    for (const memslim::PolicyOption& po : memslim::policy_options()) {
+      const memslim::PolicyValue v = po.get(defaults);
+      using K = memslim::PolicyValue::Kind;
+      out[po.name] = v.kind == K::Int      ? py::object(py::int_(v.i))
+                     : v.kind == K::Double ? py::object(py::float_(v.d))
+                                           : py::object(py::none());
+    }
+    return out;
+  });
   m.def("register_with_graph_executor", &memslim::registerWithGraphExecutor);
   m.def("unregister_from_graph_executor", &memslim::unregisterFromGraphExecutor);
   m.def("executor_hook_stats", []() {
@@ -274,9 +290,56 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("act"), py::arg("params"), py::arg("out_max") = 1.7976931348623157e308);
   m.def("fx_default_passes", []() { return memslim::fx_default_passes(); });
+  // Per-pass statistics (core/statistics.h) of decision records given as their dicts
+  // (memslim.Decision.as_dict()): ([{pass, sites, rewritten, kept, rolled_back,
+  // bytes_freed, kept_by_reason}], the text memslim-opt --stats prints).
+  m.def("pass_statistics", [](const py::list& records) {
+    std::vector<memslim::Decision> ds;
+    for (const auto& r : records) {
+      const auto rec = py::reinterpret_borrow<py::dict>(r);
+      memslim::Decision d;
+      d.pass = py::cast<std::string>(rec["pass"]);
+      const std::string v = py::cast<std::string>(rec["verdict"]);
+      for (auto k : {memslim::Decision::Verdict::Rewrote, memslim::Decision::Verdict::Kept,
+                     memslim::Decision::Verdict::RolledBack, memslim::Decision::Verdict::Note})
+        if (v == memslim::verdict_name(k)) d.verdict = k;
+      d.text = py::cast<std::string>(rec["text"]);
+      if (!rec["bytes_before"].is_none()) d.price.before = py::cast<int64_t>(rec["bytes_before"]);
+      if (!rec["bytes_after"].is_none()) d.price.after = py::cast<int64_t>(rec["bytes_after"]);
+      ds.push_back(std::move(d));
+    }
+    const auto stats = memslim::pass_statistics(ds);
+    py::list out;
+    for (const auto& s : stats) {
+      py::dict e;
+      e["pass"] = s.pass;
+      e["sites"] = s.sites;
+      e["rewritten"] = s.rewritten;
+      e["kept"] = s.kept;
+      e["rolled_back"] = s.rolled_back;
+      e["bytes_freed"] = s.bytes_freed;
+      e["kept_by_reason"] = s.kept_by_reason;
+      out.append(e);
+    }
+    return py::make_tuple(out, memslim::render_statistics(stats));
+  });
+  // The pass table (core/pass_table.h): flags, and a pipeline's steps as a front end runs
+  // them ("torchscript", "fx" or "compile").
   m.def("list_passes", []() {
     std::vector<std::string> out;
-    for (const auto& p : memslim::registered_passes()) out.push_back(p.flag);
+    for (const auto& p : memslim::pass_table()) out.push_back(p.flag);
     return out;
   });
+  m.def(
+      "pipeline_passes",
+      [](const std::string& name, const std::string& front_end) {
+        const memslim::PipelineSpec* p = memslim::find_pipeline_spec(name);
+        if (!p) throw py::value_error("unknown pipeline '" + name + "'");
+        if (front_end == "torchscript") return p->passes(memslim::FrontEnd::Jit);
+        if (front_end == "fx") return p->passes(memslim::FrontEnd::Fx);
+        if (front_end == "compile") return p->passes(memslim::FrontEnd::Compile);
+        throw py::value_error("front_end must be 'torchscript', 'fx' or 'compile', got '" +
+                              front_end + "'");
+      },
+      py::arg("name") = "memslim-default", py::arg("front_end") = "torchscript");
 }

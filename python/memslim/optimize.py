@@ -19,7 +19,7 @@ from . import _C
 
 
 class Decision(str):
-    """One decision record of a pass at one site (passes/include/memslim/passes/pass.h).
+    """One decision record of a pass at one site (passes/include/memslim/jit/pass.h).
     As a str it is the remark line, `remark: <pass>: rewrote|kept <site>: ...`, so code
     that reads remarks as text keeps working; the fields are the record:
     pass_, verdict ("rewrote", "kept", "rolled back", "note"), site, text (the reason,

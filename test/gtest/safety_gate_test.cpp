@@ -6,7 +6,7 @@
 // not lint is rolled back with one remark, or rethrown in strict mode.
 //
 //===----------------------------------------------------------------------===//
-#include "memslim/passes/safety_gate.h"
+#include "memslim/jit/safety_gate.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
@@ -16,9 +16,9 @@
 #include <cstring>
 #include <optional>
 
-#include "memslim/passes/graph_iterator.h"
-#include "memslim/passes/pass.h"
-#include "memslim/passes/saved_tensor_analysis.h"
+#include "memslim/jit/graph_iterator.h"
+#include "memslim/jit/pass.h"
+#include "memslim/jit/saved_tensor_analysis.h"
 
 namespace {
 

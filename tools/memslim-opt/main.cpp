@@ -37,11 +37,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memslim/passes/graph_iterator.h"
-#include "memslim/passes/optimize.h"
-#include "memslim/passes/pass.h"
-#include "memslim/passes/recompute_blocks.h"
-#include "memslim/passes/validate_graph.h"
+#include "memslim/jit/graph_iterator.h"
+#include "memslim/jit/optimize.h"
+#include "memslim/jit/pass.h"
+#include "memslim/jit/recompute_blocks.h"
+#include "memslim/jit/validate_graph.h"
 
 namespace {
 

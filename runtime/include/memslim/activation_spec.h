@@ -17,15 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "memslim/kernels/act_spec.h"
 #include "memslim/kernels/activations.h"
 
 namespace memslim {
 
-struct ActSpec {
-  std::string op;             // public op name, for messages: "gelu"
-  std::string act;            // kernel activation name: "gelu_tanh"
-  std::vector<double> params; // up to three kernel parameters
-};
+// ActSpec: memslim/kernels/act_spec.h (shared with the decision core).
 
 kernels::Act act_from_name(const std::string& act);
 const char* act_name(kernels::Act a);

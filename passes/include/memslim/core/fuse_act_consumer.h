@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "memslim/activation_spec.h"
 #include "memslim/core/decision.h"
 #include "memslim/core/graph_view.h"
+#include "memslim/kernels/act_spec.h"
 
 namespace memslim {
 

@@ -22,7 +22,7 @@
 #include <optional>
 #include <string>
 
-#include "memslim/activation_spec.h"
+#include "memslim/core/act_spec.h"
 #include "memslim/core/decision.h"
 #include "memslim/core/graph_view.h"
 

@@ -98,10 +98,4 @@ RegionDecision decide_region(const GraphView& g, std::vector<NodeRef> nodes,
                              const CostPolicy& policy, const MayRequireGrad& grad,
                              const StorageFacts& storage);
 
-// The region as the TorchScript graph text memslim::recompute_region runs
-// (inputs in `r.inputs` order, outputs in `r.outputs` order, constants copied
-// in), checked to parse back and to resolve every op; nullopt with `error`
-// set when it does not (the region is then kept).
-std::optional<std::string> region_ir(const GraphView& g, const Region& r, std::string* error);
-
 } // namespace memslim

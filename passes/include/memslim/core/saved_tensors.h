@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -46,3 +47,22 @@ bool is_dropout_kind(const std::string& kind, bool inplace);
 bool dropout_is_identity(const GraphView& g, NodeRef d);
 
 } // namespace memslim::saved
+
+namespace memslim {
+
+// Whether a node of `kind` changes the grad mode (or autocast) for the nodes
+// after it: TorchScript's `with` (prim::Enter / prim::Exit), an FX graph's
+// torch._C._set_grad_enabled and autocast enter / exit. No rewrite covering
+// several nodes may reach across one (fuzzer seeds 60 and 232, 2026-11-24:
+// elu under no_grad fused with its dropout outside; x * sigmoid(x) with the
+// sigmoid under no_grad made silu(x)), and a region's op runs in its nodes' mode.
+bool switches_grad_mode(const std::string& kind);
+
+// Why an in-place write to `w` could be observed by someone other than the
+// writer, or nullopt when it cannot: `w` has another use, is a graph input,
+// or may share storage with another tensor by its producer's schema (or a
+// dropout's undeclared alias). Both front ends' gates ask this before a
+// rewrite removes a write.
+std::optional<std::string> write_observable(const GraphView& g, ValueRef w);
+
+} // namespace memslim
