@@ -4,9 +4,12 @@ What: memslim-opt hands a `.pt2` input to this module (`python -m memslim.opt_pt
 torch.export.load, memslim.fx.optimize (the C++ decision core, as for TorchScript
 input), torch.export.save. The program it writes loads with torch.export.load once memslim
 is imported (its memslim ops are registered then), and its `.module()` trains.
-Flags: as memslim-opt's where they apply to FX: -o OUT, --passes=a,b, --remarks, the policy
-flags (from the one policy table). Errors: one `memslim-opt: error: ...` line, exit code 1,
-no output file (written to a temporary name and renamed).
+Flags: as memslim-opt's where they apply to FX: -o OUT, --passes=a,b or --pipeline=NAME,
+--remarks, the policy flags (from the one policy table). The FX front end has one pipeline,
+memslim-default: its default pass list (`memslim._C.fx_default_passes()`, memslim-default's
+TorchScript list less remove-identity-dropouts, cleanup and invertible-couplings), which also
+runs when neither --passes nor --pipeline is given. Errors: one `memslim-opt: error: ...`
+line, exit code 1, no output file (written to a temporary name and renamed).
 """
 
 from __future__ import annotations
@@ -21,13 +24,22 @@ def _fail(msg: str) -> "NoReturn":  # noqa: F821
     sys.exit(1)
 
 
-def main(argv) -> int:
-    inp, out, passes, remarks, policy = None, None, None, False, {}
-    try:
-        import memslim
-        from memslim import _C
-    except Exception as e:  # noqa: BLE001
-        _fail(f"cannot import memslim: {e}")
+# The FX front end's one pipeline: `--pipeline=memslim-default` runs fx_default_passes().
+PIPELINE = "memslim-default"
+
+
+def _pipeline_passes(_C, name: str) -> list:
+    """The pass list of pipeline `name` for .pt2 input; unknown names fail as for
+    TorchScript input."""
+    if name != PIPELINE:
+        _fail(f"unknown pipeline '{name}' (see --list-passes)")
+    return list(_C.fx_default_passes())
+
+
+def _parse(argv, _C):
+    """argv -> (input, output, passes, remarks, policy); passes None: the default list,
+    [] (an empty --passes=): no pass."""
+    inp, out, passes, pipeline, remarks, policy = None, None, None, None, False, {}
     options = {"--" + name.replace("_", "-"): name for name, _, _ in _C.policy_options()}
     it = iter(argv)
     for a in it:
@@ -38,10 +50,7 @@ def main(argv) -> int:
         elif a.startswith("--passes="):
             passes = [p for p in a.split("=", 1)[1].split(",") if p]
         elif a.startswith("--pipeline="):
-            _fail(
-                "--pipeline is for TorchScript input; .pt2 takes --passes "
-                "(default: output-saving-activations)"
-            )
+            pipeline = a.split("=", 1)[1]
         elif a == "--remarks":
             remarks = True
         elif a.split("=", 1)[0] in options:
@@ -57,6 +66,21 @@ def main(argv) -> int:
             _fail(f"more than one input: {inp}, {a}")
     if inp is None:
         _fail("no input")
+    # As for TorchScript input: an empty --passes= / --pipeline= counts as not given.
+    if passes and pipeline:
+        _fail("give --passes or --pipeline, not both")
+    if pipeline:
+        passes = _pipeline_passes(_C, pipeline)
+    return inp, out, passes, remarks, policy
+
+
+def main(argv) -> int:
+    try:
+        import memslim
+        from memslim import _C
+    except Exception as e:  # noqa: BLE001
+        _fail(f"cannot import memslim: {e}")
+    inp, out, passes, remarks, policy = _parse(argv, _C)
     if not os.path.isfile(inp):
         _fail(f"cannot read {inp}: no such file")
     import torch
