@@ -58,9 +58,6 @@ ALLOWED: dict[str, str] = {
     "test/gtest/core_test.cpp": "not split yet",
     "test/python/test_fuzz_regressions.py": "not split yet",
     "test/python/test_fx.py": "not split yet",
-    "tools/memslim-opt/main.cpp": "not split yet",
-    "tools/memslim-opt/main.cpp:void": "not split yet",
-    "tools/memslim-opt/main.cpp:run": "not split yet",
 }
 
 _CPP_HEADER = re.compile(r"\)\s*(const\s*)?(noexcept\s*)?(override\s*)?(->\s*[\w:<>,\s*&]+)?\{\s*$")

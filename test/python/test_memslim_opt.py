@@ -11,6 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+# The archives these tests load back hold memslim ops, registered by the import (the
+# file passes on its own, not only after another test file imported memslim).
+import memslim  # noqa: F401
+
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT = os.environ.get("MEMSLIM_OPT", str(ROOT / "build" / "bin" / "memslim-opt"))
@@ -539,3 +543,55 @@ def test_pt2_errors_are_one_line(tmp_path):
     assert (
         r.returncode == 1 and "unknown or unsupported option for .pt2 input: --verify" in r.stderr
     )
+
+
+def test_pt2_pipeline_is_the_fx_default(tmp_path):
+    # --pipeline=memslim-default on a .pt2 runs the FX front end's default pass list
+    # (memslim._C.fx_default_passes()): the same as no flag and as those passes by name.
+    from memslim import _C
+
+    src = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(_Pt2Net(), (torch.randn(8, 16),)), str(src))
+    flags = {
+        "pipeline": ["--pipeline=memslim-default"],
+        "default": [],
+        "passes": ["--passes=" + ",".join(_C.fx_default_passes())],
+    }
+    runs = {}
+    for name, extra in flags.items():
+        r = subprocess.run([OPT, str(src), "--remarks", *extra], capture_output=True, text=True)
+        assert r.returncode == 0, (name, r.stderr)
+        runs[name] = (r.stdout, r.stderr)
+    assert runs["pipeline"] == runs["default"] == runs["passes"]
+    assert "remark: fuse-activation-consumer: fused aten::gelu" in runs["pipeline"][1]
+    assert "memslim.act_linear.default" in runs["pipeline"][0]
+    out = tmp_path / "o.pt2"
+    r = subprocess.run(
+        [OPT, str(src), "--pipeline=memslim-default", "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0 and out.exists(), r.stderr
+    r = subprocess.run(
+        [OPT, str(src), "--pipeline=memslim-default", "--passes=cleanup"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.stderr == "memslim-opt: error: give --passes or --pipeline, not both\n"
+
+
+@pytest.mark.parametrize("kind", ["ir", "pt", "pt2"])
+def test_unknown_pipeline_is_one_line_for_every_input(tmp_path, kind):
+    src = tmp_path / f"m.{kind}"
+    if kind == "ir":
+        src.write_text("graph(%x : Tensor):\n  %y : Tensor = aten::relu(%x)\n  return (%y)\n")
+    elif kind == "pt":
+        torch.jit.save(torch.jit.script(Net()), str(src))
+    else:
+        torch.export.save(torch.export.export(_Pt2Net(), (torch.randn(2, 16),)), str(src))
+    out = tmp_path / f"o.{kind}"
+    r = subprocess.run(
+        [OPT, str(src), "--pipeline=nope", "-o", str(out)], capture_output=True, text=True
+    )
+    _one_error_line(r, out)
+    assert r.stderr == "memslim-opt: error: unknown pipeline 'nope' (see --list-passes)\n"
