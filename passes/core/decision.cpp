@@ -40,8 +40,8 @@ std::string Decision::render() const {
 }
 
 void Remarks::kept(const std::string& pass, const std::string& site, const std::string& reason,
-                   Price price) {
-  add({pass, Decision::Verdict::Kept, site, reason, price});
+                   Price price, const std::string& rule) {
+  add({pass, Decision::Verdict::Kept, site, reason, price, rule});
 }
 
 void Remarks::note(const std::string& pass, const std::string& text) {

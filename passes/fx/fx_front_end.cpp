@@ -6,7 +6,6 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "memslim/core/block_recompute.h"
 #include "memslim/core/canonicalize.h"
 #include "memslim/core/canonicalize_norms.h"
 #include "memslim/core/couplings.h"
@@ -17,6 +16,7 @@
 #include "memslim/core/output_saving.h"
 #include "memslim/core/output_saving_norms.h"
 #include "memslim/core/pass_table.h"
+#include "memslim/core/recompute_blocks.h"
 #include "memslim/core/recompute_regions.h"
 #include "memslim/core/residual_join.h"
 #include "memslim/core/site_loop.h"
@@ -35,6 +35,12 @@ bool refused(Decision& d, const std::string& why) {
   d.text = why;
   return true;
 }
+// The same for a gate's refusal, which names its rule (core/gate_rules.h).
+bool refused(Decision& d, const std::optional<Refusal>& why) {
+  if (!why) return false;
+  d.rule = why->rule;
+  return refused(d, why->reason);
+}
 
 // for_each_site's `alive` and `record` in this front end (core/site_loop.h): a
 // node is alive until a rewrite erases it; decisions go to the result.
@@ -50,7 +56,7 @@ std::function<void(Decision)> record(FxResult& out) {
 // too, so a functionalized silu_ joins a region as TorchScript's silu does) and
 // in the rewrites handed back.
 void apply_or_keep(FxGraphView& g, NodeRef n, Decision& d, const std::string& kind,
-                   const std::string& why, FxResult& out) {
+                   const std::optional<Refusal>& why, FxResult& out) {
   if (refused(d, why)) return;
   std::vector<size_t> inputs;
   for (size_t i = 0; i < g.num_inputs(n); ++i) inputs.push_back(g.id(g.input(n, i)));
@@ -114,8 +120,8 @@ void canonicalize(FxGraphView& g, FxResult& out) {
     auto d = decide_canonicalize(g, root);
     if (!d) continue;
     if (d->rewrite()) {
-      std::string why = gate.check_between(d->covers);
-      if (why.empty()) why = gate.check(root, {d->x, g.output(root, 0)});
+      std::optional<Refusal> why = gate.refusal_between(d->covers);
+      if (!why) why = gate.refusal(root, {d->x, g.output(root, 0)});
       if (!refused(d->decision, why)) {
         std::vector<size_t> inputs{g.id(d->x)};
         if (!d->approximate.empty())
@@ -144,11 +150,11 @@ void canonicalize_norms(FxGraphView& g, FxResult& out) {
     if (!m) continue;
     if (m->rewrite()) {
       const ViewGate gate(g);
-      std::string why = gate.check_between(m->covers);
+      std::optional<Refusal> why = gate.refusal_between(m->covers);
       std::vector<ValueRef> guarded{m->x, g.output(root, 0)};
       for (ValueRef p : {m->weight, m->bias})
         if (p) guarded.push_back(p);
-      if (why.empty()) why = gate.check(root, guarded);
+      if (!why) why = gate.refusal(root, guarded);
       if (!refused(m->decision, why)) {
         std::vector<size_t> inputs{
             g.id(m->x), add_constant(g, c10::IValue(std::vector<int64_t>{m->dim}), "shape")};
@@ -175,8 +181,8 @@ void output_saving(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
       g, is_output_saving_site,
       [&](const GraphView&, NodeRef n) { return decide_output_saving(g, n, policy); }, alive(g),
       [&](NodeRef n, OutputSavingDecision& d) {
-        apply_or_keep(g, n, d.decision, d.memslim_kind, gate.check(n, {d.guarded[0], d.guarded[1]}),
-                      out);
+        apply_or_keep(g, n, d.decision, d.memslim_kind,
+                      gate.refusal(n, {d.guarded[0], d.guarded[1]}), out);
         return false;
       },
       record(out));
@@ -192,8 +198,8 @@ void fuse_act_consumer(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
       std::vector<NodeRef> covers{a};
       covers.insert(covers.end(), d.passed.begin(), d.passed.end());
       covers.insert(covers.end(), d.consumers.begin(), d.consumers.end());
-      std::string why = gate.check_between(covers);
-      if (why.empty()) why = gate.check(a, d.guarded);
+      std::optional<Refusal> why = gate.refusal_between(covers);
+      if (!why) why = gate.refusal(a, d.guarded);
       if (!refused(d.decision, why)) {
         const size_t act = add_constant(g, c10::IValue(d.spec.act), "'" + d.spec.act + "'");
         const size_t params = add_constant(g, c10::IValue(d.spec.params), "params");
@@ -227,9 +233,9 @@ void fuse_residual_join(FxGraphView& g, const CostPolicy& policy, FxResult& out)
       std::vector<NodeRef> covers{d.norm};
       if (d.act) covers.push_back(d.act);
       covers.push_back(add);
-      std::string why = gate.check_between(covers);
-      if (why.empty() && d.inplace) why = gate.check_removed_write(add, g.input(add, 0));
-      if (why.empty()) why = gate.check(add, d.guarded);
+      std::optional<Refusal> why = gate.refusal_between(covers);
+      if (!why && d.inplace) why = gate.refusal_removed_write(add, g.input(add, 0));
+      if (!why) why = gate.refusal(add, d.guarded);
       if (!refused(d.decision, why)) {
         std::vector<size_t> inputs{g.id(d.residual),
                                    add_constant(g, c10::IValue(d.spec.act), "'" + d.spec.act + "'"),
@@ -254,7 +260,7 @@ void max_pool_positions(FxGraphView& g, const CostPolicy& policy, FxResult& out)
       g, is_max_pool_site,
       [&](const GraphView&, NodeRef n) { return decide_max_pool(g, n, policy); }, alive(g),
       [&](NodeRef n, MaxPoolDecision& d) {
-        apply_or_keep(g, n, d.decision, kMemslimMaxPool2d, gate.check(n, d.guarded), out);
+        apply_or_keep(g, n, d.decision, kMemslimMaxPool2d, gate.refusal(n, d.guarded), out);
         return false;
       },
       record(out));
@@ -268,7 +274,7 @@ void output_saving_norms(FxGraphView& g, const CostPolicy& policy, FxResult& out
       [&](const GraphView&, NodeRef n) { return decide_output_saving_norm(g, n, policy); },
       alive(g),
       [&](NodeRef n, NormDecision& d) {
-        apply_or_keep(g, n, d.decision, d.memslim_kind, gate.check(n, d.guarded), out);
+        apply_or_keep(g, n, d.decision, d.memslim_kind, gate.refusal(n, d.guarded), out);
         return false;
       },
       record(out));
@@ -282,8 +288,8 @@ void functionalize(FxGraphView& g, FxResult& out) {
       g, [](const GraphView&, NodeRef) { return true; }, // decide_functionalize picks
       [&](const GraphView&, NodeRef n) { return decide_functionalize(g, n); }, alive(g),
       [&](NodeRef n, FunctionalizeDecision& d) {
-        std::string why = gate.check_removed_write(n, d.written);
-        if (why.empty()) why = gate.check(n, {d.guarded});
+        std::optional<Refusal> why = gate.refusal_removed_write(n, d.written);
+        if (!why) why = gate.refusal(n, {d.guarded});
         apply_or_keep(g, n, d.decision, d.functional, why, out);
         return false;
       },
@@ -299,8 +305,8 @@ void fuse_dropout(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
   auto rewrite = [&](NodeRef d, FuseDropoutDecision& dec) {
     if (!instance) instance = next_dropout_instance(g);
     {
-      std::string why = gate.check_between({dec.act, d});
-      if (why.empty()) why = gate.check(d, {dec.guarded[0], dec.guarded[1], dec.guarded[2]});
+      std::optional<Refusal> why = gate.refusal_between({dec.act, d});
+      if (!why) why = gate.refusal(d, {dec.guarded[0], dec.guarded[1], dec.guarded[2]});
       if (!refused(dec.decision, why)) {
         const std::vector<size_t> inputs{
             g.id(dec.x),
@@ -374,10 +380,14 @@ void recompute_regions(FxGraphView& g, const CostPolicy& policy, FxResult& out) 
     RegionDecision d = decide_region(g, std::move(nodes), policy, *grad, storage);
     if (d.decision.verdict == Decision::Verdict::Note) continue; // keeps nothing today
     if (d.rewrite()) {
-      std::string why = gate.check_between(d.region.nodes);
-      if (why.empty()) why = gate.check(d.region.nodes.front(), d.guarded);
+      std::optional<Refusal> why = gate.refusal_between(d.region.nodes);
+      if (!why) why = gate.refusal(d.region.nodes.front(), d.guarded);
       std::optional<std::string> ir;
-      if (why.empty()) ir = region_ir(g, d.region, &why);
+      if (!why) {
+        std::string ir_why; // not a gate rule: the text does not parse back
+        ir = region_ir(g, d.region, &ir_why);
+        if (!ir) why = Refusal{"", ir_why};
+      }
       if (!refused(d.decision, why)) {
         apply_region(g, d, *ir, out);
         grad.reset(); // its facts are keyed by values the rewrite replaced
@@ -395,8 +405,8 @@ void invertible_couplings(FxGraphView& g, const CostPolicy& policy, FxResult& ou
   for (CouplingChain& c : find_coupling_chains(g, policy)) {
     if (c.rewrite()) {
       const ViewGate gate(g);
-      std::string why = gate.check_between(c.covers);
-      if (why.empty()) why = gate.check(c.covers.front(), c.guarded);
+      std::optional<Refusal> why = gate.refusal_between(c.covers);
+      if (!why) why = gate.refusal(c.covers.front(), c.guarded);
       if (!refused(c.decision, why)) {
         FxChain ch{{}, c.kept_before, c.kept_after};
         for (NodeRef n : c.covers) ch.covers.push_back(g.id(n));

@@ -1,4 +1,9 @@
 //===- view_gate.cpp - the FX front end's safety gate, over a GraphView ----===//
+//
+// The checks of view_gate.h: each refusal names its rule (core/gate_rules.h);
+// the check* forms return the reason alone ("" when the rewrite may go).
+//
+//===----------------------------------------------------------------------===//
 #include "memslim/fx/view_gate.h"
 
 #include <algorithm>
@@ -55,7 +60,23 @@ std::vector<ValueRef> ViewGate::may_write(NodeRef n) const {
   return out;
 }
 
+namespace {
+std::string reason_of(const std::optional<Refusal>& r) { return r ? r->reason : std::string(); }
+} // namespace
+
 std::string ViewGate::check(NodeRef site, const std::vector<ValueRef>& guarded) const {
+  return reason_of(refusal(site, guarded));
+}
+
+std::string ViewGate::check_between(const std::vector<NodeRef>& covers, bool writes) const {
+  return reason_of(refusal_between(covers, writes));
+}
+
+std::string ViewGate::check_removed_write(NodeRef site, ValueRef written) const {
+  return reason_of(refusal_removed_write(site, written));
+}
+
+std::optional<Refusal> ViewGate::refusal(NodeRef site, const std::vector<ValueRef>& guarded) const {
   std::vector<ValueRef> roots;
   for (ValueRef v : guarded)
     if (v) roots.push_back(storage_root(v));
@@ -70,16 +91,19 @@ std::string ViewGate::check(NodeRef site, const std::vector<ValueRef>& guarded) 
       const ValueRef r = storage_root(w);
       for (ValueRef root : roots)
         if (r == root)
-          return (g_.schema(n) ? "written in place afterwards by " + g_.kind(n)
-                               : "handed afterwards to " + g_.kind(n) +
-                                     " (no schema: memslim cannot see whether it writes it)") +
-                 (g_.num_outputs(n) ? " at " + g_.name(g_.output(n, 0)) : std::string());
+          return refuse(
+              GateRule::WriteAfterGuarded,
+              (g_.schema(n) ? "written in place afterwards by " + g_.kind(n)
+                            : "handed afterwards to " + g_.kind(n) +
+                                  " (no schema: memslim cannot see whether it writes it)") +
+                  (g_.num_outputs(n) ? " at " + g_.name(g_.output(n, 0)) : std::string()));
     }
   }
-  return "";
+  return std::nullopt;
 }
 
-std::string ViewGate::check_between(const std::vector<NodeRef>& covers, bool writes) const {
+std::optional<Refusal> ViewGate::refusal_between(const std::vector<NodeRef>& covers,
+                                                 bool writes) const {
   auto covered = [&](NodeRef n) {
     return std::find(covers.begin(), covers.end(), n) != covers.end();
   };
@@ -97,27 +121,29 @@ std::string ViewGate::check_between(const std::vector<NodeRef>& covers, bool wri
     }
     if (!inside) continue;
     if (switches_grad_mode(g_.kind(n)))
-      return g_.kind(n) + " switches the grad mode between its nodes";
+      return refuse(GateRule::GradModeBetween,
+                    g_.kind(n) + " switches the grad mode between its nodes");
     if (!writes) continue;
     for (ValueRef w : may_write(n)) {
       const ValueRef r = storage_root(w);
       if (std::find(read.begin(), read.end(), r) != read.end())
-        return g_.kind(n) + (g_.schema(n) ? " writes " : " (no schema) may write ") + g_.name(w) +
-               " in place between its nodes";
+        return refuse(GateRule::WriteBetween,
+                      g_.kind(n) + (g_.schema(n) ? " writes " : " (no schema) may write ") +
+                          g_.name(w) + " in place between its nodes");
     }
   }
-  return "";
+  return std::nullopt;
 }
 
-std::string ViewGate::check_removed_write(NodeRef site, ValueRef written) const {
-  if (auto why = write_observable(g_, written)) return *why;
+std::optional<Refusal> ViewGate::refusal_removed_write(NodeRef site, ValueRef written) const {
+  if (auto why = write_observable(g_, written)) return refuse(GateRule::ObservableWrite, *why);
   // An in-place op under no_grad leaves its input's autograd history in place
   // (gradients flow through it as if it were not there); the functional op
   // there makes a tensor with none, cutting the gradient (fuzz seed 927093:
   // `with no_grad: v.tanh_()` read afterwards). The TorchScript gate refuses
   // a prim::Enter / prim::Exit between the nodes in the same way.
   const NodeRef p = g_.producer(written);
-  return p ? check_between({p, site}, /*writes=*/false) : "";
+  return p ? refusal_between({p, site}, /*writes=*/false) : std::nullopt;
 }
 
 } // namespace memslim

@@ -5,7 +5,7 @@
 // bytes): nothing when it already does; else the pipeline's rewrites (each
 // frees bytes for at most a couple of activation evaluations per element,
 // cheaper per byte than any recompute), then, if that is not enough, the
-// shortest prefix of the block ladder (core/block_recompute.h: recompute
+// shortest prefix of the block ladder (core/recompute_blocks.h: recompute
 // whole blocks, then runs of them, by bytes freed per added forward work,
 // never raising the predicted peak of the backward) that meets B. The ladder
 // does not depend on B, so a smaller budget never keeps more bytes or has a

@@ -1,6 +1,6 @@
 //===- recompute_blocks.cpp - blocks -> memslim::recompute_block ------------===//
 //
-// What: the TorchScript front end of block recompute (core/block_recompute.h):
+// What: the TorchScript front end of block recompute (core/recompute_blocks.h):
 // each block (or run of blocks) becomes one memslim::recompute_block op
 // carrying the block as IR text (nested blocks included; constants copied in;
 // bool / int / float reads boxed into 0-dim tensors, int[] into 1-dim ones,

@@ -99,6 +99,8 @@ py::list decision_dicts(const std::vector<memslim::Decision>& ds) {
     rec["bytes_before"] = d.price.before ? py::cast(*d.price.before) : py::none();
     rec["bytes_after"] = d.price.after ? py::cast(*d.price.after) : py::none();
     rec["added_work"] = d.price.added_work ? py::cast(*d.price.added_work) : py::none();
+    // The safety gate's rule that refused the rewrite (core/gate_rules.h), or None.
+    rec["rule"] = d.rule.empty() ? py::none() : py::cast(d.rule);
     decisions.append(rec);
   }
   return decisions;

@@ -22,6 +22,7 @@ from .backend import _register as _register_backend  # noqa: E402
 from .backend import _BY_MODEL as _COMPILED  # noqa: E402
 from .optimize import optimize  # noqa: E402
 from .optimize import report as _script_report  # noqa: E402
+from .records import Records  # noqa: E402
 
 __all__ = [
     "activation_table",
@@ -40,15 +41,17 @@ __all__ = [
 _register_backend()
 
 
-def report(optimized):
+def report(optimized) -> Records:
     """The decision records (memslim.optimize.Decision: as a str, the remark line) of
     what produced `optimized`: memslim.optimize's ScriptModule, memslim.fx.optimize's
-    program, or memslim.compile's model (the graphs compiled so far)."""
+    program, or memslim.compile's model (the graphs compiled so far). A list with
+    .statistics() / .stats_text(): per pass, sites decided, rewritten, kept by reason and
+    bytes freed (as memslim-opt --stats prints them)."""
     if _hashable(optimized) and optimized in _COMPILED:
-        return list(_COMPILED[optimized])
+        return Records(_COMPILED[optimized])
     if isinstance(optimized, (torch.export.ExportedProgram, torch.fx.GraphModule)):
-        return fx.report(optimized)
-    return _script_report(optimized)
+        return Records(fx.report(optimized))
+    return Records(_script_report(optimized))
 
 
 def predicted_bytes_freed(optimized) -> int:

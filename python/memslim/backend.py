@@ -363,7 +363,7 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
     in order of the work they add; the first that meets the target is taken:
     1. Fused re-runs: the fewer bytes of (a) the unmodified graph under FUSED_RECOMPUTE
        (torch's own first plan under a budget) and (b) that plus the light end of
-       `plain`, the pieces ladder over the unmodified graph (core/block_recompute.h,
+       `plain`, the pieces ladder over the unmodified graph (core/recompute_blocks.h,
        ApplyAs::Tags: each convolution or matrix product alone, each stretch of norms
        and activations between, priced as recompute tags): its last step that re-runs
        no convolution or matrix product, taken whole. Inductor fuses such re-runs into

@@ -453,7 +453,7 @@ def coupling_chains(
 
 
 class BlockLadder:
-    """The memory budget's block ladder (core/block_recompute.h) over a graph the backend
+    """The memory budget's block ladder (core/recompute_blocks.h) over a graph the backend
     applies as recompute tags: `steps[k]` = (predicted kept bytes, predicted backward
     peak, added forward FLOPs, the move, runs as lists of view node ids, whether it
     re-runs no convolution or matrix product); step 0

@@ -16,45 +16,7 @@ from typing import Any, Iterable, List, Optional, Sequence
 import torch
 
 from . import _C
-
-
-class Decision(str):
-    """One decision record of a pass at one site (passes/include/memslim/jit/pass.h).
-    As a str it is the remark line, `remark: <pass>: rewrote|kept <site>: ...`, so code
-    that reads remarks as text keeps working; the fields are the record:
-    pass_, verdict ("rewrote", "kept", "rolled back", "note"), site, text (the reason,
-    or the pass's sentence), bytes_before / bytes_after (what the original and the
-    rewrite keep for backward, as the cost model prices them; None where unpriced),
-    added_work (activation evaluations per element) and freed_bytes."""
-
-    def __new__(cls, rec: dict) -> "Decision":
-        self = super().__new__(cls, rec["line"])
-        self.pass_ = rec["pass"]
-        self.verdict = rec["verdict"]
-        self.site = rec["site"]
-        self.text = rec["text"]
-        self.bytes_before = rec["bytes_before"]
-        self.bytes_after = rec["bytes_after"]
-        self.added_work = rec["added_work"]
-        return self
-
-    @property
-    def freed_bytes(self) -> Optional[int]:
-        if self.bytes_before is None or self.bytes_after is None:
-            return None
-        return self.bytes_before - self.bytes_after
-
-    def as_dict(self) -> dict:
-        return {
-            "pass": self.pass_,
-            "verdict": self.verdict,
-            "site": self.site,
-            "text": self.text,
-            "bytes_before": self.bytes_before,
-            "bytes_after": self.bytes_after,
-            "added_work": self.added_work,
-            "line": str(self),
-        }
+from .records import Decision
 
 
 _REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[Decision]]" = (

@@ -26,7 +26,9 @@ class Decision(str):
     pass_, verdict ("rewrote", "kept", "rolled back", "note"), site, text (the reason,
     or the pass's sentence), bytes_before / bytes_after (what the original and the
     rewrite keep for backward, as the cost model prices them; None where unpriced),
-    added_work (activation evaluations per element) and freed_bytes."""
+    added_work (activation evaluations per element), freed_bytes, and rule: the safety
+    gate's rule that refused the rewrite (passes/include/memslim/core/gate_rules.h), or
+    None."""
 
     def __new__(cls, rec: dict) -> "Decision":
         self = super().__new__(cls, rec["line"])
@@ -37,6 +39,7 @@ class Decision(str):
         self.bytes_before = rec["bytes_before"]
         self.bytes_after = rec["bytes_after"]
         self.added_work = rec["added_work"]
+        self.rule = rec.get("rule")
         return self
 
     @property
@@ -54,6 +57,7 @@ class Decision(str):
             "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
             "added_work": self.added_work,
+            "rule": self.rule,
             "line": str(self),
         }
 

@@ -11,15 +11,15 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/script.h>
 
-#include "memslim/core/block_recompute.h"
 #include "memslim/core/couplings.h"
 #include "memslim/core/functionalize.h"
+#include "memslim/core/output_saving.h"
+#include "memslim/core/recompute_blocks.h"
+#include "memslim/core/recompute_regions.h"
+#include "memslim/core/saved_tensors.h"
 #include "memslim/fx/fx_front_end.h"
 #include "memslim/fx/fx_graph_view.h"
 #include "memslim/fx/region_ir.h"
-#include "memslim/core/output_saving.h"
-#include "memslim/core/recompute_regions.h"
-#include "memslim/core/saved_tensors.h"
 #include "memslim/fx/view_gate.h"
 #include "memslim/jit/jit_graph_view.h"
 

@@ -1,9 +1,12 @@
 //===- safety_gate_test.cpp - unit tests of the SafetyGate and run_pass ----===//
 //
-// What: each rule of the gate (stale nodes, blocks, loops, writes between and
-// after, module state by attribute path, removed writes) on small IR graphs,
-// and the driver's transaction: a pass that throws or leaves a graph that does
-// not lint is rolled back with one remark, or rethrown in strict mode.
+// What: the gate's named rules (core/gate_rules.h: stale nodes, blocks, loops,
+// writes between and after, module state by attribute path, removed writes,
+// CSE twins, the executor's chains and hazards) on small IR graphs, each test
+// asserting the rule that refuses (the other rules: gate_rules_test.cpp); the
+// analysis facts they read; and the driver's transaction: a pass that throws
+// or leaves a graph that does not lint is rolled back with one remark, or
+// rethrown in strict mode.
 //
 //===----------------------------------------------------------------------===//
 #include "memslim/jit/safety_gate.h"
@@ -16,55 +19,31 @@
 #include <cstring>
 #include <optional>
 
+#include "gate_test_util.h"
 #include "memslim/jit/graph_iterator.h"
 #include "memslim/jit/pass.h"
 #include "memslim/jit/saved_tensor_analysis.h"
 
 namespace {
 
+using gate_test::find;
+using gate_test::parse;
+using gate_test::swap;
 using memslim::Proposal;
+using memslim::Refusal;
 using memslim::Remarks;
 using memslim::SafetyGate;
 using torch::jit::Graph;
 using torch::jit::Node;
 
-std::shared_ptr<Graph> parse(const std::string& ir) {
-  auto g = std::make_shared<Graph>();
-  torch::jit::parseIR(ir, g.get());
-  return g;
-}
-
-// The first node of `kind` (depth first), or nullptr.
-Node* find(const std::shared_ptr<Graph>& g, const char* kind, int nth = 0) {
-  torch::jit::DepthFirstGraphNodeIterator it(const_cast<std::shared_ptr<Graph>&>(g));
-  for (Node* n = it.next(); n; n = it.next())
-    if (n->kind() == c10::Symbol::fromQualString(kind) && nth-- == 0) return n;
-  return nullptr;
-}
-
-// A proposal replacing `n` (one output) by `kind` with the same inputs.
-Proposal swap(const std::shared_ptr<Graph>& g, Node* n, const char* kind) {
-  Proposal p;
-  p.site = std::string(n->kind().toQualString()) + " at %" + n->output()->debugName();
-  p.covers = {n};
-  p.guarded = {n->input(0), n->output()};
-  p.apply = [g, n, kind]() {
-    memslim::replace_output(*g, n, n->output(), c10::Symbol::fromQualString(kind), n->inputs());
-    return std::string();
-  };
-  p.rewrote = "swapped";
-  return p;
-}
-
 // The gate's refusal of swapping `ir`'s sigmoid for tanh, with `token` in the IR
 // replaced by `with` (one graph, variants of one node).
-std::optional<std::string> sigmoid_swap_refusal(std::string ir, const char* token,
-                                                const char* with) {
+std::optional<Refusal> sigmoid_swap_refusal(std::string ir, const char* token, const char* with) {
   ir.replace(ir.find(token), std::strlen(token), with);
   auto g = parse(ir);
   memslim::Remarks remarks;
   SafetyGate gate(g, "test", remarks);
-  return gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
+  return gate.named_refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
 }
 
 TEST(SafetyGate, AppliesAndDropsCoveredNodes) {
@@ -96,6 +75,10 @@ graph(%x : Tensor):
   ASSERT_TRUE(gate.submit(swap(g, s, "aten::tanh")));
   EXPECT_FALSE(gate.submit(again)); // `s` is gone: never dereferenced
   EXPECT_NE(r.lines().back().find("an earlier rewrite changed it"), std::string::npos);
+  // The record names the rule; the remark text does not.
+  EXPECT_EQ(r.decisions().back().rule, "stale-node");
+  EXPECT_EQ(r.lines().back(), "remark: t: kept " + again.site + ": an earlier rewrite changed it");
+  EXPECT_EQ(r.decisions().front().rule, ""); // applied
 }
 
 TEST(SafetyGate, RefusesWriteBetweenCoveredNodes) {
@@ -111,10 +94,11 @@ graph(%x : Tensor):
   SafetyGate gate(g, "t", r);
   Proposal p = swap(g, find(g, "aten::mul"), "aten::silu");
   p.covers.push_back(find(g, "aten::sigmoid"));
-  auto why = gate.refusal(p);
+  auto why = gate.named_refusal(p);
   ASSERT_TRUE(why);
-  EXPECT_NE(why->find("aten::add_ writes %"), std::string::npos) << *why;
-  EXPECT_NE(why->find("in place between its nodes"), std::string::npos) << *why;
+  EXPECT_EQ(why->rule, "write-between");
+  EXPECT_NE(why->reason.find("aten::add_ writes %"), std::string::npos) << why->reason;
+  EXPECT_NE(why->reason.find("in place between its nodes"), std::string::npos) << why->reason;
 }
 
 TEST(SafetyGate, RefusesLaterWriteToGuardedValueOrView) {
@@ -130,9 +114,10 @@ graph(%x : Tensor):
   return (%w))IR");
   Remarks r;
   SafetyGate gate(g, "t", r);
-  auto why = gate.refusal(swap(g, find(g, "aten::gelu"), "memslim::gelu"));
+  auto why = gate.named_refusal(swap(g, find(g, "aten::gelu"), "memslim::gelu"));
   ASSERT_TRUE(why);
-  EXPECT_NE(why->find("aten::add_ later writes"), std::string::npos) << *why;
+  EXPECT_EQ(why->rule, "write-after-guarded");
+  EXPECT_NE(why->reason.find("aten::add_ later writes"), std::string::npos) << why->reason;
 }
 
 TEST(SafetyGate, EarlierWriteIsHarmless) {
@@ -146,7 +131,7 @@ graph(%x : Tensor):
   return (%y))IR");
   Remarks r;
   SafetyGate gate(g, "t", r);
-  EXPECT_FALSE(gate.refusal(swap(g, find(g, "aten::gelu"), "memslim::gelu")));
+  EXPECT_FALSE(gate.named_refusal(swap(g, find(g, "aten::gelu"), "memslim::gelu")));
 }
 
 TEST(SafetyGate, RefusesLoopsAndSplitBlocks) {
@@ -167,14 +152,16 @@ graph(%x : Tensor, %n : int, %c : bool):
   return (%u))IR");
   Remarks r;
   SafetyGate gate(g, "t", r);
-  auto loop = gate.refusal(swap(g, find(g, "aten::sigmoid", 0), "aten::tanh"));
+  auto loop = gate.named_refusal(swap(g, find(g, "aten::sigmoid", 0), "aten::tanh"));
   ASSERT_TRUE(loop);
-  EXPECT_EQ(*loop, "inside a loop (not analysed)");
+  EXPECT_EQ(loop->rule, "inside-loop");
+  EXPECT_EQ(loop->reason, "inside a loop (not analysed)");
   Proposal split = swap(g, find(g, "aten::tanh"), "aten::relu");
   split.covers.push_back(find(g, "aten::sigmoid", 1));
-  auto blocks = gate.refusal(split);
+  auto blocks = gate.named_refusal(split);
   ASSERT_TRUE(blocks);
-  EXPECT_EQ(*blocks, "its nodes lie in different blocks");
+  EXPECT_EQ(blocks->rule, "one-block");
+  EXPECT_EQ(blocks->reason, "its nodes lie in different blocks");
 }
 
 TEST(SafetyGate, ModuleStateByAttributePath) {
@@ -197,9 +184,10 @@ def forward(self, x):
   SafetyGate gate(g, "t", r);
   Proposal p = swap(g, find(g, "aten::mul"), "aten::mul");
   p.guarded = {p.covers[0]->input(0), p.covers[0]->input(1), p.covers[0]->output()};
-  auto why = gate.refusal(p);
+  auto why = gate.named_refusal(p);
   ASSERT_TRUE(why); // the mul_ on self.order, not the add_ on num_batches_tracked
-  EXPECT_NE(why->find("aten::mul_ later writes"), std::string::npos) << *why;
+  EXPECT_EQ(why->rule, "write-after-guarded");
+  EXPECT_NE(why->reason.find("aten::mul_ later writes"), std::string::npos) << why->reason;
   EXPECT_EQ(memslim::module_state_path(p.covers[0]->input(1)), "self.order");
 }
 
@@ -214,12 +202,16 @@ graph(%x : Tensor, %x2 : Tensor):
   SafetyGate gate(g, "t", r);
   Proposal fresh = swap(g, find(g, "aten::silu_", 0), "aten::silu");
   Proposal input = swap(g, find(g, "aten::silu_", 1), "aten::silu");
-  EXPECT_TRUE(gate.refusal(fresh)); // writes in place: refused unless declared
+  auto writes = gate.named_refusal(fresh); // writes in place: refused unless declared
+  ASSERT_TRUE(writes);
+  EXPECT_EQ(writes->rule, "writes-in-place");
+  EXPECT_EQ(writes->reason, "aten::silu_ in it writes in place or has side effects");
   fresh.removes_writes = input.removes_writes = true;
-  EXPECT_FALSE(gate.refusal(fresh));
-  auto why = gate.refusal(input);
+  EXPECT_FALSE(gate.named_refusal(fresh));
+  auto why = gate.named_refusal(input);
   ASSERT_TRUE(why);
-  EXPECT_EQ(*why, "its input is a graph input");
+  EXPECT_EQ(why->rule, "observable-write");
+  EXPECT_EQ(why->reason, "its input is a graph input");
 }
 
 // The graph's node kinds in order (value numbers change on restore).
@@ -357,13 +349,15 @@ graph(%x : Tensor):
   p.covers = {find(g, "aten::mul"), find(g, "aten::sigmoid")};
   p.makes = {{c10::Symbol::fromQualString("aten::silu"), g->inputs()[0]}};
   p.apply = [] { return std::string(); };
-  auto why = gate.refusal(p);
+  auto why = gate.named_refusal(p);
   ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("torch's CSE may merge the new aten::silu"), std::string::npos) << *why;
+  EXPECT_EQ(why->rule, "cse-twin");
+  EXPECT_NE(why->reason.find("torch's CSE may merge the new aten::silu"), std::string::npos)
+      << why->reason;
   // Without the write the same proposal passes.
   find(g, "aten::mul_")->destroy();
   SafetyGate clean(g, "test", remarks);
-  EXPECT_FALSE(clean.refusal(p).has_value());
+  EXPECT_FALSE(clean.named_refusal(p).has_value());
 }
 
 TEST(SavedTensorAnalysis, PeepholeMayFoldScalarIdentities) {
@@ -430,14 +424,15 @@ graph(%x : Tensor, %n : int):
   Remarks remarks;
   auto g = with_trips("%two");
   SafetyGate gate(g, "test", remarks);
-  auto why = gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
+  auto why = gate.named_refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
   ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("TorchScript's executor may keep"), std::string::npos) << *why;
-  EXPECT_NE(why->find("aten::silu_ writes it in place"), std::string::npos) << *why;
+  EXPECT_EQ(why->rule, "executor-chain-write");
+  EXPECT_NE(why->reason.find("TorchScript's executor may keep"), std::string::npos) << why->reason;
+  EXPECT_NE(why->reason.find("aten::silu_ writes it in place"), std::string::npos) << why->reason;
   // A loop whose trip count is not known stays a loop: the chain stops at it.
   auto g2 = with_trips("%n");
   SafetyGate gate2(g2, "test", remarks);
-  EXPECT_FALSE(gate2.refusal(swap(g2, find(g2, "aten::sigmoid"), "aten::tanh")).has_value());
+  EXPECT_FALSE(gate2.named_refusal(swap(g2, find(g2, "aten::sigmoid"), "aten::tanh")).has_value());
 }
 
 TEST(SafetyGate, HiddenDropoutAliasKeepsEveryRewrite) {
@@ -460,12 +455,14 @@ graph(%x : Tensor):
   Remarks remarks;
   auto g = parse(with_read);
   SafetyGate gate(g, "test", remarks);
-  auto why = gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
+  auto why = gate.named_refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
   ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("through a dropout that may return it"), std::string::npos) << *why;
+  EXPECT_EQ(why->rule, "hidden-alias");
+  EXPECT_NE(why->reason.find("through a dropout that may return it"), std::string::npos)
+      << why->reason;
   auto g2 = parse(without);
   SafetyGate gate2(g2, "test", remarks);
-  EXPECT_FALSE(gate2.refusal(swap(g2, find(g2, "aten::sigmoid"), "aten::tanh")).has_value());
+  EXPECT_FALSE(gate2.named_refusal(swap(g2, find(g2, "aten::sigmoid"), "aten::tanh")).has_value());
   // Two dropouts in a row: a write through the second and a read of the first's output
   // meet on one tensor that AliasDb sees as two.
   auto g3 = parse(R"IR(
@@ -480,7 +477,9 @@ graph(%x : Tensor):
   %s : Tensor = aten::sigmoid(%x)
   return (%y, %s, %d2))IR");
   SafetyGate gate3(g3, "test", remarks);
-  EXPECT_TRUE(gate3.refusal(swap(g3, find(g3, "aten::sigmoid"), "aten::tanh")).has_value());
+  auto two = gate3.named_refusal(swap(g3, find(g3, "aten::sigmoid"), "aten::tanh"));
+  ASSERT_TRUE(two.has_value());
+  EXPECT_EQ(two->rule, "hidden-alias");
   // The write and a read on the other side of the dropout, where the read uses what the
   // write made (zoo models with p = 0: relu_ -> dropout -> linear): data flow orders them,
   // also through a loop's carried value. The same read of a dropout taken before the
@@ -511,10 +510,12 @@ graph(%x : Tensor):
   };
   auto g4 = place(false);
   SafetyGate gate4(g4, "test", remarks);
-  EXPECT_FALSE(gate4.refusal(swap(g4, find(g4, "aten::sigmoid"), "aten::tanh")).has_value());
+  EXPECT_FALSE(gate4.named_refusal(swap(g4, find(g4, "aten::sigmoid"), "aten::tanh")).has_value());
   auto g5 = place(true);
   SafetyGate gate5(g5, "test", remarks);
-  EXPECT_TRUE(gate5.refusal(swap(g5, find(g5, "aten::sigmoid"), "aten::tanh")).has_value());
+  auto unordered = gate5.named_refusal(swap(g5, find(g5, "aten::sigmoid"), "aten::tanh"));
+  ASSERT_TRUE(unordered.has_value());
+  EXPECT_EQ(unordered->rule, "hidden-alias");
 }
 
 TEST(SavedTensorAnalysis, InPlaceDropoutWritesNothingAtPZeroOrEval) {
@@ -567,14 +568,17 @@ graph(%x : Tensor, %y : Tensor):
   Remarks remarks;
   auto refusal = [&](const std::shared_ptr<Graph>& g) {
     SafetyGate gate(g, "test", remarks);
-    return gate.refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
+    return gate.named_refusal(swap(g, find(g, "aten::sigmoid"), "aten::tanh"));
   };
   auto view = refusal(variant("%v3", "%a"));
   ASSERT_TRUE(view.has_value());
-  EXPECT_NE(view->find("in place, a view (aten::t) of %"), std::string::npos) << *view;
+  EXPECT_EQ(view->rule, "executor-hazard");
+  EXPECT_NE(view->reason.find("in place, a view (aten::t) of %"), std::string::npos)
+      << view->reason;
   auto chunk = refusal(variant("%y", "%x"));
   ASSERT_TRUE(chunk.has_value());
-  EXPECT_NE(chunk->find("reaches no result"), std::string::npos) << *chunk;
+  EXPECT_EQ(chunk->rule, "executor-hazard");
+  EXPECT_NE(chunk->reason.find("reaches no result"), std::string::npos) << chunk->reason;
   EXPECT_FALSE(refusal(variant("%y", "%a")).has_value());
 }
 
@@ -594,7 +598,9 @@ graph(%x : Tensor, %y : Tensor):
   auto refusal = [&](const char* act) { return sigmoid_swap_refusal(ir, "ACT", act); };
   auto why = refusal("aten::hardswish");
   ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find(", the output of aten::hardswish, in place"), std::string::npos) << *why;
+  EXPECT_EQ(why->rule, "executor-hazard");
+  EXPECT_NE(why->reason.find(", the output of aten::hardswish, in place"), std::string::npos)
+      << why->reason;
   EXPECT_FALSE(refusal("aten::hardsigmoid").has_value());
 }
 
@@ -621,7 +627,8 @@ graph(%x : Tensor, %c : bool):
   auto refusal = [&](const char* write) { return sigmoid_swap_refusal(ir, "WRITE", write); };
   auto why = refusal("aten::add_");
   ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("DifferentiableGraph"), std::string::npos) << *why;
+  EXPECT_EQ(why->rule, "executor-chain-write");
+  EXPECT_NE(why->reason.find("DifferentiableGraph"), std::string::npos) << why->reason;
   EXPECT_FALSE(refusal("aten::add").has_value());
 }
 

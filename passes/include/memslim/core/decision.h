@@ -92,6 +92,10 @@ struct Decision {
   // (it names the site: "rewrote aten::gelu at %h: keeps ..., frees N B ...").
   std::string text;
   Price price;
+  // Kept by a safety gate: the name of the rule that refused the rewrite
+  // (core/gate_rules.h: "write-after-guarded"); "" otherwise. Not in the
+  // remark text.
+  std::string rule;
   // `remark: <pass>: <kept <site>: reason | rolled back (...): reason | text>`
   std::string render() const;
 };
@@ -101,8 +105,9 @@ const char* verdict_name(Decision::Verdict v); // "rewrote", "kept", ...
 class Remarks {
  public:
   void add(Decision d) { decisions_.push_back(std::move(d)); }
+  // `rule`: the gate rule that refused it, if a gate did (Decision::rule).
   void kept(const std::string& pass, const std::string& site, const std::string& reason,
-            Price price = {});
+            Price price = {}, const std::string& rule = "");
   // A line that is no decision about a site (test passes).
   void note(const std::string& pass, const std::string& text);
   const std::vector<Decision>& decisions() const { return decisions_; }

@@ -47,7 +47,7 @@ struct FxRewrite {
   std::optional<FxRegion> region;
 };
 // The memory-budget planner's block ladder over the graph the passes left
-// (core/block_recompute.h), for a front end that applies a step as
+// (core/recompute_blocks.h), for a front end that applies a step as
 // recompute tags and measures it (memslim's torch.compile backend): steps[0]
 // recomputes nothing; each later step recomputes `runs` (each run's nodes, view
 // node ids, program order). Independent of the budget.

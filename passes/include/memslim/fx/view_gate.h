@@ -6,6 +6,10 @@
 // shares storage with a guarded value. Storage is followed through views
 // (schema alias annotations), in-place results (which return what they wrote)
 // and dropouts (which return their input when p == 0 or not training).
+// Its checks are rules of core/gate_rules.h, under the same names as the
+// TorchScript gate's: write-after-guarded (check), grad-mode-between and
+// write-between (check_between), observable-write (check_removed_write); the
+// refusal_* forms name the rule beside the reason.
 // Why this and not the TorchScript gate: that one needs AliasDb and guards
 // TorchScript's executor (DifferentiableGraphs, peephole folding). Aten-level
 // FX graphs are differentiated by eager autograd, and their only aliasing is
@@ -18,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "memslim/core/gate_rules.h"
 #include "memslim/core/graph_view.h"
 #include "memslim/core/saved_tensors.h"
 
@@ -45,6 +50,11 @@ class ViewGate {
   // producer and `site` (an in-place op under no_grad keeps its input's
   // autograd history; the functional op would make a tensor with none).
   std::string check_removed_write(NodeRef site, ValueRef written) const;
+  // The same three checks as refusals naming their rule (nullopt: passed).
+  std::optional<Refusal> refusal(NodeRef site, const std::vector<ValueRef>& guarded) const;
+  std::optional<Refusal> refusal_between(const std::vector<NodeRef>& covers,
+                                         bool writes = true) const;
+  std::optional<Refusal> refusal_removed_write(NodeRef site, ValueRef written) const;
   // The tensor whose storage `v` is.
   ValueRef storage_root(ValueRef v) const;
   // The tensors `n` may write in place: its schema's `(a!)` arguments (a

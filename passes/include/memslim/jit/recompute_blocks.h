@@ -1,6 +1,6 @@
 //===- recompute_blocks.h - blocks -> memslim::recompute_block --------------===//
 //
-// What: applying block-recompute decisions (core/block_recompute.h) to a
+// What: applying block-recompute decisions (core/recompute_blocks.h) to a
 // TorchScript graph, shared by the recompute-blocks pass and the memory-budget
 // planner; and the planner's entry point.
 //
@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "memslim/core/block_recompute.h"
+#include "memslim/core/recompute_blocks.h"
 #include "memslim/jit/pass.h"
 
 namespace memslim {

@@ -34,6 +34,9 @@
 //    chain, and may make such a graph keep what the original did not.
 // Aliases AliasDb cannot see count too: dropout and its variants return their
 // input itself when not training or p == 0, with no alias in their schema.
+// Each of these is a named rule (core/gate_rules.h lists them with the FX
+// gate's); the checks and their table: safety_gate_rules.cpp. A refusal names
+// its rule, and the kept decision records it (Decision::rule).
 // The driver (run_pass) runs each pass as a transaction: the graph is linted
 // after the pass; if the pass throws or the lint fails, the graph is restored
 // and the pass's remarks are replaced by one `rolled back` remark (in strict
@@ -52,6 +55,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "memslim/core/gate_rules.h"
 #include "memslim/jit/pass.h"
 
 namespace memslim {
@@ -112,14 +116,22 @@ class SafetyGate {
   // `kept <site>: <reason>` remark. Returns whether it was applied.
   bool submit(const Proposal& p);
 
-  // Why `p` may not be applied now, or nullopt when it may.
+  // Why `p` may not be applied now: the first failing rule's name and reason
+  // (the table of safety_gate_rules.cpp, walked in order), or nullopt when it
+  // may.
+  std::optional<Refusal> named_refusal(const Proposal& p);
+  // The same refusal's reason alone.
   std::optional<std::string> refusal(const Proposal& p);
+
+  // The rules named_refusal() checks, in its order.
+  static std::vector<GateRule> rules();
 
   // How many proposals were applied / refused so far.
   int applied() const { return applied_; }
   int refused() const { return refused_; }
 
  private:
+  friend class GateCheck; // one refusal's view of the gate (safety_gate_rules.cpp)
   void refresh();
   torch::jit::AliasDb& alias();
   const torch::jit::Node* hidden_writer(const torch::jit::Value* v);

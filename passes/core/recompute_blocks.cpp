@@ -1,10 +1,10 @@
-//===- block_recompute.cpp - whole blocks that keep only their inputs ------===//
+//===- recompute_blocks.cpp - whole blocks that keep only their inputs ------===//
 //
-// Segments, their prices and the budget ladder of block_recompute.h, over any
+// Segments, their prices and the budget ladder of recompute_blocks.h, over any
 // GraphView (top-level nodes; a node's nested blocks count as the node).
 //
 //===----------------------------------------------------------------------===//
-#include "memslim/core/block_recompute.h"
+#include "memslim/core/recompute_blocks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -127,7 +127,7 @@ bool reads_flow(const Top& t, const MayRequireGrad& grad, const Segment& s) {
   return false;
 }
 
-// The first cut from data value `v` (see block_recompute.h), or nullopt.
+// The first cut from data value `v` (see recompute_blocks.h), or nullopt.
 // Side nodes: what v's readers compute without the data flow (a causal mask,
 // position ids or shapes from the token ids; LLaMA's rotary tables from the
 // hidden state's dtype): values needing no grad, made from v's metadata (or

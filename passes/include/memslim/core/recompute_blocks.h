@@ -1,4 +1,4 @@
-//===- block_recompute.h - whole blocks that keep only their inputs --------===//
+//===- recompute_blocks.h - whole blocks that keep only their inputs -------===//
 //
 // What: finds the model's blocks, the pieces between two single values of
 // the data flow (a residual block from its input to its output, a transformer
