@@ -7,8 +7,6 @@ output plus packed bits, or only a mask, instead of the input).
 
 from __future__ import annotations
 
-import torch
-
 from ._library import activation_table, library_path, load_library, package_path
 
 __path__ = package_path(__path__)  # noqa: F821  (a source checkout's build/python/memslim)
@@ -19,10 +17,8 @@ load_library()
 from . import fx  # noqa: E402  (needs the runtime loaded first)
 from .backend import compile, compiled_decisions  # noqa: E402
 from .backend import _register as _register_backend  # noqa: E402
-from .backend import _BY_MODEL as _COMPILED  # noqa: E402
 from .optimize import optimize  # noqa: E402
-from .optimize import report as _script_report  # noqa: E402
-from .records import Records  # noqa: E402
+from .records import Records, report  # noqa: E402
 
 __all__ = [
     "activation_table",
@@ -33,25 +29,13 @@ __all__ = [
     "fx",
     "predicted_bytes_freed",
     "report",
+    "Records",
     "compiled_decisions",
     "OPS",
 ]
 
 # torch.compile(model, backend="memslim")
 _register_backend()
-
-
-def report(optimized) -> Records:
-    """The decision records (memslim.optimize.Decision: as a str, the remark line) of
-    what produced `optimized`: memslim.optimize's ScriptModule, memslim.fx.optimize's
-    program, or memslim.compile's model (the graphs compiled so far). A list with
-    .statistics() / .stats_text(): per pass, sites decided, rewritten, kept by reason and
-    bytes freed (as memslim-opt --stats prints them)."""
-    if _hashable(optimized) and optimized in _COMPILED:
-        return Records(_COMPILED[optimized])
-    if isinstance(optimized, (torch.export.ExportedProgram, torch.fx.GraphModule)):
-        return Records(fx.report(optimized))
-    return Records(_script_report(optimized))
 
 
 def predicted_bytes_freed(optimized) -> int:
@@ -61,14 +45,6 @@ def predicted_bytes_freed(optimized) -> int:
         for d in report(optimized)
         if d.verdict == "rewrote" and d.freed_bytes is not None
     )
-
-
-def _hashable(o) -> bool:
-    try:
-        hash(o)
-        return True
-    except TypeError:
-        return False
 
 
 # Public ops with their aten counterparts (the rewrite targets), from the one table.

@@ -30,18 +30,19 @@ import functools
 import math
 import os
 import warnings
-import weakref
-from typing import Any, List
+from typing import List
 
 import torch
 
 from . import fx
-from .optimize import Decision, _policy
+from . import _policy
+from ._policy import policy_keywords
+from . import records as records_store
+from .records import Decision
 
 # Decision records of every graph the backend compiled, in order (the newest
 # last); memslim.compile's models also keep their own (memslim.report(model)).
 _LOG: List[Decision] = []
-_BY_MODEL: "weakref.WeakKeyDictionary[Any, List[Decision]]" = weakref.WeakKeyDictionary()
 
 
 def compiled_decisions() -> List[Decision]:
@@ -554,22 +555,22 @@ def _meet_budget_fused(
 
     def take(lad, k, measured, what):
         lad.tag(k)
-        kept, peak, flops = lad.steps[k][:3]
-        runs = lad.steps[k][4]
+        step = lad.steps[k]
+        peak, flops, runs = step.peak, step.flops, step.runs
         note(
             head + f": {what}; ladder step {k} of {len(lad.steps) - 1}: "
             f"{len(runs) - lad.skipped} recomputed run(s) ({lad.segments} blocks), measured "
             f"{measured[k]:,} B; predicted backward peak {peak:,} B (from "
-            f"{lad.steps[0][1]:,} B), added forward work {flops / 1e9:.3g} GFLOP; steps "
+            f"{lad.steps[0].peak:,} B), added forward work {flops / 1e9:.3g} GFLOP; steps "
             "measured: " + ", ".join(f"{j}: {b:,} B" for j, b in sorted(measured.items())),
             before,
             measured[k],
         )
         for j in range(1, k + 1):
             note(
-                f"step {j}: {lad.steps[j][3]} -> predicted {lad.steps[j][0]:,} B, peak "
-                f"{lad.steps[j][1]:,} B"
-                + ("" if lad.steps[j][5] else " (re-runs a convolution or matrix product)")
+                f"step {j}: {lad.steps[j].move} -> predicted {lad.steps[j].kept:,} B, peak "
+                f"{lad.steps[j].peak:,} B"
+                + ("" if lad.steps[j].light else " (re-runs a convolution or matrix product)")
             )
         if lad.skipped:
             note(f"{lad.skipped} run(s) left out: they overlap the model's own checkpointing")
@@ -604,7 +605,7 @@ def _meet_budget_fused(
     light = 0
     measured = {0: fused}
     if usable(plain):
-        light = max(k for k, step in enumerate(plain.steps) if step[5])
+        light = max(k for k, step in enumerate(plain.steps) if step.light)
         if light >= 1:
             reached.append((measure(plain, light, measured), "re-running norms and activations"))
     best = min((light, 0), key=lambda k: (measured[k], k))
@@ -1105,7 +1106,7 @@ def backend(
 
     from . import inductor_guards
 
-    policy = _policy(**policy)
+    policy = _policy.check("memslim backend", policy)
     budget = policy.get("memory_budget")
     options = {}  # the partitioner's, for the compile (a budget's FUSED_RECOMPUTE)
     try:
@@ -1113,13 +1114,13 @@ def backend(
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
         )
+        # The graph as the core reads it, once: the chains, the pipeline and the budget's
+        # plain ladder all run over it before anything changes the graph.
+        serial = fx._Serializer(
+            aten.graph, _leaf_grad(aten, example_inputs), _parameters(aten, example_inputs)
+        )
         if _chains and needs_grad:
-            chain_decisions, chains = fx.coupling_chains(
-                aten,
-                policy,
-                leaf_grad=_leaf_grad(aten, example_inputs),
-                state=_parameters(aten, example_inputs),
-            )
+            chain_decisions, chains = fx.coupling_chains(aten, policy, serial=serial)
             split = None
             if chains:
                 split = _compile_with_chains(
@@ -1143,25 +1144,13 @@ def backend(
             if split is not None:
                 return split
         decisions, apply, ladder, _ = fx._plan(
-            aten,
-            _compile_passes(),
-            policy,
-            leaf_grad=_leaf_grad(aten, example_inputs),
-            state=_parameters(aten, example_inputs),
-            regions="tags",
+            aten, _compile_passes(), policy, regions="tags", serial=serial
         )
         rewrote = any(d.verdict == "rewrote" for d in decisions)
         if budget is not None and needs_grad:
             skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
             # The pieces ladder over the unmodified graph (no pass run): tried first.
-            _, _, _, plain = fx._plan(
-                aten,
-                [],
-                policy,
-                leaf_grad=_leaf_grad(aten, example_inputs),
-                state=_parameters(aten, example_inputs),
-                regions="tags",
-            )
+            _, _, _, plain = fx._plan(aten, [], policy, regions="tags", serial=serial)
             with _dynamic_output_shapes(mode):
                 rewrote, options = _meet_budget(
                     aten, fakes, apply, ladder, plain, budget, skip, decisions
@@ -1211,6 +1200,7 @@ def backend(
             return compile_fx(aten, example_inputs, config_patches=guards)
 
 
+@policy_keywords("memslim.compile")
 def compile(
     model,
     *,
@@ -1219,28 +1209,16 @@ def compile(
     dynamic=None,
     mode=None,
     options=None,
-    min_bytes: int = 1,
-    max_added_work=None,
-    assume_numel: int = 0,
-    dropout_mask_bytes=None,
-    memory_budget=None,
+    policy: dict,
 ):
-    """torch.compile(model, backend="memslim") with memslim's policy options
-    (min_bytes, max_added_work, assume_numel, dropout_mask_bytes: as memslim.optimize's;
-    ValueError when out of range). fullgraph / dynamic: as torch.compile's.
+    """torch.compile(model, backend="memslim") with memslim's policy keywords (every
+    entry point's, below; ValueError when out of range). fullgraph / dynamic: as torch.compile's.
     memslim.report(result) gives the decision records of the graphs compiled so far.
     memory_budget: each compiled graph keeps at most this fraction (in (0, 1]) of what
     Inductor's partitioner keeps for it unmodified (parameters excluded: the fraction
     torch's activation_memory_budget is of), or this many bytes (> 1); see
     _meet_budget. An unreachable budget raises (BudgetError, inside Dynamo's
     BackendCompilerFailed) naming the smallest reachable figure."""
-    policy = _policy(
-        min_bytes=min_bytes,
-        max_added_work=max_added_work,
-        assume_numel=assume_numel,
-        dropout_mask_bytes=dropout_mask_bytes,
-        memory_budget=memory_budget,
-    )
     if mode is not None or options is not None:
         raise ValueError(
             "memslim.compile: mode/options are Inductor's; set them with "
@@ -1249,10 +1227,7 @@ def compile(
     records: List[Decision] = []
     be = functools.partial(backend, strict=strict, records=records, **policy)
     compiled = torch.compile(model, backend=be, fullgraph=fullgraph, dynamic=dynamic)
-    try:
-        _BY_MODEL[compiled] = records
-    except TypeError:
-        pass
+    records_store.remember(compiled, records)
     return compiled
 
 

@@ -15,16 +15,15 @@ what to rewrite is decided once, in C++ (passes/core/fx_front_end.cpp).
 from __future__ import annotations
 
 import operator
-import weakref
 from typing import Any, Iterable, List, Optional, Tuple
 
 import torch
 import torch.fx
 
 from . import _C
-from .optimize import Decision, _policy
-
-_REPORTS: "weakref.WeakKeyDictionary[Any, List[Decision]]" = weakref.WeakKeyDictionary()
+from ._policy import policy_keywords
+from . import records
+from .records import Decision
 
 
 def _hint(x) -> Optional[int]:
@@ -45,10 +44,12 @@ def _contiguous(val) -> Optional[bool]:
 
 
 class _Serializer:
-    """The FX graph as the value and node records _C.fx_run reads
-    (passes/core/fx_graph_view.h: one prim::Param node for the placeholders, a
-    prim::GetAttr node per get_attr where it stands, a prim::ListConstruct per list
-    argument, one prim::Return)."""
+    """The FX graph as the core reads it, `self.graph` (a _C.FxGraph, built once and
+    read by every _C.fx_run of the graph: passes/include/memslim/fx/fx_graph_view.h; one
+    prim::Param node for the placeholders, a prim::GetAttr node per get_attr where it
+    stands, a prim::ListConstruct per list argument, one prim::Return), with the fx node
+    of each of its nodes (`fx_nodes`), the value ids of each fx node (`outs`) and the
+    constant arguments by value id (`constants`)."""
 
     def __init__(
         self, graph: torch.fx.Graph, leaf_grad: Optional[dict] = None, state: Iterable[str] = ()
@@ -57,8 +58,8 @@ class _Serializer:
         buffer: False; torch.compile's inputs: their flag). state: the placeholders that
         are the module's parameters and buffers (kept by the module, so keeping them
         costs autograd nothing)."""
-        self.values: List[tuple] = []
-        self.nodes: List[tuple] = []
+        self.graph = _C.FxGraph()
+        self.constants: dict = {}  # value id -> the constant argument
         self.fx_nodes: List[Optional[torch.fx.Node]] = []  # per record in self.nodes
         self.outs: dict = {}  # fx node -> [value ids]
         self._no_grad = False  # inside torch._C._set_grad_enabled(False) ... (True)
@@ -112,33 +113,28 @@ class _Serializer:
     ) -> int:
         if self._no_grad:  # made under no_grad: autograd records nothing for it
             requires_grad = False
-        if isinstance(val, torch.Tensor):
-            sizes = [_hint(d) for d in val.shape]
-            rec = (
-                name,
-                True,
-                _hint(val.numel()),
-                val.dtype,
-                False,
-                None,
-                val.device.type,
-                requires_grad,
-                state,
-                val.dim(),
-                _contiguous(val),
-                None if None in sizes else sizes,
-            )
-        else:
-            rec = (name, False, None, None, False, None, None, None)
-        self.values.append(rec)
-        return len(self.values) - 1
+        if not isinstance(val, torch.Tensor):
+            return self.graph.add_opaque(name)
+        sizes = [_hint(d) for d in val.shape]
+        return self.graph.add_tensor(
+            name,
+            numel=_hint(val.numel()),
+            dtype=val.dtype,
+            device=val.device.type,
+            requires_grad=requires_grad,
+            state=state,
+            rank=val.dim(),
+            contiguous=_contiguous(val),
+            sizes=None if None in sizes else sizes,
+        )
 
     def _constant(self, obj) -> int:
-        self.values.append((repr(obj)[:40], False, None, None, True, obj, None))
-        return len(self.values) - 1
+        v = self.graph.add_constant(repr(obj)[:40], obj)
+        self.constants[v] = obj
+        return v
 
     def _node(self, kind, overload, inputs, outputs, fx_node):
-        self.nodes.append((kind, overload, inputs, outputs))
+        self.graph.add_node(kind, overload, inputs, outputs)
         self.fx_nodes.append(fx_node)
 
     def _input(self, a) -> int:
@@ -196,16 +192,13 @@ def _graph_of(program) -> Tuple[torch.fx.GraphModule, bool]:
     )
 
 
+@policy_keywords("memslim.fx.optimize")
 def optimize(
     program,
     example_inputs: Optional[Iterable[Any]] = None,
     *,
     passes: Optional[Iterable[str]] = None,
-    min_bytes: int = 1,
-    max_added_work: Optional[float] = None,
-    assume_numel: int = 0,
-    dropout_mask_bytes: Optional[int] = None,
-    memory_budget=None,
+    policy: dict,
 ):
     """Rewrites `program` (an ExportedProgram or an aten-level GraphModule) in place
     and returns it; `memslim.report(program)` gives the decision records.
@@ -214,21 +207,15 @@ def optimize(
     (FakeTensorProp fills it in from them). passes: pass flags (default: the FX
     front end's: functionalize, canonicalize, fuse-activation-dropout,
     recompute-pointwise-regions, output-saving).
-    Policy as memslim.optimize's; dropout_mask_bytes defaults to 0 here (eager autograd
-    keeps dropout's float noise). memory_budget: refused here (ValueError): a budget
+    Policy keywords as every entry point's (below); dropout_mask_bytes None means 0 here
+    (eager autograd keeps dropout's float noise); the coupling options have no effect
+    (couplings run under memslim.compile and memslim.optimize). memory_budget: refused here (ValueError): a budget
     needs memslim.compile, whose planner applies blocks as Inductor's recompute tags.
     The rewritten ExportedProgram's `.module()` trains like the original; each
     rewritten node calls torch.ops.memslim.<op> with the aten op's arguments, and each
     recompute region is one torch.ops.memslim.recompute_region node (its inputs, the
     region's graph text) whose getitems replace the region's outputs.
     """
-    policy = _policy(
-        min_bytes=min_bytes,
-        max_added_work=max_added_work,
-        assume_numel=assume_numel,
-        dropout_mask_bytes=dropout_mask_bytes,
-        memory_budget=memory_budget,
-    )
     gm, exported = _graph_of(program)
     if example_inputs is not None and not exported:
         if any(n.op != "output" and "val" not in n.meta for n in gm.graph.nodes):
@@ -250,7 +237,7 @@ def optimize(
             name = getattr(spec.arg, "name", None)
             if name in renamed:
                 spec.arg.name = renamed[name]
-    _REPORTS[program] = decisions
+    records.remember(program, decisions)
     return program
 
 
@@ -291,6 +278,7 @@ def _plan(
     leaf_grad: Optional[dict] = None,
     state: Iterable[str] = (),
     regions: str = "op",
+    serial: Optional[_Serializer] = None,
 ):
     """The decisions on `gm` (its nodes need `meta["val"]`) and a function that applies
     them; `gm` is left as it is until that function is called (memslim's torch.compile
@@ -298,7 +286,8 @@ def _plan(
     requires grad, where known. regions: how a recompute region is applied: "op" (one
     memslim::recompute_region node keeping the region's inputs: eager autograd runs the
     graph) or "tags" (the region's nodes tagged MUST_RECOMPUTE for Inductor's partitioner,
-    which would inline the op's backward and save the region's values again)."""
+    which would inline the op's backward and save the region's values again). serial:
+    `gm`'s _Serializer when the caller already made one (one per graph per compile)."""
     if regions not in ("op", "tags"):
         raise ValueError(f"memslim.fx: regions must be 'op' or 'tags', got {regions!r}")
     if policy.get("memory_budget") is not None and regions != "tags":
@@ -315,15 +304,16 @@ def _plan(
             "only (a torch.export program has no op that carries F and G as FX "
             "graphs); use memslim.compile(model) or memslim.optimize"
         )
-    s = _Serializer(gm.graph, leaf_grad, state)
+    s = serial or _Serializer(gm.graph, leaf_grad, state)
     try:
-        records, rewrites, ladder, pieces, _ = _C.fx_run(s.values, s.nodes, pass_list, policy)
+        run = _C.fx_run(s.graph, pass_list, policy)
     except ValueError as e:
         raise ValueError(f"memslim.fx.optimize: {e}") from None
+    rewrites = run.rewrites
     # Region ops of this plan (tags mode: they have no node) -> the fx nodes they cover.
     region_members = {}
-    blocks = None if ladder is None else BlockLadder(gm, s, ladder, region_members)
-    parts = None if pieces is None else BlockLadder(gm, s, pieces, region_members)
+    blocks = None if run.ladder is None else BlockLadder(gm, s, run.ladder, region_members)
+    parts = None if run.pieces is None else BlockLadder(gm, s, run.pieces, region_members)
 
     def apply() -> dict:
         """Applies the rewrites; returns {old node name: new node name} for the values a
@@ -338,17 +328,15 @@ def _plan(
         # Outputs of the region ops this plan adds: a later rewrite may read one (a
         # residual join whose residual a region computes); its node exists once the
         # region is applied, so the argument is resolved then.
-        region_new = {v for r in rewrites if r[5] is not None for v in r[5][3]}
+        region_new = {v for r in rewrites if r.region is not None for v in r.region.new_outputs}
 
-        def value(tag, v):
-            if tag == "c":
-                return v
+        def value(v):
             if v in carrier:
                 return carrier[v]
             if v in region_new:
                 return _RegionOutput(v)
-            if v < len(s.values) and s.values[v][4]:  # a constant argument of the original node
-                return s.values[v][5]
+            if v in s.constants:  # a constant argument of the original node
+                return s.constants[v]
             raise ValueError(f"memslim.fx.optimize: internal error: value {v} has no node")
 
         # Every new target and argument first (nothing changes if one cannot be built),
@@ -356,11 +344,12 @@ def _plan(
         plan = []
         created = set()  # node indices of the region ops this plan adds
         position = {n: i for i, n in enumerate(gm.graph.nodes)}
-        for index, kind, overload, args, erased, region in rewrites:
-            ns, name = kind.split("::")
-            target = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+        for rw in rewrites:
+            index, region = rw.node, rw.region
+            ns, name = rw.kind.split("::")
+            target = getattr(getattr(getattr(torch.ops, ns), name), rw.overload or "default")
             if region is not None:
-                nodes, inputs, _, _, before, _ = region
+                nodes, inputs, before = region.nodes, region.inputs, region.before
                 if any(i >= len(s.fx_nodes) or s.fx_nodes[i] is None for i in nodes) or not (
                     before in created or (before < len(s.fx_nodes) and s.fx_nodes[before])
                 ):
@@ -385,22 +374,22 @@ def _plan(
                 plan.append((index, target, None, [], region))
                 continue
             new_args = None
-            if args is not None:  # by the new op's schema: keyword-only ones as kwargs
-                values = [value(tag, v) for tag, v in args]
+            if rw.args is not None:  # by the new op's schema: keyword-only ones as kwargs
+                values = [a.constant if a.value is None else value(a.value) for a in rw.args]
                 params = target._schema.arguments
                 new_args = (
                     tuple(v for v, a in zip(values, params) if not a.kwarg_only),
                     {a.name: v for v, a in zip(values, params) if a.kwarg_only},
                 )
             plan.append(
-                (s.fx_nodes[index], target, new_args, [s.fx_nodes[i] for i in erased], None)
+                (s.fx_nodes[index], target, new_args, [s.fx_nodes[i] for i in rw.erased], None)
             )
         ops = {}  # region op node index -> its fx node
         renamed = {}
         tag_ids = _checkpoint_ids(gm, s, [r[4] for r in plan if r[4] is not None])
         for node, target, new_args, erased, region in plan:
             if region is not None:
-                region_members[node] = [s.fx_nodes[i] for i in region[0]]
+                region_members[node] = [s.fx_nodes[i] for i in region.nodes]
                 ops[node] = _apply_region(
                     gm,
                     s,
@@ -426,7 +415,7 @@ def _plan(
             gm.recompile()
         return renamed
 
-    return [Decision(r) for r in records], apply, blocks, parts
+    return [Decision(r) for r in run.records], apply, blocks, parts
 
 
 def coupling_chains(
@@ -435,29 +424,30 @@ def coupling_chains(
     *,
     leaf_grad: Optional[dict] = None,
     state: Iterable[str] = (),
+    serial: Optional[_Serializer] = None,
 ):
     """invertible-couplings over `gm` (its nodes need `meta["val"]`): its decision records
     and, per chain it would rewrite, the fx nodes the chain covers (program order) with
     the bytes they keep today and the chain's two outputs. Nothing is rewritten: the FX
     graph has no op carrying F and G, so memslim's torch.compile backend runs each chain
     as a piece of its own (backend._compile_with_chains)."""
-    s = _Serializer(gm.graph, leaf_grad, state)
-    records, _, _, _, chains = _C.fx_run(s.values, s.nodes, ["invertible-couplings"], policy)
+    s = serial or _Serializer(gm.graph, leaf_grad, state)
+    run = _C.fx_run(s.graph, ["invertible-couplings"], policy)
     found = []
-    for covers, before, after in chains:
+    for chain in run.chains:
+        covers, before, after = chain.covers, chain.kept_before, chain.kept_after
         if any(i >= len(s.fx_nodes) for i in covers):
             raise ValueError("memslim.fx: internal error: a chain's nodes are not the graph's")
         # None: a record the serializer made (a list argument's prim::ListConstruct).
         found.append(([s.fx_nodes[i] for i in covers if s.fx_nodes[i] is not None], before, after))
-    return [Decision(r) for r in records], found
+    return [Decision(r) for r in run.records], found
 
 
 class BlockLadder:
     """The memory budget's block ladder (core/recompute_blocks.h) over a graph the backend
-    applies as recompute tags: `steps[k]` = (predicted kept bytes, predicted backward
-    peak, added forward FLOPs, the move, runs as lists of view node ids, whether it
-    re-runs no convolution or matrix product); step 0
-    recomputes nothing, and the steps do not depend on the budget. `tag(k)` marks step
+    applies as recompute tags: `steps[k]`, a _C.FxLadderStep (kept and peak: predicted
+    bytes; flops: added forward work; move; runs: lists of view node ids; light: it
+    re-runs no convolution or matrix product); step 0 recomputes nothing, and the steps do not depend on the budget. `tag(k)` marks step
     k's runs on the graph (after the plan's apply()): each run's nodes MUST_RECOMPUTE
     under one checkpoint id of its own, so that Inductor's partitioner keeps the run's
     input and the state it reads (and the boundary between two runs) and re-runs the
@@ -466,7 +456,8 @@ class BlockLadder:
     user decides there). `tag(0)` takes memslim's block tags off again."""
 
     def __init__(self, gm, s, ladder, region_members):
-        self.why, self.segments, self.refused, self.steps = ladder
+        self.why, self.segments = ladder.why, ladder.segments
+        self.refused, self.steps = ladder.refused, ladder.steps  # [_C.FxLadderStep]
         self._gm, self._s, self._regions = gm, s, region_members
         # What carried a recompute tag before memslim: the user's checkpointing.
         self._user = {n for n in gm.graph.nodes if "recompute" in n.meta}
@@ -493,7 +484,7 @@ class BlockLadder:
                     n.meta[key] = meta[key]
         self._saved = {}
         self.skipped = 0
-        runs = [self._nodes(ids) for ids in self.steps[k][4]]
+        runs = [self._nodes(ids) for ids in self.steps[k].runs]
         start = _next_checkpoint_id(self._gm)
         for nodes in runs:
             if any(n in self._user for n in nodes):
@@ -542,11 +533,11 @@ def _checkpoint_ids(gm, s, regions) -> dict:
     start = _next_checkpoint_id(gm)
     owner = {}
     for k, r in enumerate(regions):
-        for i in r[0]:
+        for i in r.nodes:
             owner[s.fx_nodes[i]] = k
     deps = {k: set() for k in range(len(regions))}
     for k, r in enumerate(regions):
-        for i in r[0]:
+        for i in r.nodes:
             for a in s.fx_nodes[i].all_input_nodes:
                 if owner.get(a, k) != k:
                     deps[k].add(owner[a])
@@ -581,7 +572,13 @@ def _apply_region(gm, s, region, target, carrier, value, ops, mode, tag_id, rena
     nodes gone. "tags": the region's nodes marked MUST_RECOMPUTE with checkpoint id
     `tag_id`, unless one already carries a recompute tag (the user's own checkpointing
     decides there). Returns the op's node, or None."""
-    nodes, inputs, outputs, new_outputs, before, text = region
+    nodes, inputs, outputs, new_outputs = (
+        region.nodes,
+        region.inputs,
+        region.outputs,
+        region.new_outputs,
+    )
+    before, text = region.before, region.ir
     members = [s.fx_nodes[i] for i in nodes]
     if mode == "tags":
         from torch.utils.checkpoint import CheckpointPolicy
@@ -597,7 +594,7 @@ def _apply_region(gm, s, region, target, carrier, value, ops, mode, tag_id, rena
     if anchor is None:  # a region op not built in tags mode: cannot happen in op mode
         raise ValueError("memslim.fx.optimize: internal error: no node to place a region at")
     with gm.graph.inserting_before(anchor):
-        op = gm.graph.call_function(target, ([value("v", v) for v in inputs], text))
+        op = gm.graph.call_function(target, ([value(v) for v in inputs], text))
         gets = [gm.graph.call_function(operator.getitem, (op, k)) for k in range(len(outputs))]
     inside = set(members)
     for old, new, get in zip(outputs, new_outputs, gets):
@@ -618,11 +615,5 @@ def _apply_region(gm, s, region, target, carrier, value, ops, mode, tag_id, rena
     return op
 
 
-def report(program) -> List[Decision]:
-    """The decision records of the optimize() call that rewrote `program`."""
-    try:
-        return list(_REPORTS[program])
-    except (KeyError, TypeError):
-        raise ValueError(
-            "memslim.report: this program was not rewritten by memslim.fx.optimize"
-        ) from None
+# memslim.fx.report(program): the one store's report (python/memslim/records.py).
+report = records.report

@@ -9,34 +9,14 @@ is kept with the remark "unknown shape".
 
 from __future__ import annotations
 
-import numbers
-import weakref
 from typing import Any, Iterable, List, Optional, Sequence
 
 import torch
 
 from . import _C
+from ._policy import policy_keywords
+from . import records
 from .records import Decision
-
-
-_REPORTS: "weakref.WeakKeyDictionary[torch.jit.ScriptModule, List[Decision]]" = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _policy(**values) -> dict:
-    """The policy keywords as the C++ table (passes/policy.cpp) checks them, which
-    raises ValueError naming the keyword and what it expects. numbers.Integral /
-    numbers.Real (numpy scalars) become int / float; bools stay bools (refused)."""
-    out = {}
-    for name, v in values.items():
-        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-            v = int(v)
-        elif isinstance(v, numbers.Real) and not isinstance(v, bool):
-            v = float(v)
-        out[name] = v
-    _C.check_policy(out)
-    return out
 
 
 def _str_list(name: str, values) -> List[str]:
@@ -65,6 +45,7 @@ def _split_example_inputs(example_inputs):
     )
 
 
+@policy_keywords("memslim.optimize")
 def optimize(
     model,
     example_inputs: Optional[Any] = None,
@@ -72,13 +53,7 @@ def optimize(
     passes: Optional[Iterable[str]] = None,
     pipeline: str = "memslim-default",
     methods: Sequence[str] = ("forward",),
-    min_bytes: int = 1,
-    max_added_work: Optional[float] = None,
-    assume_numel: int = 0,
-    dropout_mask_bytes: Optional[int] = None,
-    coupling_anchor_every: int = 8,
-    coupling_drift_bound: float = 1e-5,
-    memory_budget: Optional[float] = None,
+    policy: dict,
 ):
     """Returns an optimized ScriptModule (savable with torch.jit.save).
 
@@ -88,18 +63,8 @@ def optimize(
     (tensors, bools, ints, floats, None, strings, tuples/lists/dicts of tensors: what
     TorchScript takes), a single Tensor, or a dict of keyword arguments. Arguments
     with defaults need no value. passes: explicit pass flags instead of `pipeline`.
-    Policy (ValueError when out of range): min_bytes, the least a rewrite must free
-    (integer >= 0); max_added_work, the most extra work a rewrite may add, in
-    activation evaluations per element (inverting GELU/SiLU ~2, Mish ~1, the rest
-    <= 0.5; >= 0, None: no bound); assume_numel, price sites of unknown shape as if
-    they had this many fp32 elements instead of keeping them (integer in [0, 2**40]);
-    dropout_mask_bytes, what aten's dropout keeps per element (0 or 1; None: 1, the
-    bool mask, when torch.jit's executor optimises, as it does by default; else the
-    float noise); coupling_anchor_every, in a chain of couplings every k-th block keeps
-    its exact input (0: none); coupling_drift_bound, a coupling block whose input,
-    rebuilt from its outputs on the first training call, is off by more than this
-    (relative, max norm) keeps its exact input from then on (in (0, 1]).
-    memory_budget: keep at most this fraction (in (0, 1]) of what the unmodified model
+    The policy keywords (listed below, from the C++ table; ValueError when out of
+    range) are every entry point's. memory_budget here: keep at most this fraction (in (0, 1]) of what the unmodified model
     keeps for backward (measured on example_inputs: eager for an nn.Module, the
     ScriptModule as given), or this many bytes (> 1); needs example_inputs. Nothing is
     rewritten when the model already meets it; else the pipeline, then whole blocks
@@ -107,15 +72,6 @@ def optimize(
     plan over the target is redone tighter. RuntimeError when it cannot be met,
     naming the smallest reachable figure; memslim.report() says what was chosen.
     """
-    policy = _policy(
-        min_bytes=min_bytes,
-        max_added_work=max_added_work,
-        assume_numel=assume_numel,
-        dropout_mask_bytes=dropout_mask_bytes,
-        coupling_anchor_every=coupling_anchor_every,
-        coupling_drift_bound=coupling_drift_bound,
-        memory_budget=memory_budget,
-    )
     args, kwargs = _split_example_inputs(example_inputs)
     if not isinstance(pipeline, str):
         raise ValueError(f"memslim.optimize: pipeline must be a string, got {pipeline!r}")
@@ -127,7 +83,7 @@ def optimize(
             "memslim.optimize: expected an nn.Module or a scripted module, "
             f"got {type(model).__name__}"
         )
-    if memory_budget is not None and (args or kwargs) and "forward" in method_list:
+    if policy["memory_budget"] is not None and (args or kwargs) and "forward" in method_list:
         return _optimize_to_measured_budget(
             model, scripted, method_list, pass_list, pipeline, args, kwargs, policy
         )
@@ -137,13 +93,13 @@ def optimize(
 def _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy):
     cpp, remarks = _C.optimize(scripted._c, method_list, pass_list, pipeline, args, kwargs, policy)
     optimized = torch.jit._recursive.wrap_cpp_module(cpp)
-    _REPORTS[optimized] = [Decision(r) for r in remarks]
+    records.remember(optimized, [Decision(r) for r in remarks])
     return optimized
 
 
 def _add_budget_notes(optimized, texts) -> None:
     """memory-budget notes made here (the measurements) after the passes' records."""
-    _REPORTS[optimized] += [
+    records.lookup(optimized).extend(
         Decision(
             {
                 "pass": "memory-budget",
@@ -157,7 +113,7 @@ def _add_budget_notes(optimized, texts) -> None:
             }
         )
         for t in texts
-    ]
+    )
 
 
 def _first_line(e: BaseException) -> str:
@@ -259,15 +215,3 @@ def _optimize_to_measured_budget(
         f"memory_budget {budget:g} ({target:,} B of the unmodified model's {ref:,} B, measured) "
         f"not met after {_BUDGET_ATTEMPTS} plans: the last keeps {kept:,} B; " + "; ".join(notes)
     )
-
-
-def report(optimized) -> List[Decision]:
-    """The decision records of the optimize() call that produced `optimized`, one per
-    site, in order. Each is a `Decision`: as a str, the remark line
-    `remark: <pass>: rewrote|kept <op> at %v: <reason, bytes>`."""
-    try:
-        return list(_REPORTS[optimized])
-    except KeyError:
-        raise ValueError(
-            "memslim.report: this module was not produced by memslim.optimize"
-        ) from None

@@ -5,8 +5,8 @@ What: `Decision` (one record of a pass at one site; as a str, the remark line), 
 decided, rewritten, kept by reason, bytes freed, counted by the C++ core from the same
 records memslim-opt --stats counts), and the store that maps whatever memslim produced (a
 ScriptModule from memslim.optimize, an ExportedProgram or GraphModule from
-memslim.fx.optimize, a model from memslim.compile or torch.compile(backend="memslim")) to
-its records. `report(x)` answers for every one of them and names the ways in otherwise.
+memslim.fx.optimize, a model from memslim.compile) to its records. `report(x)` answers
+for every one of them and names the ways in otherwise.
 Why one module: the records used to live in three stores, one per entry point, and
 memslim.report knew only two of them.
 """
@@ -99,12 +99,17 @@ def lookup(obj) -> Optional[List[Decision]]:
 
 
 def report(obj) -> Records:
-    """The decision records of what memslim made `obj` from."""
+    """The decision records (Decision: as a str, the remark line) of what memslim made
+    `obj` from: memslim.optimize's ScriptModule, memslim.fx.optimize's program, or
+    memslim.compile's model (the graphs compiled so far). A list with .statistics() /
+    .stats_text(): per pass, sites decided, rewritten, kept by reason and bytes freed
+    (as memslim-opt --stats prints them)."""
     found = lookup(obj)
     if found is None:
         raise ValueError(
             "memslim.report: memslim did not produce this object; the ways in are "
-            "memslim.optimize(module) (TorchScript), memslim.fx.optimize(exported program), "
-            'memslim.compile(model) or torch.compile(model, backend="memslim")'
+            "memslim.optimize(module) (TorchScript), memslim.fx.optimize(exported program) "
+            "and memslim.compile(model); for torch.compile(model, backend=\"memslim\"), "
+            "memslim.compiled_decisions() has every graph's records"
         )
     return Records(found)

@@ -797,11 +797,11 @@ class _InplaceUnderNoGrad(nn.Module):
 
 
 def test_inplace_activation_under_no_grad_is_not_functionalized():
-    from memslim.optimize import _policy
+    from memslim._policy import check
 
     x = torch.randn(4, 8)
     gm = _pre_dispatch(_InplaceUnderNoGrad(), x)
-    decisions, _, _, _ = memslim.fx._plan(gm, ["functionalize-inplace-activations"], _policy())
+    decisions, _, _, _ = memslim.fx._plan(gm, ["functionalize-inplace-activations"], check("test", {}))
     tanh = [d for d in decisions if "tanh_" in d.site]
     assert len(tanh) == 1 and tanh[0].verdict == "kept", [str(d) for d in decisions]
     assert "grad mode" in tanh[0].text, tanh[0].text
