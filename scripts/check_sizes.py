@@ -54,7 +54,6 @@ ALLOWED: dict[str, str] = {
     "test/fuzz/runner.py": "not split yet",
     "test/fuzz/runner.py:check_source": "not split yet",
     "test/gtest/core_test.cpp": "not split yet",
-    "test/python/test_fuzz_regressions.py": "not split yet",
 }
 
 _CPP_HEADER = re.compile(r"\)\s*(const\s*)?(noexcept\s*)?(override\s*)?(->\s*[\w:<>,\s*&]+)?\{\s*$")
