@@ -56,33 +56,32 @@ def pct(xs, q):
 
 
 def report(results: list, args, wall: float, path: str):
-    seeds = sorted(int(r["id"][5:]) for r in results)
-    counts = collections.Counter(r["class"] for r in results)
-    stages = collections.Counter(
-        (r["class"], r.get("stage", "")) for r in results if r["class"] != "ok"
-    )
+    """Writes the run's Markdown table to path: header, classes, errors, features, findings."""
     valid = [r for r in results if r["class"] != "invalid"]
-    cli = collections.Counter()
-    for r in valid:
-        c = r.get("stages", {}).get("cli", "-")
-        if c.startswith("limitation"):
-            c = "limitation (%s archive)" % r.get("dtype", "?")
-        else:
-            c = c.split(":")[0]
-        cli[c] += 1
-    feats = collections.Counter()
-    feats_rew = collections.Counter()
-    for r in valid:
-        for f in r.get("feats", []):
-            feats[f] += 1
-            if r.get("rewrites"):
-                feats_rew[f] += 1
+    out = (
+        _report_header(results, args, wall)
+        + _report_classes(results, valid)
+        + _report_errors(results)
+        + _report_features(valid)
+        + _report_findings(results, args)
+    )
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def _git_commit() -> str:
     try:
         commit = subprocess.run(
             ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
     except OSError:
         commit = "?"
+    return commit
+
+
+def _report_header(results: list, args, wall: float) -> list:
+    seeds = sorted(int(r["id"][5:]) for r in results)
+    commit = _git_commit()
     import torch
 
     out = []
@@ -117,6 +116,24 @@ def report(results: list, args, wall: float, path: str):
         )
     w("Wall time of the last invocation: %.0f s." % wall)
     w("")
+    return out
+
+
+def _report_classes(results: list, valid: list) -> list:
+    counts = collections.Counter(r["class"] for r in results)
+    stages = collections.Counter(
+        (r["class"], r.get("stage", "")) for r in results if r["class"] != "ok"
+    )
+    cli = collections.Counter()
+    for r in valid:
+        c = r.get("stages", {}).get("cli", "-")
+        if c.startswith("limitation"):
+            c = "limitation (%s archive)" % r.get("dtype", "?")
+        else:
+            c = c.split(":")[0]
+        cli[c] += 1
+    out = []
+    w = out.append
     w("| class | programs |")
     w("|---|---:|")
     for cls in (
@@ -152,6 +169,12 @@ def report(results: list, args, wall: float, path: str):
         % (sum(1 for r in valid if r.get("rewrites")), len(valid))
     )
     w("")
+    return out
+
+
+def _report_errors(results: list) -> list:
+    out = []
+    w = out.append
     w("## Error (relative L2, worst tensor per program; ok programs that draw no random numbers)")
     w("")
     w(
@@ -191,6 +214,19 @@ def report(results: list, args, wall: float, path: str):
             )
         )
     w("")
+    return out
+
+
+def _report_features(valid: list) -> list:
+    feats = collections.Counter()
+    feats_rew = collections.Counter()
+    for r in valid:
+        for f in r.get("feats", []):
+            feats[f] += 1
+            if r.get("rewrites"):
+                feats_rew[f] += 1
+    out = []
+    w = out.append
     w("## Feature coverage (valid programs with the feature / of those, with >= 1 rewrite)")
     w("")
     w("| feature | programs | with rewrite |")
@@ -198,6 +234,12 @@ def report(results: list, args, wall: float, path: str):
     for f, n in sorted(feats.items()):
         w("| `%s` | %d | %d |" % (f, n, feats_rew[f]))
     w("")
+    return out
+
+
+def _report_findings(results: list, args) -> list:
+    out = []
+    w = out.append
     w("## Findings")
     w("")
     bad = [
@@ -224,8 +266,7 @@ def report(results: list, args, wall: float, path: str):
         "Reproduce one: `python test/fuzz/fuzz.py show SEED > p.py && python test/fuzz/fuzz.py check p.py`; "
         "minimize: `python test/fuzz/fuzz.py shrink SEED`."
     )
-    with open(path, "w") as f:
-        f.write("\n".join(out) + "\n")
+    return out
 
 
 def first_words(detail: str) -> str:

@@ -144,7 +144,7 @@ def run_tasks(tasks, jobs, timeout, threads):
     return results
 
 
-def main():
+def _parse_args():
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -175,45 +175,31 @@ def main():
     ap.add_argument(
         "--render-from", default="", help="rewrite the outputs from a finished run's worker dir"
     )
-    a = ap.parse_args()
-    if a.render_from:  # tables and text again, no measuring (the sizes come from the run's env)
-        with open(os.path.join(a.render_from, "meta.json")) as f:
-            meta = json.load(f)
-        meta["out_dir"] = a.out_dir or meta["out_dir"]
-        os.environ["MEMSLIM_SUITE_IMG"], os.environ["MEMSLIM_SUITE_HF_SEQ"] = (
-            str(meta["img"]),
-            str(meta["hf_seq"]),
-        )
-        render(a.render_from, meta)
-        return
-    if a.img:
-        os.environ["MEMSLIM_SUITE_IMG"] = str(a.img)
-    if a.hf_seq:
-        os.environ["MEMSLIM_SUITE_HF_SEQ"] = str(a.hf_seq)
-    from _suite_models import FULL_MODELS, HF_SEQ, IMG, SPECS, VARIANTS
+    return ap.parse_args()
 
-    models = [m for m in a.models.split(",") if m] or (["tiny"] if a.quick else FULL_MODELS)
-    variants = [v for v in a.variants.split(",") if v] or list(VARIANTS)
-    if "eager" not in variants:
-        variants.insert(0, "eager")  # every other row is compared with eager's
-    out_dir = a.out_dir or (
-        tempfile.mkdtemp(prefix="memslim_suite_") if a.quick else os.path.join(HERE, "results")
+
+def _render_again(a):
+    """--render-from: tables and text again, no measuring (the sizes come from the run's env)."""
+    with open(os.path.join(a.render_from, "meta.json")) as f:
+        meta = json.load(f)
+    meta["out_dir"] = a.out_dir or meta["out_dir"]
+    os.environ["MEMSLIM_SUITE_IMG"], os.environ["MEMSLIM_SUITE_HF_SEQ"] = (
+        str(meta["img"]),
+        str(meta["hf_seq"]),
     )
-    os.makedirs(out_dir, exist_ok=True)
-    # Worker JSON, logs and eager's gradients are scratch: a temp dir, not the results dir.
-    scratch = tempfile.mkdtemp(prefix="memslim_suite_work_")
-    timeout = a.timeout or (150 if a.quick else 1200)
-    t_start = time.time()
-    load_start = os.getloadavg()
-    build = memslim_build()
+    render(a.render_from, meta)
 
-    def have(pkg):
-        return not pkg or importlib.util.find_spec(pkg) is not None
 
+def _have(pkg):
+    return not pkg or importlib.util.find_spec(pkg) is not None
+
+
+def _model_tasks(models, variants, scratch, SPECS):
+    """One worker task per (model, variant); rows for models whose package is missing."""
     rows, tasks = {}, []
     for m in models:
         spec = SPECS[m]
-        if not have(spec.needs):
+        if not _have(spec.needs):
             for v in variants:
                 rows[(m, v)] = {
                     "model": m,
@@ -243,14 +229,18 @@ def main():
                     log=os.path.join(scratch, f"{m}.{v}.log"),
                 )
             )
+    return rows, tasks
 
+
+def _sweep_tasks(a, out_dir, scratch, tasks, SPECS):
+    """Appends the saved-bytes-vs-batch sweeps to tasks; returns (plot notes, sweeps)."""
     # Plots: saved bytes vs batch size, after the model's rows (torch.compile's batch-32 graph is
     # then in inductor's cache). Quick mode sweeps eager and memslim only (no third compile).
     plot_notes, sweeps = [], []
     if not a.no_plots:
         for m, batches, suffix in [("tiny", "2,4,8", "tiny")] if a.quick else SWEEPS:
             path = os.path.join(out_dir, f"saved_vs_batch_{suffix}.png")
-            if not have("matplotlib") or not have(SPECS[m].needs):
+            if not _have("matplotlib") or not _have(SPECS[m].needs):
                 plot_notes.append(
                     f"{os.path.basename(path)}: skipped (matplotlib or {SPECS[m].needs} not installed)"
                 )
@@ -271,6 +261,37 @@ def main():
                         log=os.path.join(scratch, f"sweep.{m}.{v}.log"),
                     )
                 )
+    return plot_notes, sweeps
+
+
+def main():
+    a = _parse_args()
+    if a.render_from:
+        _render_again(a)
+        return
+    if a.img:
+        os.environ["MEMSLIM_SUITE_IMG"] = str(a.img)
+    if a.hf_seq:
+        os.environ["MEMSLIM_SUITE_HF_SEQ"] = str(a.hf_seq)
+    from _suite_models import FULL_MODELS, HF_SEQ, IMG, SPECS, VARIANTS
+
+    models = [m for m in a.models.split(",") if m] or (["tiny"] if a.quick else FULL_MODELS)
+    variants = [v for v in a.variants.split(",") if v] or list(VARIANTS)
+    if "eager" not in variants:
+        variants.insert(0, "eager")  # every other row is compared with eager's
+    out_dir = a.out_dir or (
+        tempfile.mkdtemp(prefix="memslim_suite_") if a.quick else os.path.join(HERE, "results")
+    )
+    os.makedirs(out_dir, exist_ok=True)
+    # Worker JSON, logs and eager's gradients are scratch: a temp dir, not the results dir.
+    scratch = tempfile.mkdtemp(prefix="memslim_suite_work_")
+    timeout = a.timeout or (150 if a.quick else 1200)
+    t_start = time.time()
+    load_start = os.getloadavg()
+    build = memslim_build()
+
+    rows, tasks = _model_tasks(models, variants, scratch, SPECS)
+    plot_notes, sweeps = _sweep_tasks(a, out_dir, scratch, tasks, SPECS)
 
     results = run_tasks(tasks, a.jobs, timeout, a.threads)
     rows.update({k: r for k, r in results.items() if k[0] != "sweep"})
@@ -382,10 +403,44 @@ def memslim_build() -> str:
 
 
 def write_outputs(meta, rows, sweep_rows, plot_notes):
-    from _suite_models import SPECS
-    from _suite_report import breakdown, full_table, headline_table, hooks_check_table
+    """suite.md (intro, headline, full table, the hooks check, plots), suite_breakdown.md and
+    suite.json in meta["out_dir"]."""
+    from _suite_report import full_table, headline_table
 
-    cmd, out_dir, models, variants = meta["cmd"], meta["out_dir"], meta["models"], meta["variants"]
+    out_dir, models, variants = meta["out_dir"], meta["models"], meta["variants"]
+    lines = (
+        _suite_intro(meta, models)
+        + headline_table(rows, models)
+        + [
+            "",
+            "## Full table",
+            "",
+        ]
+        + full_table(rows, models, variants)
+        + _hooks_section(rows, models)
+    )
+    if plot_notes:
+        lines += _plots_section(sweep_rows, plot_notes)
+    with open(os.path.join(out_dir, "suite.md"), "w") as f:
+        f.write("\n".join(lines))
+    _write_breakdown(meta, rows, models)
+    # Raw rows (without the per-tensor lists) for later inspection.
+    with open(os.path.join(out_dir, "suite.json"), "w") as f:
+        json.dump(
+            [
+                {k: v for k, v in r.items() if k not in ("saved_tensors", "saved_by_node")}
+                for r in rows.values()
+            ],
+            f,
+            indent=0,
+        )
+
+
+def _suite_intro(meta, models):
+    """suite.md from its title to the headline table's heading."""
+    from _suite_models import SPECS
+
+    cmd = meta["cmd"]
     try:
         import transformers
 
@@ -393,12 +448,7 @@ def write_outputs(meta, rows, sweep_rows, plot_notes):
     except ImportError:
         tv = ""
     sizes = "; ".join(sorted({f"{m}: {SPECS[m].shape}" for m in models}))
-    hooks = hooks_check_table(rows, models)
-    walked = [ln for ln in hooks[2:] if ln.endswith("| yes |") or ln.endswith("| NO |")]
-    compiled = [ln for ln in walked if "torch.compile" in ln]
-    n_equal = sum(ln.endswith("| yes |") for ln in compiled)
-    n_eager = sum(ln.endswith("| yes |") for ln in walked if ln not in compiled)
-    lines = (
+    return (
         [
             "# Benchmark suite: memslim against eager, TorchScript, checkpointing and torch.compile",
             "",
@@ -428,14 +478,20 @@ def write_outputs(meta, rows, sweep_rows, plot_notes):
             "e.g. `x1.20` = 20% slower.",
             "",
         ]
-        + headline_table(rows, models)
-        + [
-            "",
-            "## Full table",
-            "",
-        ]
-        + full_table(rows, models, variants)
-        + [
+    )
+
+
+def _hooks_section(rows, models):
+    """The columns' legend, then whether saved_tensors_hooks see torch.compile's tensors."""
+    from _suite_report import hooks_check_table
+
+    hooks = hooks_check_table(rows, models)
+    walked = [ln for ln in hooks[2:] if ln.endswith("| yes |") or ln.endswith("| NO |")]
+    compiled = [ln for ln in walked if "torch.compile" in ln]
+    n_equal = sum(ln.endswith("| yes |") for ln in compiled)
+    n_eager = sum(ln.endswith("| yes |") for ln in walked if ln not in compiled)
+    return (
+        [
             "",
             "Columns. *saved bytes*: `memslim.saved_bytes` (distinct storages autograd keeps for backward in one "
             "training forward, parameters excluded; buffers such as BN running stats count) after the training "
@@ -484,34 +540,40 @@ def write_outputs(meta, rows, sweep_rows, plot_notes):
         + hooks
         + [""]
     )
-    if plot_notes:
-        lines += (
-            [
-                "## Plots",
-                "",
-                "Saved bytes vs batch size (same sizes otherwise). torch.compile's point at the main run's batch "
-                "is its static graph; the other batches share one recompilation with a dynamic batch dimension "
-                "(dynamo's automatic dynamic shapes), whose partition need not save the same tensors, so its "
-                "line need not be straight.",
-                "",
-            ]
-            + [f"- {n}" for n in plot_notes]
-            + [""]
-        )
-        for m, sw in sweep_rows.items():
-            for v, r in sw.items():
-                if r.get("sweep"):
-                    lines.append(
-                        f"- {m} {v}: "
-                        + ", ".join(
-                            f"batch {b}: {n:,}"
-                            for b, n in sorted(r["sweep"].items(), key=lambda kv: int(kv[0]))
-                        )
-                    )
-        lines.append("")
-    with open(os.path.join(out_dir, "suite.md"), "w") as f:
-        f.write("\n".join(lines))
 
+
+def _plots_section(sweep_rows, plot_notes):
+    lines = (
+        [
+            "## Plots",
+            "",
+            "Saved bytes vs batch size (same sizes otherwise). torch.compile's point at the main run's batch "
+            "is its static graph; the other batches share one recompilation with a dynamic batch dimension "
+            "(dynamo's automatic dynamic shapes), whose partition need not save the same tensors, so its "
+            "line need not be straight.",
+            "",
+        ]
+        + [f"- {n}" for n in plot_notes]
+        + [""]
+    )
+    for m, sw in sweep_rows.items():
+        for v, r in sw.items():
+            if r.get("sweep"):
+                lines.append(
+                    f"- {m} {v}: "
+                    + ", ".join(
+                        f"batch {b}: {n:,}"
+                        for b, n in sorted(r["sweep"].items(), key=lambda kv: int(kv[0]))
+                    )
+                )
+    lines.append("")
+    return lines
+
+
+def _write_breakdown(meta, rows, models):
+    from _suite_report import breakdown
+
+    cmd, out_dir = meta["cmd"], meta["out_dir"]
     bd = [
         "# Saved tensors torch.compile avoids that memslim keeps",
         "",
@@ -525,16 +587,8 @@ def write_outputs(meta, rows, sweep_rows, plot_notes):
     ] + breakdown(rows, models, force=meta["quick"])
     with open(os.path.join(out_dir, "suite_breakdown.md"), "w") as f:
         f.write("\n".join(bd))
-    # Raw rows (without the per-tensor lists) for later inspection.
-    with open(os.path.join(out_dir, "suite.json"), "w") as f:
-        json.dump(
-            [
-                {k: v for k, v in r.items() if k not in ("saved_tensors", "saved_by_node")}
-                for r in rows.values()
-            ],
-            f,
-            indent=0,
-        )
+    with open(os.path.join(out_dir, "suite_breakdown.md"), "w") as f:
+        f.write("\n".join(bd))
 
 
 if __name__ == "__main__":

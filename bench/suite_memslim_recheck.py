@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import re
@@ -120,44 +121,64 @@ def main():
     tmp = os.path.join(RESULTS, ".suite_recheck.work")
     os.makedirs(tmp, exist_ok=True)
 
-    def run(model):
-        out = os.path.join(tmp, model + ".json")
-        if os.path.exists(out):
-            os.unlink(out)
-        env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-        try:
-            p = subprocess.run(
-                [
-                    sys.executable,
-                    os.path.abspath(__file__),
-                    "--worker",
-                    model,
-                    "--out",
-                    out,
-                    "--threads",
-                    str(a.threads),
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=a.timeout,
-            )
-            rc, tail = p.returncode, (p.stdout + p.stderr)[-1500:]
-        except subprocess.TimeoutExpired:
-            rc, tail = "timeout", ""
-        if os.path.exists(out):
-            r = json.load(open(out))
-        else:
-            r = {
-                "model": model,
-                "error": f"rc {rc}: {tail.strip().splitlines()[-1:] if tail else ''}",
-            }
-        print(model, r.get("saved_bytes"), r.get("error", ""), flush=True)
-        return r
-
     with ThreadPoolExecutor(max_workers=a.jobs) as ex:
-        rows = list(ex.map(run, models))
+        rows = list(ex.map(functools.partial(_run_model, a, tmp), models))
 
+    lines = _header_lines(a, torch)
+    details = []
+    for r in rows:
+        line, gate = _row_line(r, ref)
+        lines.append(line)
+        if gate:
+            details.append((r["model"], gate))
+    lines.append("")
+    if details:
+        lines += _gate_section(details)
+    path = os.path.join(RESULTS, "suite_memslim_recheck.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    json.dump(rows, open(os.path.join(RESULTS, "suite_memslim_recheck.json"), "w"), indent=0)
+    print("\n".join(lines))
+
+
+def _run_model(a, tmp, model):
+    """One model's worker in a subprocess; its row, or one with the error."""
+    out = os.path.join(tmp, model + ".json")
+    if os.path.exists(out):
+        os.unlink(out)
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    try:
+        p = subprocess.run(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--worker",
+                model,
+                "--out",
+                out,
+                "--threads",
+                str(a.threads),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=a.timeout,
+        )
+        rc, tail = p.returncode, (p.stdout + p.stderr)[-1500:]
+    except subprocess.TimeoutExpired:
+        rc, tail = "timeout", ""
+    if os.path.exists(out):
+        r = json.load(open(out))
+    else:
+        r = {
+            "model": model,
+            "error": f"rc {rc}: {tail.strip().splitlines()[-1:] if tail else ''}",
+        }
+    print(model, r.get("saved_bytes"), r.get("error", ""), flush=True)
+    return r
+
+
+def _header_lines(a, torch):
     git = subprocess.run(
         ["git", "-C", HERE, "log", "-1", "--format=%h %s"], capture_output=True, text=True
     ).stdout.strip()[:80]
@@ -184,58 +205,57 @@ def main():
         "predicted then | predicted now | kept by a gate rule | verdict |",
         "|---|---:|---:|---:|---|---|---|---:|---:|---:|---|",
     ]
-    details = []
-    for r in rows:
-        m = r["model"]
-        old = ref.get(m, {})
-        if "error" in r:
-            lines.append(
-                f"| {m} | {old.get('saved_bytes', 0):,} | ERROR | | | | | | | | {r['error'][:120]} |"
-            )
-            continue
-        then, now = old.get("saved_bytes"), r["saved_bytes"]
-        change = "" if not then else f"{now - then:+,} B ({(now - then) / then:+.2%})"
-        pm = re.search(r"predicted freed ([\d,]+) B", old.get("note", ""))
-        gate = [ln for ln in r["remarks"] if ": kept " in ln and any(g in ln for g in GATE_REASONS)]
-        fmt = lambda d: ", ".join(f"{k} {v}" for k, v in d.items()) or "none"  # noqa: E731
-        later = r.get("later_steps", [])
-        spread = max([abs(v - now) for v in later] + [0])
-        c_then, c_now = counts_of(old.get("note", "")), counts_of(r["note"])
-        p_then = int(pm.group(1).replace(",", "")) if pm else None
-        if now < then:
-            verdict = "better"
-        elif (
-            c_then == c_now
-            and p_then == r["predicted"]
-            and (now - then <= spread or now - then <= 1e-4 * then)
-        ):
-            verdict = "same"
-        elif now - then <= spread or now - then <= 1e-4 * then:
-            verdict = "same bytes, rewrites differ"
-        else:
-            verdict = "LOST"
-        lines.append(
-            f"| {m} | {then:,} | {now:,} | {change} | {', '.join(f'{v - now:+,}' for v in later)} | "
-            f"{fmt(c_then)} | {fmt(c_now)} | {pm.group(1) if pm else ''} | {r['predicted']:,} | "
-            f"{len(gate)} | {verdict} |"
+    return lines
+
+
+def _row_line(r, ref):
+    """The table row of one model against the suite's memslim row, and its gate-kept sites."""
+    m = r["model"]
+    old = ref.get(m, {})
+    if "error" in r:
+        return (
+            f"| {m} | {old.get('saved_bytes', 0):,} | ERROR | | | | | | | | {r['error'][:120]} |",
+            [],
         )
-        if gate:
-            details.append((m, gate))
+    then, now = old.get("saved_bytes"), r["saved_bytes"]
+    change = "" if not then else f"{now - then:+,} B ({(now - then) / then:+.2%})"
+    pm = re.search(r"predicted freed ([\d,]+) B", old.get("note", ""))
+    gate = [ln for ln in r["remarks"] if ": kept " in ln and any(g in ln for g in GATE_REASONS)]
+    fmt = lambda d: ", ".join(f"{k} {v}" for k, v in d.items()) or "none"  # noqa: E731
+    later = r.get("later_steps", [])
+    spread = max([abs(v - now) for v in later] + [0])
+    c_then, c_now = counts_of(old.get("note", "")), counts_of(r["note"])
+    p_then = int(pm.group(1).replace(",", "")) if pm else None
+    if now < then:
+        verdict = "better"
+    elif (
+        c_then == c_now
+        and p_then == r["predicted"]
+        and (now - then <= spread or now - then <= 1e-4 * then)
+    ):
+        verdict = "same"
+    elif now - then <= spread or now - then <= 1e-4 * then:
+        verdict = "same bytes, rewrites differ"
+    else:
+        verdict = "LOST"
+    line = (
+        f"| {m} | {then:,} | {now:,} | {change} | {', '.join(f'{v - now:+,}' for v in later)} | "
+        f"{fmt(c_then)} | {fmt(c_now)} | {pm.group(1) if pm else ''} | {r['predicted']:,} | "
+        f"{len(gate)} | {verdict} |"
+    )
+    return line, gate
+
+
+def _gate_section(details):
+    lines = ["## Sites kept by a gate rule", ""]
+    for m, gate in details:
+        lines.append(f"- {m}:")
+        for ln in gate[:20]:
+            lines.append(f"  - `{ln}`")
+        if len(gate) > 20:
+            lines.append(f"  - ... {len(gate) - 20} more")
     lines.append("")
-    if details:
-        lines += ["## Sites kept by a gate rule", ""]
-        for m, gate in details:
-            lines.append(f"- {m}:")
-            for ln in gate[:20]:
-                lines.append(f"  - `{ln}`")
-            if len(gate) > 20:
-                lines.append(f"  - ... {len(gate) - 20} more")
-        lines.append("")
-    path = os.path.join(RESULTS, "suite_memslim_recheck.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-    json.dump(rows, open(os.path.join(RESULTS, "suite_memslim_recheck.json"), "w"), indent=0)
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":

@@ -135,6 +135,23 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0][:300]}"
 
 
+def _summarize_records(res: dict, remarks) -> None:
+    """Rewrites per pass, the rewrite records and the most common reasons to keep, into res."""
+    per_pass, kept = {}, {}
+    rewrote = []
+    for d in remarks:  # decision records
+        if d.verdict == "kept":
+            why = re.sub(r"\d[\d,]*", "N", d.text)[:80]
+            kept[why] = kept.get(why, 0) + 1
+        elif d.verdict == "rewrote":
+            per_pass[d.pass_] = per_pass.get(d.pass_, 0) + 1
+            rewrote.append(str(d))
+    res["rewrites"] = per_pass
+    res["n_remarks"] = len(remarks)
+    res["rewrote_remarks"] = rewrote[:300]
+    res["kept_reasons"] = dict(sorted(kept.items(), key=lambda kv: -kv[1])[:15])
+
+
 def worker(name: str, out_path: str, threads: int) -> None:
     import torch
 
@@ -224,19 +241,7 @@ def worker(name: str, out_path: str, threads: int) -> None:
         res["optimize_s"] = round(time.time() - t, 2)
         remarks = memslim.report(opt)
         res["predicted"] = memslim.predicted_bytes_freed(opt)
-        per_pass, kept = {}, {}
-        rewrote = []
-        for d in remarks:  # decision records
-            if d.verdict == "kept":
-                why = re.sub(r"\d[\d,]*", "N", d.text)[:80]
-                kept[why] = kept.get(why, 0) + 1
-            elif d.verdict == "rewrote":
-                per_pass[d.pass_] = per_pass.get(d.pass_, 0) + 1
-                rewrote.append(str(d))
-        res["rewrites"] = per_pass
-        res["n_remarks"] = len(remarks)
-        res["rewrote_remarks"] = rewrote[:300]
-        res["kept_reasons"] = dict(sorted(kept.items(), key=lambda kv: -kv[1])[:15])
+        _summarize_records(res, remarks)
 
         phase("opt_grads")
         d, w = [], []

@@ -835,7 +835,7 @@ class MemslimOpt:
     """Runs memslim-opt like subprocess.run(..., capture_output=True, text=True,
     timeout=T), through one `memslim-opt --fork-server` per worker: a process start
     costs ~0.4 s of torch's static initialisers, most of a run's time; the server
-    forks a fresh memslim-opt per call (tools/memslim-opt/main.cpp: fork_server).
+    forks a fresh memslim-opt per call (tools/memslim-opt/fork_server.cpp).
     MEMSLIM_OPT_SPAWN=1 starts a new process per call instead. A server that dies
     is restarted; the call it was serving is reported as a crash (signal)."""
 
