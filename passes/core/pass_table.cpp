@@ -10,7 +10,28 @@
 
 #include <stdexcept>
 
+#include "memslim/core/max_pool.h"
+#include "memslim/core/output_saving.h"
+#include "memslim/core/output_saving_norms.h"
+
 namespace memslim {
+
+namespace {
+// The swap passes' decisions as SwapDecision (their own structs carry the
+// same record, op and guarded values).
+SwapDecision swap_output_saving(const GraphView& g, NodeRef n, const CostPolicy& p) {
+  OutputSavingDecision d = decide_output_saving(g, n, p);
+  return {std::move(d.decision), d.memslim_kind, {d.guarded[0], d.guarded[1]}};
+}
+SwapDecision swap_output_saving_norm(const GraphView& g, NodeRef n, const CostPolicy& p) {
+  NormDecision d = decide_output_saving_norm(g, n, p);
+  return {std::move(d.decision), d.memslim_kind, std::move(d.guarded)};
+}
+SwapDecision swap_max_pool(const GraphView& g, NodeRef n, const CostPolicy& p) {
+  MaxPoolDecision d = decide_max_pool(g, n, p);
+  return {std::move(d.decision), kMemslimMaxPool2d, std::move(d.guarded)};
+}
+} // namespace
 
 const char* front_end_name(FrontEnd f) {
   switch (f) {
@@ -83,17 +104,20 @@ const std::vector<PassSpec>& pass_table() {
        "aten::max_pool2d becomes memslim::max_pool2d, keeping int8 window positions instead "
        "of the input and int64 indices",
        {"min_bytes"},
-       ""},
+       "",
+       {is_max_pool_site, swap_max_pool}},
       {"output-saving-activations",
        "activations whose backward can use their output become memslim:: ops when that frees "
        "memory",
        {"min_bytes", "max_added_work", "assume_numel"},
-       ""},
+       "",
+       {is_output_saving_site, swap_output_saving}},
       {"output-saving-norms",
        "layer/rms/group/batch norms whose output a consumer keeps anyway become memslim:: ops "
        "keeping that output + statistics instead of their input",
        {"min_bytes", "max_added_work", "assume_numel"},
-       ""},
+       "",
+       {is_norm_site, swap_output_saving_norm}},
       {"cleanup",
        "dead-code elimination and graph lint",
        {},

@@ -12,9 +12,6 @@
 #include "memslim/core/functionalize.h"
 #include "memslim/core/fuse_act_consumer.h"
 #include "memslim/core/fuse_dropout.h"
-#include "memslim/core/max_pool.h"
-#include "memslim/core/output_saving.h"
-#include "memslim/core/output_saving_norms.h"
 #include "memslim/core/pass_table.h"
 #include "memslim/core/recompute_blocks.h"
 #include "memslim/core/recompute_regions.h"
@@ -174,15 +171,17 @@ void canonicalize_norms(FxGraphView& g, FxResult& out) {
   }
 }
 
-// output-saving-activations: the TorchScript pass's loop with the view gate.
-void output_saving(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
+// A swap pass of the core's table (core/pass_table.h, SwapRule): the node
+// becomes the decision's op where the view gate lets it (the TorchScript
+// front end's run_swap_pass, with the view gate): output-saving-activations,
+// output-saving-norms, max-pool-positions.
+void run_swap_pass(const SwapRule& rule, FxGraphView& g, const CostPolicy& policy, FxResult& out) {
   const ViewGate gate(g);
   for_each_site(
-      g, is_output_saving_site,
-      [&](const GraphView&, NodeRef n) { return decide_output_saving(g, n, policy); }, alive(g),
-      [&](NodeRef n, OutputSavingDecision& d) {
-        apply_or_keep(g, n, d.decision, d.memslim_kind,
-                      gate.refusal(n, {d.guarded[0], d.guarded[1]}), out);
+      g, rule.is_site, [&](const GraphView&, NodeRef n) { return rule.decide(g, n, policy); },
+      alive(g),
+      [&](NodeRef n, SwapDecision& d) {
+        apply_or_keep(g, n, d.decision, d.kind, gate.refusal(n, d.guarded), out);
         return false;
       },
       record(out));
@@ -251,33 +250,6 @@ void fuse_residual_join(FxGraphView& g, const CostPolicy& policy, FxResult& out)
       g, is_residual_join_site,
       [&](const GraphView&, NodeRef n) { return decide_residual_join(g, n, policy); }, alive(g),
       rewrite, record(out), /*skip_notes=*/true); // a Note: not a join
-}
-
-// max-pool-positions: the TorchScript pass's loop with the view gate.
-void max_pool_positions(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
-  const ViewGate gate(g);
-  for_each_site(
-      g, is_max_pool_site,
-      [&](const GraphView&, NodeRef n) { return decide_max_pool(g, n, policy); }, alive(g),
-      [&](NodeRef n, MaxPoolDecision& d) {
-        apply_or_keep(g, n, d.decision, kMemslimMaxPool2d, gate.refusal(n, d.guarded), out);
-        return false;
-      },
-      record(out));
-}
-
-// output-saving-norms: the TorchScript pass's loop with the view gate.
-void output_saving_norms(FxGraphView& g, const CostPolicy& policy, FxResult& out) {
-  const ViewGate gate(g);
-  for_each_site(
-      g, is_norm_site,
-      [&](const GraphView&, NodeRef n) { return decide_output_saving_norm(g, n, policy); },
-      alive(g),
-      [&](NodeRef n, NormDecision& d) {
-        apply_or_keep(g, n, d.decision, d.memslim_kind, gate.refusal(n, d.guarded), out);
-        return false;
-      },
-      record(out));
 }
 
 // functionalize-inplace-activations: act_(x) -> act(x) where the gate proves
@@ -474,12 +446,9 @@ const FxPass kFxPasses[] = {
      [](FxGraphView& g, const CostPolicy&, FxResult& o) { canonicalize_norms(g, o); }},
     {kInvertibleCouplingsPass, invertible_couplings},
     {kFuseDropoutPass, fuse_dropout},
-    {kMaxPoolPass, max_pool_positions},
     {kRecomputeRegionsPass, recompute_regions},
     {kFuseActConsumerPass, fuse_act_consumer},
     {kFuseResidualJoinPass, fuse_residual_join},
-    {kOutputSavingPass, output_saving},
-    {kOutputSavingNormsPass, output_saving_norms},
 };
 
 } // namespace
@@ -498,7 +467,9 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
     FxPassFn run = nullptr;
     for (const FxPass& f : kFxPasses)
       if (p == f.flag) run = f.run;
-    if (run)
+    if (spec->swap.decide)
+      run_swap_pass(spec->swap, g, policy, out);
+    else if (run)
       run(g, policy, out);
     else
       out.decisions.push_back({p, Decision::Verdict::Note, "", spec->fx_absent, {}});

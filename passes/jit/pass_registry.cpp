@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "memslim/core/pass_table.h"
+#include "memslim/core/site_loop.h"
 #include "memslim/jit/graph_iterator.h"
 #include "memslim/jit/jit_graph_view.h"
 #include "memslim/jit/pass.h"
@@ -43,11 +44,28 @@ CostPolicy resolved(CostPolicy p) {
   return p;
 }
 
+void run_swap_pass(const SwapRule& rule, const std::shared_ptr<torch::jit::Graph>& g,
+                   PassContext& ctx) {
+  const JitGraphView view(g);
+  for_each_site(
+      view, rule.is_site,
+      [&](const GraphView& v, NodeRef n) { return rule.decide(v, n, ctx.policy); }, ctx.alive(),
+      [&](NodeRef site, SwapDecision& d) {
+        std::vector<torch::jit::Value*> guarded;
+        for (ValueRef v : d.guarded) guarded.push_back(JitGraphView::value(v));
+        ctx.gate->submit(
+            swap_proposal(g, JitGraphView::node(site), d.kind, std::move(guarded), d.decision));
+        return true;
+      },
+      ctx.record());
+}
+
 namespace {
-// The TorchScript implementation of each row of the pass table (core/pass_table.h).
+// The TorchScript implementation of each row of the pass table (core/pass_table.h)
+// whose rewrite is its own; a swap pass's row is the pass (run_swap_pass).
 struct JitPass {
   const char* flag;
-  PassFn run;
+  void (*run)(const std::shared_ptr<torch::jit::Graph>&, PassContext&);
 };
 constexpr JitPass kJitPasses[] = {
     {"functionalize-inplace-activations", run_functionalize_inplace_activations},
@@ -60,9 +78,6 @@ constexpr JitPass kJitPasses[] = {
     {"recompute-pointwise-regions", run_recompute_pointwise_regions},
     {"fuse-activation-consumer", run_fuse_activation_consumer},
     {"fuse-residual-join", run_fuse_residual_join},
-    {"max-pool-positions", run_max_pool_positions},
-    {"output-saving-activations", run_output_saving_activations},
-    {"output-saving-norms", run_output_saving_norms},
     {"cleanup", run_cleanup},
     {"test-perturb-outputs", run_test_perturb_outputs},
 };
@@ -77,6 +92,12 @@ const std::vector<PassInfo>& registered_passes() {
       PassFn run = nullptr;
       for (const JitPass& j : kJitPasses)
         if (std::string(j.flag) == spec.flag) run = j.run;
+      if (spec.swap.decide) {
+        const SwapRule rule = spec.swap;
+        run = [rule](const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
+          run_swap_pass(rule, g, ctx);
+        };
+      }
       if (!run)
         throw std::logic_error(std::string("pass ") + spec.flag + " has no TorchScript form");
       out.push_back({spec.flag, spec.summary, run});

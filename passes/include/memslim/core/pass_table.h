@@ -5,16 +5,24 @@
 // steps, each with the reason it sits there and, where a front end runs a
 // different list, the difference and its reason beside the step. memslim-opt
 // (--list-passes, --pipeline), the TorchScript registry, the FX front end and
-// the torch.compile backend all read these rows; a front end supplies only
-// the implementation of each row (jit/pass_registry.cpp, fx/fx_front_end.cpp).
+// the torch.compile backend all read these rows; a front end supplies
+// the implementation of each row (jit/pass_registry.cpp, fx/fx_front_end.cpp),
+// except for a row whose rewrite is a swap (SwapRule): its site finder and
+// decision are in the row, and each front end applies every such row by one
+// driver (run_swap_pass in both), so such a pass is a core file, a row and a
+// lit file.
 // Why: a pass used to be declared in two registries and three default
 // pipelines (C++ TorchScript, C++ FX, Python compile), which drifted apart.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "memslim/core/decision.h"
+#include "memslim/core/graph_view.h"
 
 namespace memslim {
 
@@ -25,6 +33,22 @@ namespace memslim {
 enum class FrontEnd { Jit, Fx, Compile };
 const char* front_end_name(FrontEnd f); // "TorchScript", "FX", "torch.compile"
 
+// The rewrite kind "swap": the site's op becomes `kind` (its default
+// overload) with the same arguments. guarded: the values whose later in-place
+// write the gate refuses (what aten kept, what the new op keeps).
+struct SwapDecision {
+  Decision decision;
+  std::string kind; // "memslim::gelu"
+  std::vector<ValueRef> guarded;
+  bool rewrite() const { return decision.verdict == Decision::Verdict::Rewrote; }
+};
+// A swap pass's site finder and decision (core functions; nullptr: the row is
+// not a swap pass and its front ends implement it).
+struct SwapRule {
+  bool (*is_site)(const GraphView&, NodeRef) = nullptr;
+  SwapDecision (*decide)(const GraphView&, NodeRef, const CostPolicy&) = nullptr;
+};
+
 struct PassSpec {
   const char* flag;    // kebab-case: the lit file's name, the remark's prefix
   const char* summary; // one sentence for --list-passes
@@ -33,6 +57,8 @@ struct PassSpec {
   // "" where the FX front end runs it; else why not (said by a Note record
   // when the pass is asked for by name).
   const char* fx_absent;
+  // Set for a swap pass: the whole pass (see SwapRule).
+  SwapRule swap = {};
 };
 
 struct PipelineStep {

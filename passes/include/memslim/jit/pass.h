@@ -21,6 +21,7 @@
 
 #include "memslim/core/decision.h"
 #include "memslim/core/graph_view.h"
+#include "memslim/core/pass_table.h"
 
 namespace memslim {
 
@@ -43,7 +44,7 @@ struct PassContext {
   std::function<void(Decision)> record();
 };
 
-using PassFn = void (*)(const std::shared_ptr<torch::jit::Graph>&, PassContext&);
+using PassFn = std::function<void(const std::shared_ptr<torch::jit::Graph>&, PassContext&)>;
 
 struct PassInfo {
   const char* flag; // kebab-case, = its lit file name
@@ -82,7 +83,14 @@ torch::jit::Node* replace_output(torch::jit::Graph& g, torch::jit::Node* old,
 // Whether `n` sits in a prim::Loop body (the passes do not analyse loops).
 bool inside_loop(const torch::jit::Node* n);
 
-// The passes (one file each).
+// A swap pass of the core's table (core/pass_table.h, SwapRule): each site the
+// rule decides Rewrote becomes the new op through the SafetyGate, guarding the
+// decision's values (output-saving-activations, output-saving-norms,
+// max-pool-positions; jit/pass_registry.cpp).
+void run_swap_pass(const SwapRule& rule, const std::shared_ptr<torch::jit::Graph>& g,
+                   PassContext& ctx);
+
+// The passes with a rewrite of their own (one file each).
 void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Graph>& g,
                                            PassContext& ctx);
 void run_canonicalize_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
@@ -90,13 +98,10 @@ void run_fuse_activation_dropout(const std::shared_ptr<torch::jit::Graph>& g, Pa
 void run_recompute_pointwise_regions(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_invertible_couplings(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_recompute_blocks(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
-void run_output_saving_activations(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_fuse_activation_consumer(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_canonicalize_norms(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
-void run_output_saving_norms(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_fuse_residual_join(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_remove_identity_dropouts(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
-void run_max_pool_positions(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_cleanup(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 void run_test_perturb_outputs(const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx);
 
