@@ -73,14 +73,15 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs):
 
 
 def _compile_passes() -> List[str]:
-    """The FX front end's passes without fuse-activation-dropout: Inductor fuses dropout's
-    mask generation into its own kernels and does not keep dropout's float noise, so the
-    fused op (aten's RNG, an opaque kernel) cost more time than it freed bytes (measured:
-    ViT-B/16 with dropout 0.1, -4.1% saved bytes at 1.61x torch.compile's step time;
-    bench/results/compile_side_by_side.md)."""
+    """memslim-default as the compile backend runs it: the pass table's pipeline
+    (core/pass_table.cpp) with its compile differences, fuse-activation-dropout left out
+    there: Inductor fuses dropout's mask generation into its own kernels and does not keep
+    dropout's float noise, so the fused op (aten's RNG, an opaque kernel) cost more time
+    than it freed bytes (measured: ViT-B/16 with dropout 0.1, -4.1% saved bytes at 1.61x
+    torch.compile's step time; bench/results/compile_side_by_side.md)."""
     from . import _C
 
-    return [p for p in _C.fx_default_passes() if p != "fuse-activation-dropout"]
+    return list(_C.pipeline_passes("memslim-default", "compile"))
 
 
 def _leaf_grad(aten: torch.fx.GraphModule, example_inputs) -> dict:
