@@ -5,6 +5,7 @@ What: builds each model of bench/_suite_models.py's FULL_MODELS (small inputs: b
 for it through TorchScript (memslim.optimize on the scripted or traced module), torch.export
 (memslim.fx.optimize) and torch.compile (memslim.compile, one forward + backward), plus the
 TorchScript planner at memory_budget 0.5. One block per (model, way), records in order.
+Opt-in (--ways compile_budget): memslim.compile at memory_budget 0.5, the compile planner.
 Why: a restructuring of the passes, the driver or the planner must not change a decision;
 this output, diffed before and after, is the proof. Deterministic: no times, no addresses.
 
@@ -31,6 +32,7 @@ import memslim  # noqa: E402
 
 warnings.filterwarnings("ignore")
 WAYS = ("script", "export", "compile", "script_budget")
+EXTRA_WAYS = ("compile_budget",)  # not in the default run (dry-run partitions: slow)
 BATCH = 2
 
 
@@ -46,7 +48,8 @@ def _records(name: str, way: str):
     if way == "export":
         return memslim.report(memslim.fx.optimize(torch.export.export(model, (x,))))
     torch._dynamo.reset()
-    compiled = memslim.compile(model, strict=True)
+    kwargs = {"memory_budget": 0.5} if way == "compile_budget" else {}
+    compiled = memslim.compile(model, strict=True, **kwargs)
     suite.loss_fn(spec, compiled(x), target).backward()
     return memslim.report(compiled)
 
@@ -54,11 +57,15 @@ def _records(name: str, way: str):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help="suite model names (default: all 13)")
-    ap.add_argument("--ways", default=",".join(WAYS), help="comma list of " + ", ".join(WAYS))
+    ap.add_argument(
+        "--ways", default=",".join(WAYS), help="comma list of " + ", ".join(WAYS + EXTRA_WAYS)
+    )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     ways = [w for w in args.ways.split(",") if w]
-    bad = [w for w in ways if w not in WAYS] + [m for m in args.models if m not in suite.SPECS]
+    bad = [w for w in ways if w not in WAYS + EXTRA_WAYS] + [
+        m for m in args.models if m not in suite.SPECS
+    ]
     if bad:
         print(f"dump_records: unknown way or model: {', '.join(bad)}", file=sys.stderr)
         return 1

@@ -430,7 +430,7 @@ def coupling_chains(
     and, per chain it would rewrite, the fx nodes the chain covers (program order) with
     the bytes they keep today and the chain's two outputs. Nothing is rewritten: the FX
     graph has no op carrying F and G, so memslim's torch.compile backend runs each chain
-    as a piece of its own (backend._compile_with_chains)."""
+    as a piece of its own (chains._compile_with_chains)."""
     s = serial or _Serializer(gm.graph, leaf_grad, state)
     run = _C.fx_run(s.graph, ["invertible-couplings"], policy)
     found = []

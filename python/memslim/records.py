@@ -109,7 +109,7 @@ def report(obj) -> Records:
         raise ValueError(
             "memslim.report: memslim did not produce this object; the ways in are "
             "memslim.optimize(module) (TorchScript), memslim.fx.optimize(exported program) "
-            "and memslim.compile(model); for torch.compile(model, backend=\"memslim\"), "
+            'and memslim.compile(model); for torch.compile(model, backend="memslim"), '
             "memslim.compiled_decisions() has every graph's records"
         )
     return Records(found)

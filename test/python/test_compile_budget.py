@@ -5,7 +5,7 @@ where that misses the budget it tries fused re-runs (the partitioner's aggressiv
 min-cut, the light end of the pieces ladder), torch's own activation_memory_budget
 knapsack at the fraction meeting the target, then the rest of the pieces ladder,
 the FX pipeline and the block ladder as recompute tags until the measured bytes
-meet the budget (backend._meet_budget). These tests hold it to:
+meet the budget (memslim.budget: ladder._meet_budget). These tests hold it to:
 gradients and BatchNorm running stats as eager's (and within plain
 torch.compile's own drift), dropout replayed with the forward's mask, measured
 bytes at or under the budget and monotone in it, an unreachable budget refused
@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 import memslim
-from memslim.backend import BudgetError
+from memslim.budget import BudgetError
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -85,9 +85,9 @@ def test_budget_keeps_eager_gradients_and_running_stats(budget, way, monkeypatch
     # Torch's own knapsack (way 2) meets both budgets here; with it refused the pieces
     # ladder (way 3) does: both ways are held to eager's gradients and running stats.
     if way == "ladder":
-        from memslim import backend
+        from memslim.budget import knapsack
 
-        monkeypatch.setattr(backend, "_torch_knapsack", lambda *a: (None, None, None))
+        monkeypatch.setattr(knapsack, "_torch_knapsack", lambda *a: (None, None, None))
     torch.manual_seed(0)
     model = SmallResNet().train()
     x = torch.randn(4, 3, 16, 16)
@@ -125,7 +125,7 @@ def test_knapsack_at_a_smaller_fraction_where_torchs_own_misses():
     # 173,472 B target; way 2 then takes the largest fraction k / 32 whose plan meets it
     # (0.28125) before the pieces ladder: torch.compile's plan at that fraction, to the
     # byte, fewer bytes than torch.compile at 0.3, and eager's gradients.
-    from memslim import backend
+    from memslim.budget import knapsack
     from torch._functorch import config as functorch_config
 
     torch.manual_seed(0)
@@ -141,7 +141,7 @@ def test_knapsack_at_a_smaller_fraction_where_torchs_own_misses():
     assert "the largest fraction found" in note.text, note.text
     assert note.bytes_after <= 0.3 * note.bytes_before
     frac = float(note.text.split("knapsack at ")[1].split(",")[0])
-    assert frac < 0.3 and frac * backend.KNAPSACK_GRID == round(frac * backend.KNAPSACK_GRID)
+    assert frac < 0.3 and frac * knapsack.KNAPSACK_GRID == round(frac * knapsack.KNAPSACK_GRID)
     kept = {}
     for f in (frac, 0.3):
         with functorch_config.patch(activation_memory_budget=f):
@@ -153,7 +153,7 @@ def test_knapsack_at_a_smaller_fraction_where_torchs_own_misses():
 def test_only_ops_that_draw_keep_torchs_knapsack_out():
     # Way 2 is skipped in graphs that draw random numbers; a dropout or an attention
     # with p = 0 (what transformers' configs with zero rates trace to) draws nothing.
-    from memslim.backend import _draws_random_numbers
+    from memslim.budget.knapsack import _draws_random_numbers
 
     aten = torch.ops.aten
     g = torch.fx.Graph()
@@ -353,6 +353,7 @@ def test_budget_figure_counts_storages_as_the_hooks_do():
     # counted the transposed weights the partitioner saves for each Linear (bert: 491.7 MB
     # against the hooks' 152 MB), and the planner minimised weight views.
     import memslim.backend as mb
+    from memslim.budget.measure import _partitioned_saved_bytes
     from torch._inductor.compile_fx import compile_fx
 
     torch.manual_seed(0)
@@ -363,7 +364,7 @@ def test_budget_figure_counts_storages_as_the_hooks_do():
     def backend(gm, example_inputs):
         aten, _, fakes = mb._aten_graph(gm, example_inputs)
         skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
-        figure.append(mb._partitioned_saved_bytes(aten, fakes, skip))
+        figure.append(_partitioned_saved_bytes(aten, fakes, skip))
         return compile_fx(gm, example_inputs)
 
     torch._dynamo.reset()

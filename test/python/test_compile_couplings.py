@@ -1,7 +1,7 @@
 """Coupling chains under memslim.compile (issue 12): the backend finds them on the aten
 graph (the FX core's invertible-couplings), splits the graph around them, runs each chain
 through the TorchScript pass as memslim::coupling_chain and compiles the other pieces with
-Inductor (backend._compile_with_chains).
+Inductor (chains._compile_with_chains).
 
 These tests hold it to: gradients and BatchNorm running stats as eager's (float64, where a
 changed function would show), dropout inside the chain replayed with the forward's mask,

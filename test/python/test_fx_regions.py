@@ -188,7 +188,7 @@ def test_region_tags_enter_inductors_cache_key():
     from torch._inductor.codecache import FxGraphHashDetails
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.utils.checkpoint import CheckpointPolicy
-    from memslim.backend import _keyed_by_tags
+    from memslim.cache_keys import _keyed_by_tags
 
     def build(tagged):
         gm = make_fx(lambda x: torch.exp(torch.sin(x)) * 2)(torch.randn(4))

@@ -1,0 +1,328 @@
+"""Walking memslim's ladders to a memory budget: the compile way's planner.
+
+What: _meet_budget, memory_budget under torch.compile measured on Inductor's own partition
+(budget.measure's dry runs): the target, and where the unmodified graph misses it the five
+ways in order of the work they add (Inductor's fused re-runs and the light end of the
+pieces ladder, torch's knapsack (budget.knapsack), the rest of the pieces ladder, the
+pipeline's rewrites, the whole-block ladder), each ladder walked by bisection over its
+steps; the records say what was taken, BudgetError the smallest reachable figure.
+The ladders themselves are the C++ core's (core/recompute_blocks.h, fx.BlockLadder tags
+their steps): this module only measures steps and chooses one.
+Why its own module: the choice among the ways is the planner; the backend only hands it
+the graph, the ladders and the pipeline's apply().
+"""
+
+from __future__ import annotations
+
+from . import BudgetError, budget_note, knapsack, target_bytes
+from .knapsack import FUSED_RECOMPUTE, TORCH_KNAPSACK
+from .measure import _forget_fx_sources, _partitioned_saved_bytes
+
+
+def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
+    """memory_budget under torch.compile, measured on Inductor's own partition (a dry
+    run, budget.measure; parameters excluded): the target is `budget` of what the partitioner
+    keeps for the unmodified graph (a fraction in (0, 1]; as torch's
+    activation_memory_budget, a fraction of what plain torch.compile keeps) or `budget`
+    bytes. Nothing is rewritten when the unmodified graph meets it. Else the partitioner
+    runs with FUSED_RECOMPUTE (dry runs and compile alike), and the ways below are tried
+    in order of the work they add; the first that meets the target is taken:
+    1. Fused re-runs: the fewer bytes of (a) the unmodified graph under FUSED_RECOMPUTE
+       (torch's own first plan under a budget) and (b) that plus the light end of
+       `plain`, the pieces ladder over the unmodified graph (core/recompute_blocks.h,
+       ApplyAs::Tags: each convolution or matrix product alone, each stretch of norms
+       and activations between, priced as recompute tags): its last step that re-runs
+       no convolution or matrix product, taken whole. Inductor fuses such re-runs into
+       the backward's kernels (they read the kept input where the backward read the
+       saved output: no kernel added), so the planner takes all of them at once, as
+       torch's partitioner takes its most aggressive min-cut of fusible ops once that
+       meets the budget. Before 2026-11-27 (40cfc51) the ladder was bisected from step 0 and
+       stopped at the first step meeting the target: resnet50_frac kept 0.31 of eager
+       at 0.5, torch.compile 0.10.
+    2. Torch's own knapsack (_torch_knapsack): what torch.compile does with
+       activation_memory_budget at the user's fraction, taken where its measured
+       bytes meet the target (so memslim never keeps more than torch.compile at the
+       same budget where torch's plan meets the target), else at the largest smaller
+       fraction whose plan meets it (2026-11-28, d5fb906). Its solver picks
+       the re-runs (convolutions and matrix products among them) at the least
+       estimated time for the bytes, where the ladder below is greedy per byte: on
+       resnet50 at 0.25 (2026-11-27, 40cfc51) both kept 58.6-58.7 MB, torch's at x1.06 of
+       eager's step, the ladder's at x1.32; on the toy CNN at 0.25 the ladder's step
+       peaked 16% above the unmodified graph's, torch's plan not at all.
+    3. The rest of `plain` (steps re-running convolutions and matrix products, the
+       cheapest per byte first): the first step meeting the target.
+    4. The pipeline's rewrites alone (memslim's own ops decompose into aten in the
+       joint graph and keep about what Inductor keeps without them, which is why the
+       ladders over the unmodified graph come first).
+    5. `ladder`, the whole-block ladder (ApplyAs::Op's prices) over the graph the
+       pipeline left: slower per byte, but it reaches further (the pieces' greedy stops
+       once the kept bytes are the whole predicted backward peak).
+    A later way is taken only where the earlier cannot reach the target, so its bytes
+    are below everything the earlier reaches: a smaller budget never keeps more. Way 2
+    is the exception, its probes depend on the fraction: there the bytes are monotone
+    where torch's knapsack keeps fewer bytes at a smaller fraction (its own size
+    estimate is monotone; the measured storages are what bench/memory_budget.py checks;
+    a smaller budget's fraction is at most a larger one's). On a
+    ladder: the first step whose measured bytes meet the target, found by bisection
+    over the steps (each probe is one dry-run partition), then back while the step
+    before also meets it. Where measured bytes fall along a ladder, a smaller budget
+    takes a later step (a recomputed dropout keeps the generator's state, 5 KB on the
+    CPU, so on tiny graphs they can rise by that much along it). Returns whether the
+    graph was rewritten and the partitioner options to compile it with; raises
+    BudgetError naming the smallest reachable figure."""
+
+    def note(text, before=None, after=None):
+        decisions.append(budget_note(text, before, after))
+
+    before = _partitioned_saved_bytes(aten, fakes, skip)
+    target = target_bytes(budget, before)
+    head = (
+        f"budget {target:,} B of the {before:,} B Inductor's partitioner keeps for the "
+        "unmodified graph (parameters excluded)"
+    )
+    if before <= target:
+        note(head + ": met as it is, nothing rewritten", before, before)
+        return False, {}
+    from torch._functorch import config as functorch_config
+
+    options = dict(FUSED_RECOMPUTE)  # way 2 sets torch.compile's own
+    # Probes tag and retag `aten` (each a recompile) and dry-run it: of the sources FX
+    # keeps, only aten's last one is still used.
+    with functorch_config.patch(**FUSED_RECOMPUTE), _forget_fx_sources(aten):
+        return _meet_budget_fused(
+            aten,
+            fakes,
+            apply,
+            ladder,
+            plain,
+            budget,
+            skip,
+            note,
+            decisions,
+            before,
+            target,
+            head,
+            options,
+        ), options
+
+
+# Way 3's and way 1's ladder: the pieces ladder over the graph as Dynamo gave it.
+_UNMODIFIED = "on the unmodified graph (the pipeline's rewrites left out)"
+
+
+class _Probes:
+    """One budget's probes of ladder steps: each step tagged on `aten` and dry-run once
+    (its measured bytes cached per ladder), the records of the step taken, and `reached`,
+    the smallest bytes each way reached (for BudgetError)."""
+
+    def __init__(self, aten, fakes, skip, note, before, target, head):
+        self.aten, self.fakes, self.skip, self.note = aten, fakes, skip, note
+        self.before, self.target, self.head = before, target, head
+        self.reached = []
+
+    @staticmethod
+    def usable(lad) -> bool:
+        return lad is not None and not lad.why and len(lad.steps) >= 2
+
+    def measure(self, lad, k, measured):
+        if k not in measured:
+            lad.tag(k)
+            measured[k] = _partitioned_saved_bytes(self.aten, self.fakes, self.skip)
+        return measured[k]
+
+    def take(self, lad, k, measured, what):
+        note = self.note
+        lad.tag(k)
+        step = lad.steps[k]
+        peak, flops, runs = step.peak, step.flops, step.runs
+        note(
+            self.head + f": {what}; ladder step {k} of {len(lad.steps) - 1}: "
+            f"{len(runs) - lad.skipped} recomputed run(s) ({lad.segments} blocks), measured "
+            f"{measured[k]:,} B; predicted backward peak {peak:,} B (from "
+            f"{lad.steps[0].peak:,} B), added forward work {flops / 1e9:.3g} GFLOP; steps "
+            "measured: " + ", ".join(f"{j}: {b:,} B" for j, b in sorted(measured.items())),
+            self.before,
+            measured[k],
+        )
+        for j in range(1, k + 1):
+            note(
+                f"step {j}: {lad.steps[j].move} -> predicted {lad.steps[j].kept:,} B, peak "
+                f"{lad.steps[j].peak:,} B"
+                + ("" if lad.steps[j].light else " (re-runs a convolution or matrix product)")
+            )
+        if lad.skipped:
+            note(f"{lad.skipped} run(s) left out: they overlap the model's own checkpointing")
+
+    def walk(self, lad, lo, measured, what):
+        """The step of `lad` after `lo` to tag (None: it cannot reach the target; then
+        the smallest it reaches is in `reached`); measured[lo] is known and over the
+        target."""
+        target = self.target
+        last = len(lad.steps) - 1
+        if lo >= last or self.measure(lad, last, measured) > target:
+            lad.tag(0)
+            self.reached.append((measured[last], what))
+            return None
+        hi = last  # measured[lo] > target >= measured[hi]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.measure(lad, mid, measured) <= target:
+                hi = mid
+            else:
+                lo = mid
+        # Measured bytes need not fall at every step (a recomputed dropout keeps the
+        # generator's state): the earliest step meeting the target next to the one found.
+        while hi > 1 and self.measure(lad, hi - 1, measured) <= target:
+            hi -= 1
+        self.take(lad, hi, measured, what)
+        return hi
+
+
+def _meet_budget_fused(
+    aten, fakes, apply, ladder, plain, budget, skip, note, decisions, before, target, head, options
+) -> bool:
+    """_meet_budget's ways, under FUSED_RECOMPUTE; whether the graph was rewritten. Way
+    2 sets `options` to torch.compile's own (TORCH_KNAPSACK and the fraction)."""
+    probes = _Probes(aten, fakes, skip, note, before, target, head)
+    fused = _partitioned_saved_bytes(aten, fakes, skip)
+    probes.reached.append((fused, "Inductor's partitioner re-running every fusible op"))
+    measured = {0: fused}
+    light = _light_end(probes, plain, measured)
+    met = _fused_re_runs(probes, plain, light, measured)
+    if met is not None:
+        return met
+    if plain is not None:
+        plain.tag(0)  # the light end's tags off for torch's knapsack
+    if _torchs_knapsack(probes, budget, options, fused, measured[light]):
+        return False
+    if probes.usable(plain) and probes.walk(plain, light, measured, _UNMODIFIED) is not None:
+        return True
+    return _with_pipeline(probes, apply, ladder, plain, decisions, budget, fused)
+
+
+def _light_end(probes, plain, measured) -> int:
+    """The light end of the pieces ladder `plain`: its last step that re-runs no
+    convolution or matrix product (0: none, or no usable ladder), measured."""
+    light = 0
+    if probes.usable(plain):
+        light = max(k for k, step in enumerate(plain.steps) if step.light)
+        if light >= 1:
+            probes.reached.append(
+                (probes.measure(plain, light, measured), "re-running norms and activations")
+            )
+    return light
+
+
+def _fused_re_runs(probes, plain, light, measured):
+    """Way 1: the fewer bytes of the partitioner's fused re-runs alone and those plus the
+    light end of `plain`, taken where they meet the target; whether the graph was
+    rewritten, None where way 1 does not meet it."""
+    fused = measured[0]
+    best = min((light, 0), key=lambda k: (measured[k], k))
+    if measured[best] > probes.target:
+        return None
+    if best == 0:
+        if plain is not None:
+            plain.tag(0)  # the light end's tags, measured above, off again
+        probes.note(
+            probes.head + f": met by Inductor's partitioner re-running every fusible op "
+            f"(keeps {fused:,} B; the light end of memslim's pieces ladder: "
+            f"{measured[light]:,} B)",
+            probes.before,
+            fused,
+        )
+        return False
+    probes.take(
+        plain,
+        light,
+        measured,
+        _UNMODIFIED + ", every re-run that holds no "
+        "convolution or matrix product (Inductor fuses them into the backward's "
+        f"kernels), taken whole (the partitioner alone: {fused:,} B)",
+    )
+    return True
+
+
+def _torchs_knapsack(probes, budget, options, fused, light_bytes) -> bool:
+    """Way 2: torch's own knapsack (knapsack._torch_knapsack) where its plan meets the
+    target; whether it was taken (then `options` are torch.compile's and its fraction)."""
+    aten, before, target, note = probes.aten, probes.before, probes.target, probes.note
+    # Torch's knapsack may re-run a random op in backward, which draws again unless
+    # Inductor's own seeds replay it (not under fallback_random: aten's generator moved
+    # on; fuzz seed 930027, w0 0.63 off): graphs drawing random numbers skip way 2 (the
+    # ladders' recompute tags keep the generator's state).
+    seeded = next((n for n in aten.graph.nodes if knapsack._draws_random_numbers(n)), None)
+    user = budget if budget <= 1 else target / before  # the fraction torch.compile gets
+    frac, got, at_user = (
+        (None, None, None)
+        if seeded is not None
+        else knapsack._torch_knapsack(aten, probes.fakes, probes.skip, user, before, target, note)
+    )
+    if seeded is not None:
+        note(
+            f"torch's knapsack (way 2) not tried: the graph draws random numbers "
+            f"({seeded.target}), which its plan may draw again in backward"
+        )
+    if frac is None:
+        if got is not None:
+            probes.reached.append((got, "torch's activation_memory_budget knapsack"))
+        return False
+    options.update(TORCH_KNAPSACK, activation_memory_budget=frac)
+    lower = (
+        ""
+        if frac == user
+        else (
+            f", the largest fraction found whose plan meets the target (at {user:.3g}, "
+            f"torch.compile's own plan keeps {at_user:,} B)"
+        )
+    )
+    note(
+        probes.head + f": met by torch's own activation_memory_budget knapsack at {frac:.6g}"
+        f"{lower} (keeps {got:,} B; the partitioner alone: {fused:,} B, with memslim's "
+        f"norm and activation re-runs: {light_bytes:,} B)",
+        before,
+        got,
+    )
+    return True
+
+
+def _with_pipeline(probes, apply, ladder, plain, decisions, budget, fused) -> bool:
+    """Ways 4 and 5: the pipeline's rewrites alone, then the whole-block ladder over the
+    graph they leave; True where one meets the target, else BudgetError."""
+    before, target, head = probes.before, probes.target, probes.head
+    piped = fused
+    if any(d.verdict == "rewrote" for d in decisions):
+        apply()
+        piped = _partitioned_saved_bytes(probes.aten, probes.fakes, probes.skip)
+        probes.reached.append((piped, "with the pipeline's rewrites"))
+    if piped <= target:
+        probes.note(head + f": met by the pipeline's rewrites (keeps {piped:,} B)", before, piped)
+        return True
+    if (
+        probes.usable(ladder)
+        and probes.walk(ladder, 0, {0: piped}, f"the pipeline's rewrites keep {piped:,} B")
+        is not None
+    ):
+        return True
+    raise _unreachable(probes, ladder if ladder is not None else plain, budget)
+
+
+def _unreachable(probes, lad, budget) -> BudgetError:
+    """The error naming the smallest figure any way reached."""
+    before, target = probes.before, probes.target
+    if not probes.reached:
+        why = lad.why if lad is not None and lad.why else "no block to recompute"
+        return BudgetError(
+            f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
+            f"cannot be met: {why} ({lad.segments if lad is not None else 0} blocks found"
+            + (f"; refused: {'; '.join(lad.refused[:3])}" if lad and lad.refused else "")
+            + ")"
+        )
+    best, how = min(probes.reached)
+    return BudgetError(
+        f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
+        f"cannot be met: the smallest reachable is {best:,} B ({best / before:.3f} of the "
+        f"unmodified; {how}, the whole ladder of "
+        f"{lad.segments if lad is not None else 0} blocks without raising the "
+        "predicted backward peak)"
+    )
