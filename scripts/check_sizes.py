@@ -36,7 +36,6 @@ ALLOWED: dict[str, str] = {
     "passes/core/couplings.cpp:find_coupling_chains": "not split yet",
     "passes/core/fuse_act_consumer.cpp:decide_act_consumer": "not split yet",
     "passes/jit/validate_graph.cpp:check_prim": "not split yet",
-    "python/memslim/fx.py:_plan": "not split yet",
     "runtime/coupling_chain.cpp:first_call_check": "not split yet",
     "runtime/coupling_chain.cpp:backward": "not split yet",
     "runtime/norm_ops.cpp": "not split yet",

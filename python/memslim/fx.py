@@ -315,36 +315,57 @@ def _plan(
     blocks = None if run.ladder is None else BlockLadder(gm, s, run.ladder, region_members)
     parts = None if run.pieces is None else BlockLadder(gm, s, run.pieces, region_members)
 
-    def apply() -> dict:
-        """Applies the rewrites; returns {old node name: new node name} for the values a
-        region op's outputs replaced."""
+    apply = _Application(gm, s, rewrites, regions, region_members)
+    return [Decision(r) for r in run.records], apply, blocks, parts
+
+
+class _Application:
+    """The plan's rewrites applied to the FX graph, when called (memslim's torch.compile
+    backend partitions the graph before and after): every new target and argument is
+    built first (nothing changes if one cannot be), then the graph is edited. Returns
+    {old node name: new node name} for the values a region op's outputs replaced."""
+
+    def __init__(self, gm, s, rewrites, regions: str, region_members: dict):
+        self.gm, self.s, self.rewrites, self.regions = gm, s, rewrites, regions
+        self.region_members = region_members  # filled in: region op index -> fx nodes
+
+    def __call__(self) -> dict:
+        gm, s = self.gm, self.s
         _repair_users(gm.graph)
         # Which fx node (or getitem of one) carries each value id.
-        carrier = {}
+        self.carrier = {}
         for node, ids in s.outs.items():
             if len(ids) == 1:
-                carrier.setdefault(ids[0], node)
-
+                self.carrier.setdefault(ids[0], node)
         # Outputs of the region ops this plan adds: a later rewrite may read one (a
         # residual join whose residual a region computes); its node exists once the
         # region is applied, so the argument is resolved then.
-        region_new = {v for r in rewrites if r.region is not None for v in r.region.new_outputs}
+        self.region_new = {
+            v for r in self.rewrites if r.region is not None for v in r.region.new_outputs
+        }
+        plan = self._plan()
+        renamed = self._carry_out(plan)
+        if self.rewrites:
+            gm.recompile()
+        return renamed
 
-        def value(v):
-            if v in carrier:
-                return carrier[v]
-            if v in region_new:
-                return _RegionOutput(v)
-            if v in s.constants:  # a constant argument of the original node
-                return s.constants[v]
-            raise ValueError(f"memslim.fx.optimize: internal error: value {v} has no node")
+    def value(self, v):
+        if v in self.carrier:
+            return self.carrier[v]
+        if v in self.region_new:
+            return _RegionOutput(v)
+        if v in self.s.constants:  # a constant argument of the original node
+            return self.s.constants[v]
+        raise ValueError(f"memslim.fx.optimize: internal error: value {v} has no node")
 
-        # Every new target and argument first (nothing changes if one cannot be built),
-        # then the graph.
+    def _plan(self) -> list:
+        """(node or region op index, target, new (args, kwargs) or None, erased nodes,
+        region or None) per rewrite, in order."""
+        s, carrier = self.s, self.carrier
         plan = []
         created = set()  # node indices of the region ops this plan adds
-        position = {n: i for i, n in enumerate(gm.graph.nodes)}
-        for rw in rewrites:
+        position = {n: i for i, n in enumerate(self.gm.graph.nodes)}
+        for rw in self.rewrites:
             index, region = rw.node, rw.region
             ns, name = rw.kind.split("::")
             target = getattr(getattr(getattr(torch.ops, ns), name), rw.overload or "default")
@@ -365,7 +386,7 @@ def _plan(
                     and anchor is not None
                     and position.get(carrier[v], -1) >= position[anchor]
                 ]
-                if regions == "op" and late:
+                if self.regions == "op" and late:
                     raise ValueError(
                         "memslim.fx.optimize: internal error: a region op would "
                         f"read {late[0].name} before it is made"
@@ -375,7 +396,7 @@ def _plan(
                 continue
             new_args = None
             if rw.args is not None:  # by the new op's schema: keyword-only ones as kwargs
-                values = [a.constant if a.value is None else value(a.value) for a in rw.args]
+                values = [a.constant if a.value is None else self.value(a.value) for a in rw.args]
                 params = target._schema.arguments
                 new_args = (
                     tuple(v for v, a in zip(values, params) if not a.kwarg_only),
@@ -384,21 +405,25 @@ def _plan(
             plan.append(
                 (s.fx_nodes[index], target, new_args, [s.fx_nodes[i] for i in rw.erased], None)
             )
+        return plan
+
+    def _carry_out(self, plan) -> dict:
+        gm, s, carrier = self.gm, self.s, self.carrier
         ops = {}  # region op node index -> its fx node
         renamed = {}
         tag_ids = _checkpoint_ids(gm, s, [r[4] for r in plan if r[4] is not None])
         for node, target, new_args, erased, region in plan:
             if region is not None:
-                region_members[node] = [s.fx_nodes[i] for i in region.nodes]
+                self.region_members[node] = [s.fx_nodes[i] for i in region.nodes]
                 ops[node] = _apply_region(
                     gm,
                     s,
                     region,
                     target,
                     carrier,
-                    value,
+                    self.value,
                     ops,
-                    regions,
+                    self.regions,
                     tag_ids.get(id(region)),
                     renamed,
                 )
@@ -411,11 +436,7 @@ def _plan(
             for dead in erased:  # the C++ view erased them; a node still read stays
                 if not dead.users:
                     gm.graph.erase_node(dead)
-        if rewrites:
-            gm.recompile()
         return renamed
-
-    return [Decision(r) for r in run.records], apply, blocks, parts
 
 
 def coupling_chains(
