@@ -174,7 +174,7 @@ void propagate_shapes(const std::shared_ptr<Graph>& graph, const Module& module,
 }
 
 void check_policy(const CostPolicy& p) {
-  const std::string why = policy_error(p); // passes/policy.cpp's table
+  const std::string why = policy_error(p); // passes/core/policy.cpp's table
   TORCH_CHECK(why.empty(), why);
 }
 

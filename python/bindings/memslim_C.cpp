@@ -24,7 +24,7 @@
 namespace py = pybind11;
 
 namespace memslim_py {
-// Policy keywords, checked by passes/policy.cpp's table as memslim-opt's flags
+// Policy keywords, checked by passes/core/policy.cpp's table as memslim-opt's flags
 // are: ValueError naming the keyword and what it expects.
 memslim::CostPolicy policy_from_dict(const py::dict& policy) {
   memslim::CostPolicy p;

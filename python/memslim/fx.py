@@ -9,7 +9,7 @@ nodes to memslim ops with the same arguments. Shapes come from each node's
 `meta["val"]` (FakeTensors); with `example_inputs` and no `meta["val"]`, a
 FakeTensorProp run fills them in. Nothing is recorded or run for real.
 Why here: only reading the graph and applying a rewrite are per front end;
-what to rewrite is decided once, in C++ (passes/core/fx_front_end.cpp).
+what to rewrite is decided once, in C++ (passes/fx/fx_front_end.cpp).
 """
 
 from __future__ import annotations

@@ -632,7 +632,7 @@ graph(%x : Tensor, %c : bool):
   EXPECT_FALSE(refusal("aten::add").has_value());
 }
 
-// The policy table (passes/policy.cpp): flag text reads as a typed value, and
+// The policy table (passes/core/policy.cpp): flag text reads as a typed value, and
 // a CostPolicy set field by field is checked by the same rows.
 TEST(Policy, OneTableParsesAndChecks) {
   using memslim::PolicyValue;

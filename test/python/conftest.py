@@ -10,7 +10,7 @@ warnings.filterwarnings(
 
 
 # A pass that throws or leaves a broken graph fails the test instead of being
-# rolled back silently (the SafetyGate's driver; see passes/safety_gate.h).
+# rolled back silently (the SafetyGate's driver; see passes/include/memslim/jit/safety_gate.h).
 os.environ.setdefault("MEMSLIM_STRICT", "1")
 
 

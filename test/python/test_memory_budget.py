@@ -1,4 +1,4 @@
-"""memory_budget (issue 12): the planner (passes/memory_budget.cpp, core/recompute_blocks)
+"""memory_budget (issue 12): the planner (passes/jit/memory_budget.cpp, core/recompute_blocks)
 and memslim::recompute_block. A budget is met with the pipeline's rewrites, then whole
 blocks recomputed in backward; saved bytes and the predicted backward peak are monotone in
 the budget; an unreachable budget is refused with the smallest reachable figure; gradients,

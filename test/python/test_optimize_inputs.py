@@ -183,7 +183,7 @@ def test_policy_values_in_range_are_accepted():
 
 def test_policy_is_one_table_for_both_front_ends():
     """memslim.optimize's policy keywords and memslim-opt's policy flags are the rows
-    of passes/policy.cpp's table, and both refuse a value with the same expectation."""
+    of passes/core/policy.cpp's table, and both refuse a value with the same expectation."""
     import inspect
     import subprocess
     from pathlib import Path

@@ -1,7 +1,7 @@
 //===- options.cpp - memslim-opt's command line ---------------------------===//
 //
 // What: parse_args (flags, -o, the one input; the policy flags come from
-// passes/policy.cpp's table, shared with memslim.optimize's keywords), the
+// passes/core/policy.cpp's table, shared with memslim.optimize's keywords), the
 // --input-shapes tokens' syntax, the --help text and --list-passes.
 // Why: one table of what memslim-opt accepts; every other file takes Options.
 //
@@ -64,7 +64,7 @@ Options parse_args(int argc, char** argv) {
                  starts_with(a, "--") && a.find('=') != std::string::npos
                      ? memslim::find_policy_option(a.substr(0, a.find('=')))
                      : nullptr) {
-      // The policy options: passes/policy.cpp's table.
+      // The policy options: passes/core/policy.cpp's table.
       const std::string why =
           po->set(o.policy, memslim::PolicyValue::parse(a.substr(a.find('=') + 1)));
       if (!why.empty()) fail("bad value in '" + a + "': expected " + why);
@@ -89,7 +89,7 @@ Options parse_args(int argc, char** argv) {
 
 namespace {
 
-// The policy flags come from passes/policy.cpp's table (print_help appends them).
+// The policy flags come from passes/core/policy.cpp's table (print_help appends them).
 const char* kUsage =
     "usage: memslim-opt INPUT [-o OUT] (--passes=a,b | --pipeline=NAME) [--remarks] [--stats]\n"
     "                   [--input-shapes=AxB,C] [--verify] [--print-ir-after-all]\n"

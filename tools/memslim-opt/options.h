@@ -31,7 +31,7 @@ bool is_shape_token(const std::string& t);
 // argv -> Options; a bad flag fails with one line.
 Options parse_args(int argc, char** argv);
 
-// --help: the usage text, then the policy flags from passes/policy.cpp's table.
+// --help: the usage text, then the policy flags from passes/core/policy.cpp's table.
 void print_help();
 
 // --list-passes: every registered pass and pipeline.

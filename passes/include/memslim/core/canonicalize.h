@@ -5,7 +5,7 @@
 // with the formula's nodes and the decision record. The matching rules and
 // their reasons are in canonicalize.cpp's header.
 // Why here: the TorchScript pass (passes/canonicalize_activations.cpp) and the
-// FX front end (core/fx_front_end.cpp) both match with these functions; each
+// FX front end (fx/fx_front_end.cpp) both match with these functions; each
 // only submits the rewrite to its safety gate and applies it.
 //
 //===----------------------------------------------------------------------===//

@@ -1,7 +1,7 @@
 //===- decision.h - cost policy and decision records (front-end neutral) --===//
 //
 // What: the cost policy every decision reads (its options declared once, in
-// passes/policy.cpp), the price of a rewrite, and the decision record one pass
+// passes/core/policy.cpp), the price of a rewrite, and the decision record one pass
 // makes at one site; remark text is rendered from the record in one place.
 // Why: both front ends (TorchScript passes, the FX adapter) produce and read
 // these records; nothing here knows a graph IR.
@@ -35,7 +35,7 @@ struct CostPolicy {
   int64_t coupling_anchor_every = 8;
   double coupling_drift_bound = 1e-5;
   // Keep at most this much of what the unmodified graph keeps for backward: a
-  // fraction in (0, 1], or bytes (> 1); 0: no budget (passes/memory_budget.cpp).
+  // fraction in (0, 1], or bytes (> 1); 0: no budget (passes/jit/memory_budget.cpp).
   double memory_budget = 0;
 };
 
@@ -48,7 +48,7 @@ struct PolicyValue {
   static PolicyValue parse(const std::string& s);
 };
 
-// One CostPolicy option, declared once (passes/policy.cpp): memslim-opt's
+// One CostPolicy option, declared once (passes/core/policy.cpp): memslim-opt's
 // --kebab-name flag and memslim.optimize's snake_name keyword both read it.
 struct PolicyOption {
   const char* name;       // "min_bytes"

@@ -6,8 +6,8 @@
 // next matmul / conv keeps anyway, plus per-group rstd. Priced from the
 // saved-tensor rules: an input kept by another consumer frees nothing, an
 // output kept by nobody costs its bytes.
-// Why here: both front ends decide with this function (TorchScript:
-// passes/output_saving_norms.cpp; FX: core/fx_front_end.cpp).
+// Why here: both front ends decide with this function (both through
+// run_swap_pass, from the pass table's row).
 //
 //===----------------------------------------------------------------------===//
 #pragma once

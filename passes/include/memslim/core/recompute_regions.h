@@ -8,7 +8,7 @@
 // op can replace them. memslim::recompute_region keeps only the inputs and
 // re-runs the region in backward.
 // Why here: the TorchScript pass (passes/recompute_pointwise_regions.cpp) and
-// the FX front end (core/fx_front_end.cpp) decide with these functions; each
+// the FX front end (fx/fx_front_end.cpp) decide with these functions; each
 // applies a decision its own way (TorchScript: the op with the region's cloned
 // graph; FX: the op with the text region_ir() builds, or, under
 // torch.compile, recompute tags for Inductor's partitioner).

@@ -1,6 +1,6 @@
 //===- recompute_blocks.h - blocks -> memslim::recompute_block --------------===//
 //
-// What: applying block-recompute decisions (core/recompute_blocks.h) to a
+// What: applying recompute-blocks decisions (core/recompute_blocks.h) to a
 // TorchScript graph, shared by the recompute-blocks pass and the memory-budget
 // planner; and the planner's entry point.
 //
