@@ -34,8 +34,6 @@ ALLOWED: dict[str, str] = {
     "bench/zoo.py:worker": "not split yet",
     "bench/zoo.py:render": "not split yet",
     "bench/zoo.py:main": "not split yet",
-    "kernels/include/memslim/kernels/activations.h": "not split yet",
-    "kernels/src/cpu_loops_impl.h": "not split yet",
     "passes/core/recompute_blocks.cpp": "not split yet",
     "passes/core/recompute_blocks.cpp:block_ladder": "not split yet",
     "passes/core/couplings.cpp:find_coupling_chains": "not split yet",
