@@ -43,7 +43,6 @@ ALLOWED: dict[str, str] = {
     "test/fuzz/gen.py": "not split yet",
     "test/fuzz/runner.py": "not split yet",
     "test/fuzz/runner.py:check_source": "not split yet",
-    "test/gtest/core_test.cpp": "not split yet",
     "test/python/test_fuzz_regressions.py": "not split yet",
     "test/python/test_fx.py": "not split yet",
 }
