@@ -284,6 +284,224 @@ std::pair<at::Tensor, at::Tensor> run_chain(Chain& c, const Layout& l, at::Tenso
   TORCH_INTERNAL_ASSERT(false, "unreachable");
 }
 
+// What first_call_check compares at a block: F's / G's outputs and gradients at
+// a rebuilt input against those at the exact one.
+struct DriftProbe {
+  Chain& c;
+  const Layout& l;
+  at::TensorList state;
+  const ForwardRecord& rec;
+  double bound;
+
+  // Function fn re-run on `in` from the forward's generator state.
+  Outs run(size_t fn, const at::Tensor& in) const {
+    RngReplay replay(rec.rng[fn], in.device());
+    return run_fn(c.fns[fn], with_strides(in, rec.strides[fn]), slice(state, l, fn), true);
+  }
+
+  static double outs_error(const Outs& a, const Outs& b) {
+    double e = 0;
+    for (size_t k = 0; k < a.size(); ++k) e = std::max(e, rel_error(a[k], b[k]));
+    return e;
+  }
+
+  // The gradients of function fn at `in` (its input's and its floating-point
+  // state's: parameters) for one fixed cotangent: what backward computes
+  // there. Values can agree to the bound while derivatives do not: a rebuilt
+  // all-zero row under LayerNorm becomes noise times 1/sqrt(eps) and flips
+  // the ReLU6 after it (fuzz seed 900440: an input gradient off by 112 where
+  // eager's is 1).
+  std::vector<at::Tensor> vjp(size_t fn, const at::Tensor& in) const {
+    at::AutoGradMode grad_mode(true);
+    std::vector<at::Tensor> ext = slice(state, l, fn), wrt;
+    wrt.push_back(in.detach().requires_grad_(true));
+    for (size_t k = 0; k < ext.size(); ++k) // not what it writes: running stats
+      if (ext[k].defined() && ext[k].is_floating_point() && !c.fns[fn].written[k + 1]) {
+        ext[k] = ext[k].detach().requires_grad_(true);
+        wrt.push_back(ext[k]);
+      }
+    RngReplay replay(rec.rng[fn], in.device());
+    const Outs outs = run_fn(c.fns[fn], with_strides(wrt[0], rec.strides[fn]), ext, true);
+    // One fixed cotangent per output (the same draws at every point).
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(900440);
+    std::vector<at::Tensor> diff, cots;
+    for (const at::Tensor& out : outs) {
+      const at::Tensor cot = at::randn(out.sizes(), gen, at::TensorOptions().dtype(at::kFloat))
+                                 .to(out.device(), out.scalar_type());
+      if (!out.requires_grad()) continue;
+      diff.push_back(out);
+      cots.push_back(cot);
+    }
+    if (diff.empty()) return std::vector<at::Tensor>{};
+    return torch::autograd::grad(diff, wrt, cots, false, false, true);
+  }
+
+  // How far the gradients at the rebuilt input are from those at the exact
+  // one, counted only beyond 10x what relative noise of the rebuild's own
+  // size does to them at the exact input: fp32 RevNet's gradients move by
+  // 1e-2 under that noise (eager fp32 is off float64 as much), seed 900440's
+  // do not (a zero row stays zero under relative noise, not under the
+  // rebuild's absolute error).
+  double vjp_error(size_t fn, const at::Tensor& in, const at::Tensor& exact_in) const {
+    const std::vector<at::Tensor> a = vjp(fn, in), b = vjp(fn, exact_in);
+    if (a.size() != b.size()) return double(INFINITY);
+    auto worst_of = [&](const std::vector<at::Tensor>& x) {
+      double e = 0;
+      for (size_t k = 0; k < x.size(); ++k)
+        if (x[k].defined() != b[k].defined())
+          e = INFINITY;
+        else if (x[k].defined())
+          e = std::max(e, rel_error(x[k], b[k]));
+      return e;
+    };
+    const double err = worst_of(a);
+    if (!(err > bound)) return err;
+    const double rho = std::max(rel_error(in, exact_in), 1e-7);
+    if (!std::isfinite(rho)) return err;
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(912100);
+    const at::Tensor u = at::rand(exact_in.sizes(), gen, at::TensorOptions().dtype(at::kDouble))
+                             .mul_(2 * rho)
+                             .sub_(rho)
+                             .add_(1)
+                             .to(exact_in.device());
+    const at::Tensor noisy = exact_in.to(at::kDouble).mul(u).to(exact_in.scalar_type());
+    const std::vector<at::Tensor> n = vjp(fn, noisy);
+    if (n.size() != b.size()) return err;
+    const double noise = worst_of(n);
+    return std::isfinite(noise) && err <= 10 * noise ? 0.0 : err;
+  }
+};
+
+// The per-function strides ForwardRecord kept, from their flat form in saved_data.
+std::vector<std::vector<int64_t>> saved_strides(AutogradContext* ctx) {
+  std::vector<std::vector<int64_t>> strides;
+  const auto flat = ctx->saved_data["strides"].toIntVector();
+  size_t at = 0;
+  for (int64_t n : ctx->saved_data["strides_len"].toIntVector()) {
+    strides.emplace_back(flat.begin() + long(at), flat.begin() + long(at) + n);
+    at += size_t(n);
+  }
+  return strides;
+}
+
+// The exact inputs / outputs the forward kept per block (undefined: not kept).
+struct KeptBlocks {
+  std::vector<at::Tensor> in1, in2, out1, out2;
+};
+
+// saved holds, after the chain's two outputs, per block in order, its inputs
+// (if in_at) then outputs (if out_at).
+KeptBlocks kept_blocks(const variable_list& saved, const std::vector<int64_t>& in_at,
+                       const std::vector<int64_t>& out_at, size_t blocks) {
+  KeptBlocks k{std::vector<at::Tensor>(blocks), std::vector<at::Tensor>(blocks),
+               std::vector<at::Tensor>(blocks), std::vector<at::Tensor>(blocks)};
+  size_t at = 2;
+  size_t i = 0, o = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    if (i < in_at.size() && size_t(in_at[i]) == b) {
+      k.in1[b] = saved[at++];
+      k.in2[b] = saved[at++];
+      ++i;
+    }
+    if (o < out_at.size() && size_t(out_at[o]) == b) {
+      k.out1[b] = saved[at++];
+      k.out2[b] = saved[at++];
+      ++o;
+    }
+  }
+  return k;
+}
+
+// One backward call's working set: the state the functions read (`slot`: each
+// entry's autograd input index, 0 for none), the forward's generator states and
+// strides, and the gradients gathered into `result`.
+struct ChainBackward {
+  AutogradContext* ctx;
+  Chain& c;
+  const Layout& l;
+  const std::vector<at::Tensor>& state;
+  const std::vector<at::Tensor>& rng;
+  const std::vector<std::vector<int64_t>>& strides;
+  const std::vector<size_t>& slot;
+  variable_list& result;
+  std::vector<at::Tensor> ext;
+
+  // Gradients of the state (parameters), summed over the functions reading them.
+  void add_grad(size_t index, const at::Tensor& g) {
+    if (!g.defined() || !slot[index]) return;
+    at::Tensor& r = result[slot[index]];
+    r = r.defined() ? at::add(r, g) : g;
+  }
+
+  // The state a function reads: leaves for the entries that need a gradient.
+  void leaves(size_t fn, std::vector<at::Tensor>& wrt, std::vector<size_t>& wrt_index) {
+    ext.clear();
+    for (int64_t k = 0; k < l.arity[fn]; ++k) {
+      const size_t index = l.offset[fn] + size_t(k);
+      const at::Tensor& t = state[index];
+      if (t.defined() && slot[index] && ctx->needs_input_grad(slot[index])) {
+        ext.push_back(t.detach().requires_grad_(true));
+        wrt.push_back(ext.back());
+        wrt_index.push_back(index);
+      } else {
+        ext.push_back(t.defined() ? t.detach() : t);
+      }
+    }
+  }
+
+  // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt
+  // from y (or the kept exact one), and the gradients: `g_in` (in's) and
+  // the state's gain fn's vector-Jacobian product, `gy` becomes x's.
+  at::Tensor half(size_t fn, const at::Tensor& in_value, const at::Tensor& y,
+                  const at::Tensor& exact_x, at::Tensor& gy, at::Tensor& g_in) {
+    const int64_t k = c.combine[fn];
+    std::vector<at::Tensor> wrt;
+    std::vector<size_t> wrt_index;
+    at::Tensor in = in_value.detach().requires_grad_(true);
+    wrt.push_back(in);
+    leaves(fn, wrt, wrt_index);
+    Outs o;
+    {
+      at::AutoGradMode grad_mode(true);
+      RngReplay replay(rng[fn], in.device());
+      o = run_fn(c.fns[fn], with_strides(in, strides[fn]), ext, true);
+    }
+    Outs od;
+    for (const at::Tensor& t : o) od.push_back(t.detach());
+    const at::Tensor x = exact_x.defined() ? exact_x : rebuild(k, y, od);
+    // dL/d outputs: f: gy; m, t of x * m + t: gy x, gy; of (x + t) * m:
+    // gy (x + t), gy m (each summed to its output's shape where it broadcast).
+    Outs cot;
+    at::Tensor gx = gy;
+    if (k == 0) {
+      cot = {gy};
+    } else if (k == 1) {
+      cot = {at::mul(gy, x), gy};
+      gx = at::mul(gy, od[0]);
+    } else {
+      gx = at::mul(gy, od[0]);
+      cot = {at::mul(gy, at::add(x, od[1])), gx};
+    }
+    std::vector<at::Tensor> diff, diff_cot;
+    for (size_t j = 0; j < o.size(); ++j) {
+      if (!o[j].requires_grad()) continue;
+      diff.push_back(o[j]);
+      at::Tensor ct = cot[j];
+      if (ct.sizes() != o[j].sizes()) ct = at::sum_to(ct, o[j].sizes());
+      diff_cot.push_back(ct.to(o[j].scalar_type()));
+    }
+    if (!diff.empty()) {
+      auto d = torch::autograd::grad(diff, wrt, diff_cot, /*retain_graph=*/false,
+                                     /*create_graph=*/false, /*allow_unused=*/true);
+      if (d[0].defined()) g_in = at::add(g_in, d[0]);
+      for (size_t j = 0; j < wrt_index.size(); ++j) add_grad(wrt_index[j], d[j + 1]);
+    }
+    if (gx.sizes() != x.sizes()) gx = at::sum_to(gx, x.sizes());
+    gy = gx;
+    return x;
+  }
+};
+
 struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFunction> {
   // `present`: the defined entries of the state (autograd takes no undefined
   // inputs), `where` their indices among its `size` entries (None elsewhere).
@@ -377,79 +595,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
                                int64_t anchor_every, std::vector<bool>& keep) {
     std::vector<bool> drift(l.blocks, false);
     std::vector<double> worst(l.blocks, 0);
-    auto run = [&](size_t fn, const at::Tensor& in) {
-      RngReplay replay(rec.rng[fn], in.device());
-      return run_fn(c.fns[fn], with_strides(in, rec.strides[fn]), slice(state, l, fn), true);
-    };
-    auto outs_error = [](const Outs& a, const Outs& b) {
-      double e = 0;
-      for (size_t k = 0; k < a.size(); ++k) e = std::max(e, rel_error(a[k], b[k]));
-      return e;
-    };
-    // The gradients of function fn at `in` (its input's and its floating-point
-    // state's: parameters) for one fixed cotangent: what backward computes
-    // there. Values can agree to the bound while derivatives do not: a rebuilt
-    // all-zero row under LayerNorm becomes noise times 1/sqrt(eps) and flips
-    // the ReLU6 after it (fuzz seed 900440: an input gradient off by 112 where
-    // eager's is 1).
-    auto vjp = [&](size_t fn, const at::Tensor& in) {
-      at::AutoGradMode grad_mode(true);
-      std::vector<at::Tensor> ext = slice(state, l, fn), wrt;
-      wrt.push_back(in.detach().requires_grad_(true));
-      for (size_t k = 0; k < ext.size(); ++k) // not what it writes: running stats
-        if (ext[k].defined() && ext[k].is_floating_point() && !c.fns[fn].written[k + 1]) {
-          ext[k] = ext[k].detach().requires_grad_(true);
-          wrt.push_back(ext[k]);
-        }
-      RngReplay replay(rec.rng[fn], in.device());
-      const Outs outs = run_fn(c.fns[fn], with_strides(wrt[0], rec.strides[fn]), ext, true);
-      // One fixed cotangent per output (the same draws at every point).
-      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(900440);
-      std::vector<at::Tensor> diff, cots;
-      for (const at::Tensor& out : outs) {
-        const at::Tensor cot = at::randn(out.sizes(), gen, at::TensorOptions().dtype(at::kFloat))
-                                   .to(out.device(), out.scalar_type());
-        if (!out.requires_grad()) continue;
-        diff.push_back(out);
-        cots.push_back(cot);
-      }
-      if (diff.empty()) return std::vector<at::Tensor>{};
-      return torch::autograd::grad(diff, wrt, cots, false, false, true);
-    };
-    // How far the gradients at the rebuilt input are from those at the exact
-    // one, counted only beyond 10x what relative noise of the rebuild's own
-    // size does to them at the exact input: fp32 RevNet's gradients move by
-    // 1e-2 under that noise (eager fp32 is off float64 as much), seed 900440's
-    // do not (a zero row stays zero under relative noise, not under the
-    // rebuild's absolute error).
-    auto vjp_error = [&](size_t fn, const at::Tensor& in, const at::Tensor& exact_in) {
-      const std::vector<at::Tensor> a = vjp(fn, in), b = vjp(fn, exact_in);
-      if (a.size() != b.size()) return double(INFINITY);
-      auto worst_of = [&](const std::vector<at::Tensor>& x) {
-        double e = 0;
-        for (size_t k = 0; k < x.size(); ++k)
-          if (x[k].defined() != b[k].defined())
-            e = INFINITY;
-          else if (x[k].defined())
-            e = std::max(e, rel_error(x[k], b[k]));
-        return e;
-      };
-      const double err = worst_of(a);
-      if (!(err > bound)) return err;
-      const double rho = std::max(rel_error(in, exact_in), 1e-7);
-      if (!std::isfinite(rho)) return err;
-      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(912100);
-      const at::Tensor u = at::rand(exact_in.sizes(), gen, at::TensorOptions().dtype(at::kDouble))
-                               .mul_(2 * rho)
-                               .sub_(rho)
-                               .add_(1)
-                               .to(exact_in.device());
-      const at::Tensor noisy = exact_in.to(at::kDouble).mul(u).to(exact_in.scalar_type());
-      const std::vector<at::Tensor> n = vjp(fn, noisy);
-      if (n.size() != b.size()) return err;
-      const double noise = worst_of(n);
-      return std::isfinite(noise) && err <= 10 * noise ? 0.0 : err;
-    };
+    const DriftProbe probe{c, l, state, rec, bound};
     auto off = [&](size_t b, double err) {
       worst[b] =
           std::max(worst[b], std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
@@ -468,13 +614,14 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         exact = true;
         continue;
       }
-      Outs g = run(2 * i + 1, r1);
+      Outs g = probe.run(2 * i + 1, r1);
       if (!exact) {
         // r1 came from block i + 1's rebuilt input: judge it by G's output.
         const at::Tensor y1 = rec.out1[i].defined() ? rec.out1[i] : rec.in1[i + 1];
         const at::Tensor y2 = rec.out2[i].defined() ? rec.out2[i] : rec.in2[i + 1];
-        const Outs g_exact = run(2 * i + 1, y1);
-        off(i + 1, std::max(outs_error(g, g_exact), vjp_error(2 * i + 1, r1, y1)));
+        const Outs g_exact = probe.run(2 * i + 1, y1);
+        off(i + 1,
+            std::max(DriftProbe::outs_error(g, g_exact), probe.vjp_error(2 * i + 1, r1, y1)));
         if (drift[i + 1]) { // block i + 1 keeps its input: block i starts exact
           r1 = y1;
           r2 = y2;
@@ -482,11 +629,11 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         }
       }
       const at::Tensor x2 = rebuild(c.combine[2 * i + 1], r2, g);
-      const Outs f = run(2 * i, x2);
+      const Outs f = probe.run(2 * i, x2);
       const at::Tensor x1 = rebuild(c.combine[2 * i], r1, f);
       off(i, std::max(rel_error(x1, rec.in1[i]), rel_error(x2, rec.in2[i])));
-      off(i, outs_error(f, run(2 * i, rec.in2[i])));
-      off(i, vjp_error(2 * i, x2, rec.in2[i]));
+      off(i, DriftProbe::outs_error(f, probe.run(2 * i, rec.in2[i])));
+      off(i, probe.vjp_error(2 * i, x2, rec.in2[i]));
       const bool anchored = anchor_every > 0 && i > 0 && i % size_t(anchor_every) == 0;
       exact = drift[i] || anchored;
       r1 = exact ? rec.in1[i] : x1;
@@ -514,15 +661,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     const auto in_at = ctx->saved_data["in_at"].toIntVector();
     const auto out_at = ctx->saved_data["out_at"].toIntVector();
     const std::vector<at::Tensor> rng = ctx->saved_data["rng"].toTensorVector();
-    std::vector<std::vector<int64_t>> strides;
-    {
-      const auto flat = ctx->saved_data["strides"].toIntVector();
-      size_t at = 0;
-      for (int64_t n : ctx->saved_data["strides_len"].toIntVector()) {
-        strides.emplace_back(flat.begin() + long(at), flat.begin() + long(at) + n);
-        at += size_t(n);
-      }
-    }
+    const std::vector<std::vector<int64_t>> strides = saved_strides(ctx);
     std::vector<at::Tensor> state = ctx->saved_data["unversioned"].toTensorVector();
     const Layout l = layout(c->fns.size(), arity, links, state.size());
     const variable_list saved = ctx->get_saved_variables();
@@ -531,125 +670,34 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
       for (size_t i = state.size(); i-- > 0;)
         if (!state[i].defined()) state[i] = saved[--next]; // saved last, in order
     }
-    std::vector<at::Tensor> ex_in1(l.blocks), ex_in2(l.blocks), ex_out1(l.blocks),
-        ex_out2(l.blocks);
-    size_t at = 2;
-    {
-      // saved holds, per block in order, its inputs (if in_at) then outputs (if out_at).
-      size_t i = 0, o = 0;
-      for (size_t b = 0; b < l.blocks; ++b) {
-        if (i < in_at.size() && size_t(in_at[i]) == b) {
-          ex_in1[b] = saved[at++];
-          ex_in2[b] = saved[at++];
-          ++i;
-        }
-        if (o < out_at.size() && size_t(out_at[o]) == b) {
-          ex_out1[b] = saved[at++];
-          ex_out2[b] = saved[at++];
-          ++o;
-        }
-      }
-    }
+    const KeptBlocks ex = kept_blocks(saved, in_at, out_at, l.blocks);
     const auto where = ctx->saved_data["where"].toIntVector();
     std::vector<size_t> slot(state.size(), 0); // state index -> autograd input index
     for (size_t i = 0; i < where.size(); ++i) slot[size_t(where[i])] = 2 + i;
     // + fns, arity, links, anchor_every, bound, combine, where, size
     variable_list result(2 + where.size() + 8);
-    // Gradients of the state (parameters), summed over the functions reading them.
-    auto add_grad = [&](size_t index, const at::Tensor& g) {
-      if (!g.defined() || !slot[index]) return;
-      at::Tensor& r = result[slot[index]];
-      r = r.defined() ? at::add(r, g) : g;
-    };
-    // The state a function reads: leaves for the entries that need a gradient.
-    auto leaves = [&](size_t fn, std::vector<at::Tensor>& ext, std::vector<at::Tensor>& wrt,
-                      std::vector<size_t>& wrt_index) {
-      ext.clear();
-      for (int64_t k = 0; k < l.arity[fn]; ++k) {
-        const size_t index = l.offset[fn] + size_t(k);
-        const at::Tensor& t = state[index];
-        if (t.defined() && slot[index] && ctx->needs_input_grad(slot[index])) {
-          ext.push_back(t.detach().requires_grad_(true));
-          wrt.push_back(ext.back());
-          wrt_index.push_back(index);
-        } else {
-          ext.push_back(t.defined() ? t.detach() : t);
-        }
-      }
-    };
+    ChainBackward step{ctx, *c, l, state, rng, strides, slot, result, {}};
     at::Tensor g1 = grads[0], g2 = grads[1];
     if (!g1.defined()) g1 = at::zeros_like(saved[0]);
     if (!g2.defined()) g2 = at::zeros_like(saved[1]);
     at::Tensor r1 = saved[0], r2 = saved[1];
-    std::vector<at::Tensor> ext;
     for (size_t b = l.blocks; b-- > 0;) {
-      if (ex_out1[b].defined()) {
-        r1 = ex_out1[b];
-        r2 = ex_out2[b];
+      if (ex.out1[b].defined()) {
+        r1 = ex.out1[b];
+        r2 = ex.out2[b];
       }
-      // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt
-      // from y (or the kept exact one), and the gradients: `g_in` (in's) and
-      // the state's gain fn's vector-Jacobian product, `gy` becomes x's.
-      auto half = [&](size_t fn, const at::Tensor& in_value, const at::Tensor& y,
-                      const at::Tensor& exact_x, at::Tensor& gy, at::Tensor& g_in) {
-        const int64_t k = c->combine[fn];
-        std::vector<at::Tensor> wrt;
-        std::vector<size_t> wrt_index;
-        at::Tensor in = in_value.detach().requires_grad_(true);
-        wrt.push_back(in);
-        leaves(fn, ext, wrt, wrt_index);
-        Outs o;
-        {
-          at::AutoGradMode grad_mode(true);
-          RngReplay replay(rng[fn], in.device());
-          o = run_fn(c->fns[fn], with_strides(in, strides[fn]), ext, true);
-        }
-        Outs od;
-        for (const at::Tensor& t : o) od.push_back(t.detach());
-        const at::Tensor x = exact_x.defined() ? exact_x : rebuild(k, y, od);
-        // dL/d outputs: f: gy; m, t of x * m + t: gy x, gy; of (x + t) * m:
-        // gy (x + t), gy m (each summed to its output's shape where it broadcast).
-        Outs cot;
-        at::Tensor gx = gy;
-        if (k == 0) {
-          cot = {gy};
-        } else if (k == 1) {
-          cot = {at::mul(gy, x), gy};
-          gx = at::mul(gy, od[0]);
-        } else {
-          gx = at::mul(gy, od[0]);
-          cot = {at::mul(gy, at::add(x, od[1])), gx};
-        }
-        std::vector<at::Tensor> diff, diff_cot;
-        for (size_t j = 0; j < o.size(); ++j) {
-          if (!o[j].requires_grad()) continue;
-          diff.push_back(o[j]);
-          at::Tensor ct = cot[j];
-          if (ct.sizes() != o[j].sizes()) ct = at::sum_to(ct, o[j].sizes());
-          diff_cot.push_back(ct.to(o[j].scalar_type()));
-        }
-        if (!diff.empty()) {
-          auto d = torch::autograd::grad(diff, wrt, diff_cot, /*retain_graph=*/false,
-                                         /*create_graph=*/false, /*allow_unused=*/true);
-          if (d[0].defined()) g_in = at::add(g_in, d[0]);
-          for (size_t j = 0; j < wrt_index.size(); ++j) add_grad(wrt_index[j], d[j + 1]);
-        }
-        if (gx.sizes() != x.sizes()) gx = at::sum_to(gx, x.sizes());
-        gy = gx;
-        return x;
-      };
       // G: y1 -> g; x2 rebuilt from y2. Then F: x2 -> f; x1 rebuilt from y1.
-      r2 = half(2 * b + 1, r1, r2, ex_in2[b], g2, g1);
-      r1 = half(2 * b, r2, r1, ex_in1[b], g1, g2);
+      r2 = step.half(2 * b + 1, r1, r2, ex.in2[b], g2, g1);
+      r1 = step.half(2 * b, r2, r1, ex.in1[b], g1, g2);
       // Back across the link to the previous block's outputs: direct, or
       // cat then chunk into the same pieces, the identity for the gradient too;
-      // a link that re-split kept that block's outputs (ex_out): the gradient
+      // a link that re-split kept that block's outputs (ex.out): the gradient
       // goes back through cat / chunk there.
-      if (b > 0 && ex_out1[b - 1].defined()) {
+      if (b > 0 && ex.out1[b - 1].defined()) {
         const int64_t cat_dim = l.links[3 * (b - 1) + 1], chunk_dim = l.links[3 * (b - 1) + 2];
         const at::Tensor whole = at::cat({g1, g2}, chunk_dim);
         auto parts = whole.split_with_sizes(
-            {ex_out1[b - 1].size(cat_dim), ex_out2[b - 1].size(cat_dim)}, cat_dim);
+            {ex.out1[b - 1].size(cat_dim), ex.out2[b - 1].size(cat_dim)}, cat_dim);
         g1 = parts[0].contiguous();
         g2 = parts[1].contiguous();
       }

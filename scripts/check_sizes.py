@@ -29,20 +29,9 @@ ALLOWED: dict[str, str] = {
     "bench/fuzz_opt_inputs.py": "not split yet",
     "bench/zoo.py:render": "not split yet",
     "bench/zoo.py:main": "not split yet",
-    "kernels/include/memslim/kernels/activations.h": "not split yet",
-    "kernels/src/cpu_loops_impl.h": "not split yet",
-    "passes/core/recompute_blocks.cpp": "not split yet",
-    "passes/core/recompute_blocks.cpp:block_ladder": "not split yet",
-    "passes/core/couplings.cpp:find_coupling_chains": "not split yet",
-    "passes/core/fuse_act_consumer.cpp:decide_act_consumer": "not split yet",
-    "passes/jit/validate_graph.cpp:check_prim": "not split yet",
-    "runtime/coupling_chain.cpp:first_call_check": "not split yet",
-    "runtime/coupling_chain.cpp:backward": "not split yet",
-    "runtime/norm_ops.cpp": "not split yet",
     "test/fuzz/gen.py": "not split yet",
     "test/fuzz/runner.py": "not split yet",
     "test/fuzz/runner.py:check_source": "not split yet",
-    "test/gtest/core_test.cpp": "not split yet",
 }
 
 _CPP_HEADER = re.compile(r"\)\s*(const\s*)?(noexcept\s*)?(override\s*)?(->\s*[\w:<>,\s*&]+)?\{\s*$")

@@ -271,24 +271,12 @@ bool read_only_by(const Top& t, ValueRef v, const std::unordered_set<const void*
   return true;
 }
 
-} // namespace
-
-const char* combine_name(Combine c) { return c == Combine::Add ? "additive" : "affine"; }
-
-std::vector<NodeRef> Coupling::combine_nodes() const {
-  std::vector<NodeRef> out{add1, add2};
-  for (NodeRef n : {inner1, inner2})
-    if (n) out.push_back(n);
-  return out;
-}
-
-std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPolicy& policy) {
-  const Top t(g);
-  std::vector<CouplingChain> out;
-  // Couplings in program order; a node belongs to one coupling at most.
-  std::vector<CouplingChain> refused;
+// The couplings in program order (a node belongs to one coupling at most; `taken`
+// gets their nodes), and the readings refused with why (`refused`).
+std::vector<Coupling> find_couplings(const Top& t, std::vector<CouplingChain>& refused,
+                                     std::unordered_set<const void*>& taken) {
+  const GraphView& g = t.g;
   std::vector<Coupling> found;
-  std::unordered_set<const void*> taken;
   for (NodeRef n : t.order) {
     if ((!is_add(g, n) && !is_mul(g, n)) || taken.count(n.p)) continue;
     std::string why;
@@ -315,6 +303,152 @@ std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPo
     for (NodeRef m : c->combine_nodes()) taken.insert(m.p);
     found.push_back(std::move(*c));
   }
+  return found;
+}
+
+// The chain starting at found[i]: the linked couplings after it whose inner values
+// nobody else reads go into `ch` (its link kinds and dims; `link_nodes` their link's
+// nodes). Returns the index after the chain's last coupling.
+size_t extend_chain(const Top& t, const std::vector<Coupling>& found, size_t i, CouplingChain& ch,
+                    std::vector<NodeRef>& link_nodes) {
+  ch.blocks.push_back(found[i]);
+  size_t j = i + 1;
+  for (; j < found.size(); ++j) {
+    const Coupling& a = ch.blocks.back();
+    const Coupling& b = found[j];
+    std::vector<NodeRef> ln;
+    ValueRef d1, d2;
+    const auto kind = link(t, a, b, ln, d1, d2);
+    if (!kind) break;
+    // a's outputs: read by a's G / second half and the link (or b's F /
+    // halves) only.
+    std::unordered_set<const void*> ok;
+    for (NodeRef m : a.G.nodes) ok.insert(m.p);
+    for (NodeRef m : a.combine_nodes()) ok.insert(m.p);
+    if (*kind == 1) {
+      ok.insert(ln.front().p);
+    } else {
+      for (NodeRef m : b.F.nodes) ok.insert(m.p);
+      for (NodeRef m : b.combine_nodes()) ok.insert(m.p);
+    }
+    if (!read_only_by(t, a.y1, ok) || !read_only_by(t, a.y2, ok)) break;
+    if (*kind == 1) {
+      // b's inputs come from the link alone; read by b only.
+      std::unordered_set<const void*> bo;
+      for (NodeRef m : b.F.nodes) bo.insert(m.p);
+      for (NodeRef m : b.combine_nodes()) bo.insert(m.p);
+      if (!read_only_by(t, b.x1, bo) || !read_only_by(t, b.x2, bo)) break;
+    }
+    ch.link_kinds.push_back(*kind);
+    ch.link_dims.push_back(d1);
+    ch.link_dims.push_back(d2);
+    link_nodes.insert(link_nodes.end(), ln.begin(), ln.end());
+    ch.blocks.push_back(b);
+  }
+  return j;
+}
+
+// Why the chain cannot be cut out as it is (or ""): a function reads a value made
+// inside the chain (it would not exist before the op), or the last block's y1 has a
+// reader placed before its y2 (the op comes where y2 was made).
+std::string chain_refusal(const Top& t, const CouplingChain& c) {
+  const GraphView& g = t.g;
+  const Coupling& last = c.blocks.back();
+  std::vector<ValueRef> chain_in{c.blocks.front().x1, c.blocks.front().x2};
+  size_t start = t.index(c.blocks.front().F.nodes.front());
+  for (NodeRef m : c.blocks.front().combine_nodes()) start = std::min(start, t.index(m));
+  const ValueSet inside = t.forward(chain_in, start, t.index(last.add2) + 1);
+  std::string why;
+  for (const Coupling& b : c.blocks)
+    for (const CouplingFn* f : {&b.F, &b.G})
+      for (ValueRef v : f->external)
+        if (why.empty() && inside.count(v.p))
+          why = "a function reads " + g.name(v) + ", which the chain makes";
+  for (NodeRef u : t.users(last.y1))
+    if (why.empty() && t.index(u) < t.index(last.add2) &&
+        std::find(last.G.nodes.begin(), last.G.nodes.end(), u) == last.G.nodes.end())
+      why = "its output " + g.name(last.y1) + " is read before " + g.name(last.y2) + " is made";
+  return why;
+}
+
+// The chain's covers, in program order (its blocks' nodes and `link_nodes`), and
+// what it guards: the inputs, the outputs and every external value.
+void cover_chain(const Top& t, CouplingChain& c, const std::vector<NodeRef>& link_nodes) {
+  const GraphView& g = t.g;
+  const Coupling& last = c.blocks.back();
+  for (const Coupling& b : c.blocks) {
+    for (const CouplingFn* f : {&b.F, &b.G})
+      c.covers.insert(c.covers.end(), f->nodes.begin(), f->nodes.end());
+    for (NodeRef m : b.combine_nodes()) c.covers.push_back(m);
+  }
+  c.covers.insert(c.covers.end(), link_nodes.begin(), link_nodes.end());
+  std::sort(c.covers.begin(), c.covers.end(),
+            [&](NodeRef a, NodeRef b) { return t.index(a) < t.index(b); });
+  c.guarded = {c.blocks.front().x1, c.blocks.front().x2, last.y1, last.y2};
+  for (const Coupling& b : c.blocks)
+    for (const CouplingFn* f : {&b.F, &b.G})
+      for (ValueRef v : f->external)
+        if (g.is_tensor(v)) c.guarded.push_back(v);
+}
+
+// The chain's decision: kept with `why` (see chain_refusal), for unknown sizes or too
+// few bytes freed; else rewritten, priced by what it keeps before and after.
+void price_chain(const Top& t, CouplingChain& c, const std::string& why, const CostPolicy& policy) {
+  const GraphView& g = t.g;
+  const Coupling& last = c.blocks.back();
+  const auto before = kept_bytes(t, c.covers);
+  const auto o1 = g.bytes(last.y1), o2 = g.bytes(last.y2);
+  std::ostringstream text;
+  const size_t k = c.blocks.size();
+  size_t affine = 0;
+  for (const Coupling& b : c.blocks)
+    affine += b.combine1 != Combine::Add || b.combine2 != Combine::Add;
+  if (affine == 0 || affine == k)
+    text << k << " " << (affine ? "affine" : "additive") << " coupling" << (k == 1 ? "" : "s");
+  else
+    text << k << " couplings (" << affine << " affine)";
+  if (!why.empty()) {
+    c.decision.verdict = Decision::Verdict::Kept;
+    c.decision.text = text.str() + ": " + why;
+  } else if (!before || !o1 || !o2) {
+    c.decision.verdict = Decision::Verdict::Kept;
+    c.decision.text = text.str() + ": sizes unknown (run memslim.optimize with example inputs)";
+  } else {
+    c.kept_before = *before;
+    c.kept_after = *o1 + *o2;
+    c.decision.price.before = c.kept_before;
+    c.decision.price.after = c.kept_after;
+    c.decision.price.added_work = 1; // every F and G runs once more in backward
+    if (c.kept_before - c.kept_after < std::max<int64_t>(policy.min_bytes, 1)) {
+      c.decision.verdict = Decision::Verdict::Kept;
+      text << ": frees " << (c.kept_before - c.kept_after) << " B (keeps " << c.kept_before
+           << " B today, its outputs " << c.kept_after << " B)";
+    } else {
+      c.decision.verdict = Decision::Verdict::Rewrote;
+      text << " -> " << kCouplingChainOp << ": keeps its 2 outputs (" << c.kept_after
+           << " B) instead of " << c.kept_before << " B; F and G re-run in backward";
+    }
+    c.decision.text = text.str();
+  }
+}
+
+} // namespace
+
+const char* combine_name(Combine c) { return c == Combine::Add ? "additive" : "affine"; }
+
+std::vector<NodeRef> Coupling::combine_nodes() const {
+  std::vector<NodeRef> out{add1, add2};
+  for (NodeRef n : {inner1, inner2})
+    if (n) out.push_back(n);
+  return out;
+}
+
+std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPolicy& policy) {
+  const Top t(g);
+  std::vector<CouplingChain> out;
+  std::vector<CouplingChain> refused;
+  std::unordered_set<const void*> taken;
+  const std::vector<Coupling> found = find_couplings(t, refused, taken);
   // Refused readings whose nodes no coupling took (a Glow half's inner add,
   // refused as an additive half, is part of the coupling found at its mul).
   for (CouplingChain& r : refused) {
@@ -325,111 +459,13 @@ std::vector<CouplingChain> find_coupling_chains(const GraphView& g, const CostPo
   // Chains: maximal runs of linked couplings whose inner values nobody else reads.
   for (size_t i = 0; i < found.size();) {
     CouplingChain ch;
-    ch.blocks.push_back(found[i]);
     std::vector<NodeRef> link_nodes;
-    size_t j = i + 1;
-    for (; j < found.size(); ++j) {
-      const Coupling& a = ch.blocks.back();
-      const Coupling& b = found[j];
-      std::vector<NodeRef> ln;
-      ValueRef d1, d2;
-      const auto kind = link(t, a, b, ln, d1, d2);
-      if (!kind) break;
-      // a's outputs: read by a's G / second half and the link (or b's F /
-      // halves) only.
-      std::unordered_set<const void*> ok;
-      for (NodeRef m : a.G.nodes) ok.insert(m.p);
-      for (NodeRef m : a.combine_nodes()) ok.insert(m.p);
-      if (*kind == 1) {
-        ok.insert(ln.front().p);
-      } else {
-        for (NodeRef m : b.F.nodes) ok.insert(m.p);
-        for (NodeRef m : b.combine_nodes()) ok.insert(m.p);
-      }
-      if (!read_only_by(t, a.y1, ok) || !read_only_by(t, a.y2, ok)) break;
-      if (*kind == 1) {
-        // b's inputs come from the link alone; read by b only.
-        std::unordered_set<const void*> bo;
-        for (NodeRef m : b.F.nodes) bo.insert(m.p);
-        for (NodeRef m : b.combine_nodes()) bo.insert(m.p);
-        if (!read_only_by(t, b.x1, bo) || !read_only_by(t, b.x2, bo)) break;
-      }
-      ch.link_kinds.push_back(*kind);
-      ch.link_dims.push_back(d1);
-      ch.link_dims.push_back(d2);
-      link_nodes.insert(link_nodes.end(), ln.begin(), ln.end());
-      ch.blocks.push_back(b);
-    }
-    i = j;
-    // Trim the chain while a function reads a value made inside the chain
-    // (it would not exist before the op), or the last block's y1 has a reader
-    // placed before its y2 (the op comes where y2 was made).
-    CouplingChain& c = ch;
-    c.decision.pass = kInvertibleCouplingsPass;
-    const Coupling& last = c.blocks.back();
-    c.decision.site = "coupling at " + g.name(last.y2);
-    std::vector<ValueRef> chain_in{c.blocks.front().x1, c.blocks.front().x2};
-    size_t start = t.index(c.blocks.front().F.nodes.front());
-    for (NodeRef m : c.blocks.front().combine_nodes()) start = std::min(start, t.index(m));
-    const ValueSet inside = t.forward(chain_in, start, t.index(last.add2) + 1);
-    std::string why;
-    for (const Coupling& b : c.blocks)
-      for (const CouplingFn* f : {&b.F, &b.G})
-        for (ValueRef v : f->external)
-          if (why.empty() && inside.count(v.p))
-            why = "a function reads " + g.name(v) + ", which the chain makes";
-    for (NodeRef u : t.users(last.y1))
-      if (why.empty() && t.index(u) < t.index(last.add2) &&
-          std::find(last.G.nodes.begin(), last.G.nodes.end(), u) == last.G.nodes.end())
-        why = "its output " + g.name(last.y1) + " is read before " + g.name(last.y2) + " is made";
-    // Covers, in program order; guarded: the inputs and every external value.
-    for (const Coupling& b : c.blocks) {
-      for (const CouplingFn* f : {&b.F, &b.G})
-        c.covers.insert(c.covers.end(), f->nodes.begin(), f->nodes.end());
-      for (NodeRef m : b.combine_nodes()) c.covers.push_back(m);
-    }
-    c.covers.insert(c.covers.end(), link_nodes.begin(), link_nodes.end());
-    std::sort(c.covers.begin(), c.covers.end(),
-              [&](NodeRef a, NodeRef b) { return t.index(a) < t.index(b); });
-    c.guarded = {c.blocks.front().x1, c.blocks.front().x2, last.y1, last.y2};
-    for (const Coupling& b : c.blocks)
-      for (const CouplingFn* f : {&b.F, &b.G})
-        for (ValueRef v : f->external)
-          if (g.is_tensor(v)) c.guarded.push_back(v);
-    const auto before = kept_bytes(t, c.covers);
-    const auto o1 = g.bytes(last.y1), o2 = g.bytes(last.y2);
-    std::ostringstream text;
-    const size_t k = c.blocks.size();
-    size_t affine = 0;
-    for (const Coupling& b : c.blocks)
-      affine += b.combine1 != Combine::Add || b.combine2 != Combine::Add;
-    if (affine == 0 || affine == k)
-      text << k << " " << (affine ? "affine" : "additive") << " coupling" << (k == 1 ? "" : "s");
-    else
-      text << k << " couplings (" << affine << " affine)";
-    if (!why.empty()) {
-      c.decision.verdict = Decision::Verdict::Kept;
-      c.decision.text = text.str() + ": " + why;
-    } else if (!before || !o1 || !o2) {
-      c.decision.verdict = Decision::Verdict::Kept;
-      c.decision.text = text.str() + ": sizes unknown (run memslim.optimize with example inputs)";
-    } else {
-      c.kept_before = *before;
-      c.kept_after = *o1 + *o2;
-      c.decision.price.before = c.kept_before;
-      c.decision.price.after = c.kept_after;
-      c.decision.price.added_work = 1; // every F and G runs once more in backward
-      if (c.kept_before - c.kept_after < std::max<int64_t>(policy.min_bytes, 1)) {
-        c.decision.verdict = Decision::Verdict::Kept;
-        text << ": frees " << (c.kept_before - c.kept_after) << " B (keeps " << c.kept_before
-             << " B today, its outputs " << c.kept_after << " B)";
-      } else {
-        c.decision.verdict = Decision::Verdict::Rewrote;
-        text << " -> " << kCouplingChainOp << ": keeps its 2 outputs (" << c.kept_after
-             << " B) instead of " << c.kept_before << " B; F and G re-run in backward";
-      }
-      c.decision.text = text.str();
-    }
+    i = extend_chain(t, found, i, ch, link_nodes);
+    ch.decision.pass = kInvertibleCouplingsPass;
+    ch.decision.site = "coupling at " + g.name(ch.blocks.back().y2);
+    const std::string why = chain_refusal(t, ch);
+    cover_chain(t, ch, link_nodes);
+    price_chain(t, ch, why, policy);
     out.push_back(std::move(ch));
   }
   return out;

@@ -154,54 +154,60 @@ bool checked_prim(c10::Symbol k) {
                     prim::awaitable});
 }
 
-// Shape checks of the prims AliasDb and the interpreter handle without a
-// schema; "" when fine.
-std::string check_prim(const Node* n) {
+// prim::If: a bool condition, two blocks yielding one value per output.
+std::string check_if(const Node* n) {
   const size_t ni = n->inputs().size(), no = n->outputs().size(), nb = n->blocks().size();
+  if (ni != 1 || !is(n->input(0), c10::BoolType::get())) return "takes one bool condition";
+  if (nb != 2) return "needs two blocks";
+  for (const Block* b : n->blocks()) {
+    if (!b->inputs().empty()) return "blocks take no inputs";
+    if (b->outputs().size() != no)
+      return "each block must yield " + std::to_string(no) + " values (one per output)";
+  }
+  return "";
+}
+
+// prim::Loop: trip count, condition, carried values, one block that carries them.
+std::string check_loop(const Node* n) {
+  const size_t ni = n->inputs().size(), no = n->outputs().size(), nb = n->blocks().size();
+  if (ni < 2 || !is(n->input(0), c10::IntType::get()) || !is(n->input(1), c10::BoolType::get()))
+    return "takes a trip count (int), a condition (bool) and the carried values";
+  const size_t carried = ni - 2;
+  if (nb != 1) return "needs one block";
+  const Block* b = n->blocks()[0];
+  if (b->inputs().size() != carried + 1 || b->outputs().size() != carried + 1 || no != carried)
+    return "with " + std::to_string(carried) + " carried values needs a block of " +
+           std::to_string(carried + 1) + " inputs and " + std::to_string(carried + 1) +
+           " outputs, and " + std::to_string(carried) + " outputs";
+  if (!is(b->outputs()[0], c10::BoolType::get())) return "block's first output must be a bool";
+  return "";
+}
+
+// prim::Constant: no inputs, one output, a value of its type (or None, or a function).
+std::string check_constant(const Node* n) {
+  const size_t ni = n->inputs().size(), no = n->outputs().size();
+  if (ni != 0 || no != 1) return "takes no inputs and has one output";
+  if (n->output()->type()->cast<c10::FunctionType>()) return ""; // a function to call
+  if (!n->hasAttribute(c10::attr::value)) {
+    if (n->output()->type()->kind() != c10::TypeKind::NoneType)
+      return "without a value must be NoneType, not " + n->output()->type()->repr_str();
+    return "";
+  }
+  std::optional<c10::IValue> v;
+  try {
+    v = torch::jit::toIValue(n->output());
+  } catch (const std::exception&) {
+  }
+  if (!v || !v->type()->isSubtypeOf(*n->output()->type()))
+    return "value does not fit its type " + n->output()->type()->repr_str();
+  return "";
+}
+
+// Tuples, lists, dicts, prim::Uninitialized and prim::unchecked_cast; nullopt for
+// any other kind.
+std::optional<std::string> check_container(const Node* n) {
+  const size_t ni = n->inputs().size(), no = n->outputs().size();
   const auto k = n->kind();
-  if (k == prim::If) {
-    if (ni != 1 || !is(n->input(0), c10::BoolType::get())) return "takes one bool condition";
-    if (nb != 2) return "needs two blocks";
-    for (const Block* b : n->blocks()) {
-      if (!b->inputs().empty()) return "blocks take no inputs";
-      if (b->outputs().size() != no)
-        return "each block must yield " + std::to_string(no) + " values (one per output)";
-    }
-    return "";
-  }
-  if (k == prim::Loop) {
-    if (ni < 2 || !is(n->input(0), c10::IntType::get()) || !is(n->input(1), c10::BoolType::get()))
-      return "takes a trip count (int), a condition (bool) and the carried values";
-    const size_t carried = ni - 2;
-    if (nb != 1) return "needs one block";
-    const Block* b = n->blocks()[0];
-    if (b->inputs().size() != carried + 1 || b->outputs().size() != carried + 1 || no != carried)
-      return "with " + std::to_string(carried) + " carried values needs a block of " +
-             std::to_string(carried + 1) + " inputs and " + std::to_string(carried + 1) +
-             " outputs, and " + std::to_string(carried) + " outputs";
-    if (!is(b->outputs()[0], c10::BoolType::get())) return "block's first output must be a bool";
-    return "";
-  }
-  if (nb != 0 && k != prim::Closure) return "cannot have blocks";
-  if (needs_subgraph(k) && !n->hasAttribute(c10::attr::Subgraph))
-    return "needs a Subgraph attribute";
-  if (k == prim::Constant) {
-    if (ni != 0 || no != 1) return "takes no inputs and has one output";
-    if (n->output()->type()->cast<c10::FunctionType>()) return ""; // a function to call
-    if (!n->hasAttribute(c10::attr::value)) {
-      if (n->output()->type()->kind() != c10::TypeKind::NoneType)
-        return "without a value must be NoneType, not " + n->output()->type()->repr_str();
-      return "";
-    }
-    std::optional<c10::IValue> v;
-    try {
-      v = torch::jit::toIValue(n->output());
-    } catch (const std::exception&) {
-    }
-    if (!v || !v->type()->isSubtypeOf(*n->output()->type()))
-      return "value does not fit its type " + n->output()->type()->repr_str();
-    return "";
-  }
   if (k == prim::TupleConstruct) {
     auto t = no == 1 ? n->output()->type()->cast<c10::TupleType>() : nullptr;
     if (!t || t->elements().size() != ni)
@@ -259,6 +265,14 @@ std::string check_prim(const Node* n) {
   }
   if (k == prim::unchecked_cast)
     return ni == 1 && no == 1 ? "" : "takes one input and has one output";
+  return std::nullopt;
+}
+
+// Objects, calls, futures, context managers, isinstance, tolist, Print and
+// RaiseException; nullopt for any other kind.
+std::optional<std::string> check_object(const Node* n) {
+  const size_t ni = n->inputs().size(), no = n->outputs().size();
+  const auto k = n->kind();
   if (k == prim::GetAttr || k == prim::SetAttr) {
     auto cls = ni >= 1 ? n->input(0)->type()->cast<c10::ClassType>() : nullptr;
     if (!n->hasAttribute(c10::attr::name) ||
@@ -312,6 +326,21 @@ std::string check_prim(const Node* n) {
     return no == 0 && ni >= 1 && ni <= 2 && is(n->input(0), c10::StringType::get())
                ? ""
                : "takes a message (str) and has no outputs";
+  return std::nullopt;
+}
+
+// Shape checks of the prims AliasDb and the interpreter handle without a
+// schema; "" when fine.
+std::string check_prim(const Node* n) {
+  const auto k = n->kind();
+  if (k == prim::If) return check_if(n);
+  if (k == prim::Loop) return check_loop(n);
+  if (!n->blocks().empty() && k != prim::Closure) return "cannot have blocks";
+  if (needs_subgraph(k) && !n->hasAttribute(c10::attr::Subgraph))
+    return "needs a Subgraph attribute";
+  if (k == prim::Constant) return check_constant(n);
+  if (auto r = check_container(n)) return *r;
+  if (auto r = check_object(n)) return *r;
   return "";
 }
 
