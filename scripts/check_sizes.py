@@ -29,7 +29,6 @@ ALLOWED: dict[str, str] = {
     "bench/fuzz_opt_inputs.py": "not split yet",
     "bench/zoo.py:render": "not split yet",
     "bench/zoo.py:main": "not split yet",
-    "test/fuzz/gen.py": "not split yet",
     "test/fuzz/runner.py": "not split yet",
     "test/fuzz/runner.py:check_source": "not split yet",
 }

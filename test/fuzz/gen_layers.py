@@ -1,0 +1,347 @@
+"""Statement generators for layers and pointwise code: a mixin of gen.py's Gen.
+
+What: linear layers (F.linear / nn.Linear / matmul), aten, module and in-place activations,
+hand-written activations (one expression, spread over statements, FracAct-like),
+pointwise unary / binary / addcmul / parameter-broadcast statements, in-place writes on
+values and slices, and views (reshape / transpose / slicing / cat / chunk / contiguous).
+Each `s_*` returns a list of Stmt and uses Gen's helpers (pick, new, param, save, ...).
+Why: gen.py over the size rule; one module per family of statements.
+"""
+
+from __future__ import annotations
+
+from gen_program import Stmt, V, Val
+from gen_vocab import (
+    ACTS,
+    BINARY,
+    HAND,
+    INPLACE_ACTS,
+    INPLACE_BINARY_WRITES,
+    INPLACE_SLICE_WRITES,
+    INPLACE_WRITES,
+    MODULE_ACTS,
+    OUTPUT_SAVERS,
+    UNARY,
+    WIDTHS,
+)
+
+
+class LayerStatements:
+    """Gen's statement generators for layers, activations, pointwise code and views."""
+
+    def s_linear(self):
+        v = self.pick()
+        cin, cout = v.shape[-1], self.rng.choice(WIDTHS)
+        if self.in_loop:
+            cout = cin
+        self.save(v)
+        r = self.new(v.shape[:-1] + (cout,))
+        style = self.rng.random()
+        if style < 0.55:
+            w = self.param((cout, cin))
+            if self.rng.random() < 0.4:
+                b = self.param((cout,), "bias")
+                line = "%s = F.linear(%s, self.%s, self.%s)" % (V(r), V(v), w, b)
+            else:
+                line = "%s = F.linear(%s, self.%s)" % (V(r), V(v), w)
+            feat = "linear"
+        elif style < 0.75:
+            n = self.name("lin")
+            self.p.decls[n] = "self.%s = torch.nn.Linear(%d, %d, bias=%s)" % (
+                n,
+                cin,
+                cout,
+                self.rng.random() < 0.6,
+            )
+            line = "%s = self.%s(%s)" % (V(r), n, V(v))
+            feat = "nn_linear"
+        else:
+            w = self.param((cout, cin))
+            line = self.rng.choice(
+                ["%s = torch.matmul(%s, self.%s.t())", "%s = %s @ self.%s.t()"]
+            ) % (V(r), V(v), w)
+            feat = "matmul"
+        return [Stmt([line], [r.id], [feat])]
+
+    def act_saves(self, feat: str, v: Val, r: Val):
+        if feat.rstrip("_") in OUTPUT_SAVERS:
+            self.save(r)
+        else:
+            self.save(v)
+
+    def s_act(self):
+        roll = self.rng.random()
+        if roll < 0.25:
+            v = self.pick(self.inter)
+            if v is not None:
+                feat, t = self.rng.choice(INPLACE_ACTS)
+                expr = t.format(x=V(v))
+                self.save(v)
+                if self.rng.random() < 0.4:
+                    return [Stmt([expr], [], ["act_inplace", "act:" + feat])]
+                r = self.new(v.shape, contig=v.contig, alias=v)
+                return [Stmt(["%s = %s" % (V(r), expr)], [r.id], ["act_inplace", "act:" + feat])]
+        if roll < 0.38:
+            feat, ctor, inplace = self.rng.choice(MODULE_ACTS)
+            v = self.pick(self.inter) if inplace else self.pick()
+            if v is None:
+                return []
+            n = self.name("act")
+            self.p.decls[n] = "self.%s = %s" % (n, ctor)
+            r = self.new(v.shape, contig=v.contig or not inplace, alias=v if inplace else None)
+            self.act_saves(feat, v, r)
+            return [
+                Stmt(["%s = self.%s(%s)" % (V(r), n, V(v))], [r.id], ["act_module", "act:" + feat])
+            ]
+        v = self.pick()
+        feat, t = self.rng.choice(ACTS)
+        r = self.new(v.shape)
+        self.act_saves(feat, v, r)
+        return [Stmt(["%s = %s" % (V(r), t.format(x=V(v)))], [r.id], ["act:" + feat])]
+
+    def s_hand(self):
+        v = self.pick()
+        roll = self.rng.random()
+        if roll < 0.12 and not self.in_loop:
+            return self.s_fracact(v)
+        if roll < 0.4:
+            return self.s_split_hand(v)
+        feat, t = self.rng.choice(HAND)
+        r = self.new(v.shape)
+        self.save(v)
+        return [Stmt(["%s = %s" % (V(r), t.format(x=V(v)))], [r.id], [feat])]
+
+    def s_split_hand(self, h: Val):
+        """A hand-written activation spread over statements, optionally with an
+        in-place write on its input in between (issue 9's silu mis-rewrite)."""
+        out = []
+        kind = self.rng.choice(["silu", "gelu", "mish"])
+        s = self.new(h.shape)
+        if kind == "silu":
+            out.append(Stmt(["%s = torch.sigmoid(%s)" % (V(s), V(h))], [s.id], ["hand_split"]))
+            self.save(s)
+        elif kind == "gelu":
+            out.append(
+                Stmt(
+                    ["%s = 1.0 + torch.erf(%s * 0.7071067811865476)" % (V(s), V(h))],
+                    [s.id],
+                    ["hand_split"],
+                )
+            )
+            self.save(h)
+        else:
+            out.append(
+                Stmt(["%s = torch.tanh(F.softplus(%s))" % (V(s), V(h))], [s.id], ["hand_split"])
+            )
+            self.save(h, s)
+        if self.inter(h) and self.rng.random() < 0.6:
+            out.append(
+                Stmt(
+                    [self.rng.choice(INPLACE_WRITES).format(x=V(h))],
+                    [],
+                    ["inplace_write", "write_between"],
+                )
+            )
+        r = self.new(h.shape)
+        expr = {"silu": "%s * %s", "gelu": "0.5 * %s * %s", "mish": "%s * %s"}[kind] % (V(h), V(s))
+        self.save(h, s)
+        out.append(Stmt(["%s = %s" % (V(r), expr)], [r.id], ["hand_split", "hand_" + kind]))
+        return out
+
+    def s_fracact(self, x: Val):
+        order = self.param((), "zero_dim", reuse=0.3)
+        t = "t%d_" % self.next_id
+        use_buf = self.rng.random() < 0.5
+        lines = [
+            "{t}a = torch.sigmoid(self.{o}) * 1.8 + 0.1",
+            "{t}p = torch.where({x} > 0, {x}, 1.0)",
+            "{t}p = 1.0507 * torch.pow({t}p, 1 - {t}a) / torch.exp(torch.lgamma(2 - {t}a))",
+            "{t}q = torch.where({x} <= 0, {x}, 1.0)",
+            "{t}g = torch.exp(torch.lgamma(1 + {t}a))",
+        ]
+        if use_buf:
+            bn = self.name("consts")
+            self.p.decls[bn] = (
+                'self.register_buffer("%s", torch.tensor([0.0, 1.0, 2.0]), persistent=False)' % bn
+            )
+            lines += [
+                "{t}n = self.%s[1]" % bn,
+                "{t}acc = (1 - torch.exp({t}q)) * {t}g / torch.exp(torch.lgamma(1 + {t}a))",
+                "{t}acc = {t}acc + (1 - torch.exp({t}q - {t}n)) * {t}g / torch.exp(torch.lgamma({t}a)) * torch.pow(-1, {t}n)",
+            ]
+        else:
+            lines += [
+                "{t}acc = (1 - torch.exp({t}q)) * {t}g / torch.exp(torch.lgamma(1 + {t}a))",
+                "{t}acc = {t}acc - (1 - torch.exp({t}q - 1.0)) * {t}g / torch.exp(torch.lgamma({t}a))",
+            ]
+        r = self.new(x.shape)
+        self.save(x)
+        lines.append("{r} = torch.where({x} > 0, {t}p, 1.7581 / torch.pow(1.0, {t}a) * {t}acc)")
+        lines = [
+            ln.replace("{t}", t).replace("{o}", order).replace("{x}", V(x)).replace("{r}", V(r))
+            for ln in lines
+        ]
+        return [Stmt(lines, [r.id], ["fracact"])]
+
+    def s_pointwise(self):
+        v = self.pick()
+        roll = self.rng.random()
+        if roll < 0.35:
+            t, si, so = self.rng.choice(UNARY)
+            expr, feat = t.format(x=V(v)), "pw_unary"
+            r = self.new(v.shape)
+            if si:
+                self.save(v)
+            if so:
+                self.save(r)
+            return [Stmt(["%s = %s" % (V(r), expr)], [r.id], [feat])]
+        if roll < 0.65:
+            y = self.partner(v)
+            t, sv = self.rng.choice(BINARY)
+            expr, feat = t.format(x=V(v), y=V(y)), "pw_binary"
+            if sv:
+                self.save(v, y)
+        elif roll < 0.8:
+            y, z = self.partner(v), self.partner(v)
+            self.save(y, z)
+            if self.rng.random() < 0.5:
+                expr, feat = "torch.addcmul(%s, %s, %s, value=0.5)" % (V(v), V(y), V(z)), "addcmul"
+            else:
+                expr, feat = (
+                    "torch.addcdiv(%s, %s, %s.abs() + 1.0, value=0.3)" % (V(v), V(y), V(z)),
+                    "addcdiv",
+                )
+        elif roll < 0.92:
+            c = v.shape[-1]
+            k = self.rng.random()
+            if k < 0.4:  # ResMLP's Affine: addcmul(beta, alpha, x)
+                a, b = self.param((c,), "scale", 0.2), self.param((c,), "bias", 0.2)
+                expr, feat = "torch.addcmul(self.%s, self.%s, %s)" % (b, a, V(v)), "affine_addcmul"
+                self.save(v)
+            elif k < 0.7:
+                a = self.param((c,), "scale", 0.3)
+                expr, feat = "%s * self.%s" % (V(v), a), "param_broadcast"
+                self.save(v)
+            else:
+                s = self.param((), "zero_dim", 0.3)
+                if self.rng.random() < 0.5:
+                    expr = "%s * self.%s" % (V(v), s)
+                    self.save(v)
+                else:
+                    expr = "%s + torch.sigmoid(self.%s)" % (V(v), s)
+                feat = "param_0dim"
+        else:
+            s, k = self.arg("float"), self.arg("int")
+            if s is not None and (k is None or self.rng.random() < 0.5):
+                expr, feat = "%s * %s + %s" % (V(v), s, s), "use_arg_float"
+            elif k is not None:
+                expr, feat = "%s * %s" % (V(v), k), "use_arg_int"
+            else:
+                expr, feat = "%s * %s" % (V(v), V(v)), "pw_binary"
+                self.save(v)
+        r = self.new(v.shape)
+        return [Stmt(["%s = %s" % (V(r), expr)], [r.id], [feat])]
+
+    def s_inplace(self):
+        v = self.pick(self.inter)
+        if v is None:
+            return []
+        roll = self.rng.random()
+        if roll < 0.4:
+            line, feat = self.rng.choice(INPLACE_WRITES).format(x=V(v)), "inplace_write"
+            if "clamp_" in line:
+                self.save(v)
+        elif roll < 0.75 and len(v.shape) == 2 and v.shape[1] > 2:
+            k = self.rng.randint(1, v.shape[1] - 1)
+            t = self.rng.choice(INPLACE_SLICE_WRITES)
+            if self.rng.random() < 0.3:
+                y = self.partner(v)
+                line = "{x}[:, :{k}] = {y}[:, :{k}]".format(x=V(v), y=V(y), k=k)
+            else:
+                line = t.format(x=V(v), k=k)
+                if "relu" in line:
+                    self.save(v)
+            feat = "inplace_slice"
+        else:
+            y = self.partner(v)
+            t = self.rng.choice(INPLACE_BINARY_WRITES)
+            line, feat = t.format(x=V(v), y=V(y)), "inplace_write"
+            if "mul_" in t:
+                self.save(v, y)
+        return [Stmt([line], [], [feat])]
+
+    def s_view(self):
+        v = self.pick()
+        sh = v.shape
+        numel = 1
+        for d in sh:
+            numel *= d
+        roll = self.rng.random()
+        if len(sh) == 2 and roll < 0.2:
+            r = self.new((sh[1], sh[0]), contig=False, alias=v)
+            expr = self.rng.choice(["%s.t()", "%s.transpose(0, 1)"]) % V(v)
+            return [Stmt(["%s = %s" % (V(r), expr)], [r.id], ["view_transpose"])]
+        if len(sh) == 2 and sh[1] > 2 and roll < 0.4:
+            k = self.rng.randint(1, sh[1] - 1)
+            if self.rng.random() < 0.5:
+                r = self.new((sh[0], k), contig=False, alias=v)
+                expr = self.rng.choice(
+                    ["%s[:, :%d]" % (V(v), k), "%s.narrow(1, 0, %d)" % (V(v), k)]
+                )
+            else:
+                r = self.new((sh[0], sh[1] - k), contig=False, alias=v)
+                expr = "%s[:, %d:]" % (V(v), k)
+            return [Stmt(["%s = %s" % (V(r), expr)], [r.id], ["view_slice"])]
+        if len(sh) == 2 and sh[1] % 2 == 0 and roll < 0.5:
+            a = self.new((sh[0], sh[1] // 2), contig=False, alias=v)
+            b = self.new((sh[0], sh[1] // 2), contig=False, alias=v)
+            return [
+                Stmt(
+                    ["%s, %s = %s.chunk(2, dim=1)" % (V(a), V(b), V(v))],
+                    [a.id, b.id],
+                    ["view_chunk"],
+                )
+            ]
+        if roll < 0.7:
+            m = self.rng.choice([d for d in (2, 4, 8) if numel % d == 0] or [1])
+            if self.rng.random() < 0.5 and len(sh) == 2:
+                # reshape round trip with an activation in between
+                t = self.new((numel // m, m), contig=v.contig, alias=v)
+                feat, tmpl = self.rng.choice(ACTS + HAND)
+                u = self.new((numel // m, m))
+                self.act_saves(feat, t, u)
+                r = self.new(sh, alias=u)
+                lines = [
+                    "%s = %s.reshape(%d, %d)" % (V(t), V(v), numel // m, m),
+                    "%s = %s" % (V(u), tmpl.format(x=V(t))),
+                    "%s = %s.reshape(%s)" % (V(r), V(u), ", ".join(map(str, sh))),
+                ]
+                feat = feat if feat.startswith("hand") else "act:" + feat
+                return [
+                    Stmt(lines[:1], [t.id], ["view_reshape"]),
+                    Stmt(lines[1:2], [u.id], [feat]),
+                    Stmt(lines[2:], [r.id], ["view_reshape"]),
+                ]
+            use_view = v.contig and self.rng.random() < 0.5
+            r = self.new((numel // m, m), contig=v.contig, alias=v)
+            expr = "%s.%s(%d, %d)" % (V(v), "view" if use_view else "reshape", numel // m, m)
+            return [Stmt(["%s = %s" % (V(r), expr)], [r.id], ["view_reshape"])]
+        if roll < 0.85:
+            y = self.pick(lambda u: len(u.shape) == len(sh) and u.shape[:-1] == sh[:-1])
+            r = self.new(sh[:-1] + (sh[-1] + y.shape[-1],))
+            return [
+                Stmt(
+                    ["%s = torch.cat([%s, %s], dim=%d)" % (V(r), V(v), V(y), len(sh) - 1)],
+                    [r.id],
+                    ["cat"],
+                )
+            ]
+        if len(sh) == 2 and roll < 0.92:
+            t = self.new((1,) + sh, contig=v.contig, alias=v)
+            r = self.new(sh, contig=v.contig, alias=v)
+            return [
+                Stmt(["%s = %s.unsqueeze(0)" % (V(t), V(v))], [t.id], ["view_unsqueeze"]),
+                Stmt(["%s = %s.squeeze(0)" % (V(r), V(t))], [r.id], ["view_unsqueeze"]),
+            ]
+        r = self.new(sh)
+        return [Stmt(["%s = %s.contiguous() * 1.0" % (V(r), V(v))], [r.id], ["contiguous"])]
