@@ -20,7 +20,8 @@ then measure:
   to eager fp32, and eager fp32's own distance to an fp64 eager run (the rounding noise floor).
 Rows go to a JSON-lines cache (one line per finished model, appended under a lock, newest
 wins), so a run resumes where it stopped and several drivers may share the cache (a model is
-claimed by an O_EXCL file while it runs). The table: bench/results/zoo.md.
+claimed by an O_EXCL file while it runs). The table: bench/results/zoo.md (verdicts and
+rendering: bench/_zoo_report.py).
 """
 
 from __future__ import annotations
@@ -47,15 +48,9 @@ RESULTS = os.path.join(HERE, "results")
 DEFAULT_CACHE = os.path.join(RESULTS, "zoo.jsonl")
 DEFAULT_MD = os.path.join(RESULTS, "zoo.md")
 
-# Gradient criterion: memslim's distance to eager may exceed neither GRAD_FACTOR x the unmodified
-# module's distance nor GRAD_FACTOR x eager fp32's own rounding error (distance to fp64),
-# whichever is larger; GRAD_FLOOR where neither could be measured.
-GRAD_FACTOR = 10.0
-GRAD_FLOOR = 1e-6
-PRED_TOL = 0.05  # prediction "within 5%" of the measured difference
 SKIP_FP64_PARAMS = 100e6  # no fp64 reference above this many parameters (memory, time)
-# Phases in which a signal / error is memslim's (optimize or running what it produced).
-MEMSLIM_PHASES = ("optimize", "opt_grads", "opt_saved")
+
+from _zoo_report import FLAGS, render, verdict  # noqa: E402
 
 
 # ---- worker (one model, its own process) ----------------------------------------------
@@ -263,48 +258,6 @@ def worker(name: str, out_path: str, threads: int) -> None:
     save()
 
 
-# ---- classification of a row -----------------------------------------------------------
-
-
-def verdict(r: dict) -> dict:
-    """Flags of a finished row: crash / refusal / error (memslim's or before it) / more_bytes /
-    grad_worse / rewrote / pred_ok."""
-    v = {}
-    ph = r.get("phase", "")
-    if r.get("signal"):
-        v["crash"] = ph in MEMSLIM_PHASES
-        v["crash_before"] = not v["crash"]
-    if r.get("timeout"):
-        v["timeout"] = True
-    if r.get("refused"):
-        v["refusal"] = True
-    if r.get("error"):
-        if ph in MEMSLIM_PHASES:
-            v["opt_error"] = True
-        else:
-            v["setup_error"] = True
-    if "opt_saved" in r and "script_saved" in r:
-        v["measured"] = True
-        v["more_bytes"] = r["opt_saved"] > r["script_saved"]
-        meas = r["script_saved"] - r["opt_saved"]
-        v["rewrote"] = bool(r.get("rewrites")) or r.get("predicted", 0) != 0
-        if v["rewrote"]:
-            v["pred_ok"] = abs(r["predicted"] - meas) <= PRED_TOL * max(abs(meas), 1)
-    if "d_opt" in r and "d_script" in r:
-        dopt = max(r["d_opt"])
-        dscr = max(r["d_script"])
-        noise = (
-            max(x for x in (dscr, r.get("d_eager_fp64", 0.0) or 0.0) if x == x)
-            if dscr == dscr
-            else float("nan")
-        )
-        if dopt != dopt or dscr != dscr:  # nan: eager's own gradients not finite
-            v["grad_nonfinite"] = True
-        else:
-            v["grad_worse"] = dopt > GRAD_FACTOR * max(noise, GRAD_FLOOR)
-    return v
-
-
 # ---- driver -----------------------------------------------------------------------------
 
 
@@ -422,223 +375,7 @@ def run_one(name: str, a, tmpdir: str) -> dict:
     return row
 
 
-def fmt_bytes(b) -> str:
-    return "" if b is None else f"{b:,}"
-
-
-def fmt_d(x) -> str:
-    if x is None:
-        return ""
-    return "nan" if x != x else f"{x:.1e}"
-
-
-def render(rows: dict, names: list, md_path: str, meta: dict) -> str:
-    import torch
-
-    rs = [rows[n] for n in names if n in rows]
-    vs = {r["model"]: verdict(r) for r in rs}
-    cnt = lambda k: sum(1 for r in rs if vs[r["model"]].get(k))  # noqa: E731
-    by_src = {}
-    for r in rs:
-        src = r.get("source") or r["model"].split("/")[0]
-        by_src[src] = by_src.get(src, 0) + 1
-    n_rew = cnt("rewrote")
-    lines = [
-        "# Zoo run: memslim.optimize over torchvision / transformers / timm models (issue 9)",
-        "",
-        f"{meta['date']}, torch {torch.__version__}, memslim git {meta['git']}; "
-        f"{meta['cpu']}, {meta['jobs']} workers x {meta['threads']} torch thread(s) "
-        "(machine shared with other jobs).",
-        "",
-        f"Command: `{meta['command']}`",
-        "",
-        "Settings: random weights from configs (nothing downloaded, HF_HUB_OFFLINE=1), seed 0, "
-        "dropout / drop-path p=0, train mode, batch 2, images 64x64 unless the architecture needs "
-        "more (the `input` column), transformers at hidden 128 / 2 layers / 4 heads / 2x32 tokens, "
-        "loss = sum of mean squares of every floating output. Each model: script (trace where "
-        "scripting fails: `how`), `memslim.optimize(scripted, example_inputs=inputs)`, both run in "
-        "one subprocess per model.",
-        "",
-        "Columns: saved bytes = `memslim.saved_bytes` (2 warm-up training steps) of eager, of the "
-        "unmodified scripted/traced module and of the optimized one; predicted = "
-        "`memslim.predicted_bytes_freed`; measured = unmodified - optimized; gradients: global "
-        "relative L2 distance of (input + every parameter) gradients to eager fp32's after one "
-        "forward/backward, worst of call 1 (profiling run) and call 3; `eager vs fp64`: eager fp32's "
-        "own distance to an fp64 eager run (rounding noise; blank above 100M parameters or where fp64 "
-        "does not run).",
-        "",
-        f"Criteria: **more bytes**: optimized > unmodified. **gradient worse**: memslim's distance > "
-        f"{GRAD_FACTOR:g} x max(unmodified's distance, eager-vs-fp64, {GRAD_FLOOR:g}). **prediction "
-        f"within 5%**: |predicted - measured| <= 5% of measured, over models with a rewrite. **crash**: "
-        "a signal in optimize or in running its result (a signal before that is torch's, listed "
-        "apart). **refusal**: optimize raised.",
-        "",
-    ]
-    revs = {}
-    for r in rs:
-        revs[r.get("git", "?")] = revs.get(r.get("git", "?"), 0) + 1
-    if len(revs) > 1 or (revs and next(iter(revs)) != meta["git"]):
-        lines += [
-            "Rows measured on: "
-            + "; ".join(f"memslim git {g}: {n} models" for g, n in revs.items())
-            + " (each row's `git` in the JSON-lines cache).",
-            "",
-        ]
-    lines += [
-        "## Summary",
-        "",
-        f"- models run: {len(rs)} of {len(names)} selected ("
-        + ", ".join(f"{k} {v}" for k, v in sorted(by_src.items()))
-        + ")",
-        f"- measured end to end (unmodified and optimized saved bytes): {cnt('measured')}",
-        f"- **crashes (memslim): {cnt('crash')}**; signals before optimize (torch/model): {cnt('crash_before')}; "
-        f"timeouts: {cnt('timeout')}",
-        f"- **refusals (optimize raised): {cnt('refusal')}**; errors running the optimized module: "
-        f"{cnt('opt_error')}; setup errors before optimize (model does not build/script/trace): "
-        f"{cnt('setup_error')}",
-        f"- **more bytes than the unmodified module: {cnt('more_bytes')}**",
-        f"- **gradient worse than the unmodified module's: {cnt('grad_worse')}**; eager gradients not "
-        f"finite: {cnt('grad_nonfinite')}",
-        f"- models with a rewrite: {n_rew}; **prediction within 5% of the measurement: "
-        f"{cnt('pred_ok')} of {n_rew}**",
-        "",
-    ]
-    fails = [(r, vs[r["model"]]) for r in rs]
-    flagged = [
-        (r, v)
-        for r, v in fails
-        if any(
-            v.get(k)
-            for k in (
-                "crash",
-                "crash_before",
-                "timeout",
-                "refusal",
-                "opt_error",
-                "setup_error",
-                "more_bytes",
-                "grad_worse",
-            )
-        )
-    ]
-    if flagged:
-        lines += ["## Failures and errors", ""]
-        for r, v in flagged:
-            what = [
-                k
-                for k in (
-                    "crash",
-                    "crash_before",
-                    "timeout",
-                    "refusal",
-                    "opt_error",
-                    "setup_error",
-                    "more_bytes",
-                    "grad_worse",
-                )
-                if v.get(k)
-            ]
-            detail = r.get("refused") or r.get("error") or ""
-            if r.get("signal"):
-                detail = f"{r['signal']} in phase {r.get('phase')}"
-            if v.get("more_bytes"):
-                detail = (
-                    f"optimized {r['opt_saved']:,} B > unmodified {r['script_saved']:,} B "
-                    f"(+{r['opt_saved'] - r['script_saved']:,} B; predicted freed {r['predicted']:,} B)"
-                )
-            if v.get("grad_worse"):
-                detail += f" gradient distance {max(r['d_opt']):.1e} vs unmodified {max(r['d_script']):.1e}"
-            lines.append(f"- `{r['model']}`: {', '.join(what)}: {detail}")
-        lines.append("")
-    bad_pred = [(r, v) for r, v in fails if v.get("rewrote") and not v.get("pred_ok")]
-    if bad_pred:
-        lines += [
-            "## Predictions off by more than 5%",
-            "",
-            "| model | predicted freed | measured freed | error |",
-            "|---|---:|---:|---:|",
-        ]
-        for r, v in bad_pred:
-            meas = r["script_saved"] - r["opt_saved"]
-            err = (r["predicted"] - meas) / meas if meas else float("inf")
-            lines.append(f"| {r['model']} | {r['predicted']:,} | {meas:,} | {err:+.1%} |")
-        lines.append("")
-    lines += [
-        "## All models",
-        "",
-        "| model | input | how | params | eager saved | unmodified saved | memslim saved | vs unmod. "
-        "| predicted freed | rewrites | grad dist unmod. | grad dist memslim | eager vs fp64 | status |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|",
-    ]
-    for n in names:
-        r = rows.get(n)
-        if r is None:
-            lines.append(f"| {n} | | | | | | | | | | | | | not run |")
-            continue
-        v = vs[n]
-        how = r.get("how", "")
-        how = "scripted" if how == "scripted" else ("traced" if how.startswith("traced") else how)
-        status = []
-        for k, txt in (
-            ("crash", "CRASH"),
-            ("crash_before", "signal before optimize"),
-            ("timeout", "timeout"),
-            ("refusal", "REFUSED"),
-            ("opt_error", "ERROR"),
-            ("setup_error", "setup error"),
-            ("more_bytes", "MORE BYTES"),
-            ("grad_worse", "GRADIENT WORSE"),
-            ("grad_nonfinite", "eager grads not finite"),
-        ):
-            if v.get(k):
-                status.append(txt)
-        if v.get("rewrote") and not v.get("pred_ok"):
-            status.append("prediction off")
-        if not status:
-            status.append("ok")
-        vs_unmod = ""
-        if "opt_saved" in r and r.get("script_saved"):
-            vs_unmod = f"{(r['opt_saved'] - r['script_saved']) / r['script_saved']:+.1%}"
-        rew = ", ".join(f"{k} {c}" for k, c in (r.get("rewrites") or {}).items())
-        lines.append(
-            f"| {n} | {r.get('shape', '')} | {how} | {r.get('n_params', 0) / 1e6:.1f}M | "
-            f"{fmt_bytes(r.get('eager_saved'))} | {fmt_bytes(r.get('script_saved'))} | "
-            f"{fmt_bytes(r.get('opt_saved'))} | {vs_unmod} | {fmt_bytes(r.get('predicted'))} | {rew} | "
-            f"{fmt_d(max(r['d_script']) if 'd_script' in r else None)} | "
-            f"{fmt_d(max(r['d_opt']) if 'd_opt' in r else None)} | {fmt_d(r.get('d_eager_fp64'))} | "
-            f"{'; '.join(status)} |"
-        )
-    lines.append("")
-    # Why models were traced (grouped: transformers' configs all fail alike) and where fp64 failed.
-    traced, fp64 = {}, []
-    for n in names:
-        r = rows.get(n, {})
-        if r.get("how", "").startswith("traced"):
-            why = re.sub(
-                r"\b\w+Config\b", "<Config>", re.sub(r" using inspect\.\w*\)?$", ")", r["how"])
-            )
-            traced.setdefault(why, []).append(n)
-        if r.get("fp64_error"):
-            fp64.append(f"- `{n}`: no fp64 reference ({r['fp64_error'][:150]})")
-    if traced or fp64:
-        lines += ["## Notes", ""]
-        for why, ns in traced.items():
-            lines.append(f"- {why}: {', '.join(f'`{n}`' for n in ns)}")
-        lines += fp64
-        lines.append("")
-    findings = os.path.join(os.path.dirname(md_path), "zoo_findings.md")
-    if os.path.exists(findings):
-        lines += [
-            "Findings, minimal repros and explanations: [zoo_findings.md](zoo_findings.md).",
-            "",
-        ]
-    text = "\n".join(lines)
-    with open(md_path, "w") as f:
-        f.write(text)
-    return text
-
-
-def main():
+def _parse_args():
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -665,48 +402,48 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default="", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    return ap.parse_args()
 
-    if a.worker:
-        worker(a.worker, a.worker_out, a.threads)
-        return
 
+def _select(spec: str, heavy: list):
+    """A predicate over model names for a --models / --exclude list."""
+    pats = [p.strip() for p in spec.split(",") if p.strip()]
+
+    def one(p, n):
+        if p == "heavy":
+            return n in heavy
+        if p.startswith("re:"):
+            return re.search(p[3:], n) is not None
+        if p.endswith("/"):
+            return n.startswith(p)
+        return p == n or p == n.split("/", 1)[1]
+
+    return lambda n: any(one(p, n) for p in pats)
+
+
+def _models(a):
+    """(the models to run, the table's models): the registry (heavy ones last) or --quick's,
+    narrowed by --models / --exclude. --quick moves the default cache next to it."""
     from _zoo_models import HEAVY, QUICK, registry
 
     reg = registry()
     names = [n for n in reg if n not in HEAVY] + HEAVY  # the table's order: heavy ones last
-
-    def select(names, spec):
-        pats = [p.strip() for p in spec.split(",") if p.strip()]
-
-        def one(p, n):
-            if p == "heavy":
-                return n in HEAVY
-            if p.startswith("re:"):
-                return re.search(p[3:], n) is not None
-            if p.endswith("/"):
-                return n.startswith(p)
-            return p == n or p == n.split("/", 1)[1]
-
-        return lambda n: any(one(p, n) for p in pats)
-
     if a.quick:
         names = QUICK
         if a.cache == DEFAULT_CACHE:
             a.cache = os.path.join(RESULTS, "zoo_quick.jsonl")
     table_names = list(names)
     if a.models:
-        hit = select(names, a.models)
+        hit = _select(a.models, HEAVY)
         names = [n for n in names if hit(n)]
     if a.exclude:
-        hit = select(names, a.exclude)
+        hit = _select(a.exclude, HEAVY)
         names = [n for n in names if not hit(n)]
-    if a.list:
-        print("\n".join(names))
-        return
-    md = a.md or (DEFAULT_MD if a.cache == DEFAULT_CACHE else os.path.splitext(a.cache)[0] + ".md")
-    os.makedirs(os.path.dirname(os.path.abspath(a.cache)), exist_ok=True)
-    a.git = _git_rev()
+    return names, table_names
+
+
+def _meta(a) -> dict:
+    """The run's header facts: date, revision, workers, command, CPU."""
     meta = dict(
         date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         git=a.git,
@@ -725,59 +462,66 @@ def main():
         )
     except (OSError, StopIteration):
         meta["cpu"] = "unknown CPU"
+    return meta
 
-    if not a.render:
-        rows = load_cache(a.cache)
-        todo = []
-        for n in names:
-            r = rows.get(n)
-            flagged = r is not None and any(
-                verdict(r).get(k)
-                for k in (
-                    "crash",
-                    "crash_before",
-                    "timeout",
-                    "refusal",
-                    "opt_error",
-                    "setup_error",
-                    "more_bytes",
-                    "grad_worse",
-                )
+
+def _run_models(a, names: list):
+    """Runs the models not cached (or all with --rerun, the flagged ones with --rerun-failed)
+    on a.jobs threads, each model claimed, run in its subprocess and appended to the cache."""
+    rows = load_cache(a.cache)
+    todo = []
+    for n in names:
+        r = rows.get(n)
+        flagged = r is not None and any(verdict(r).get(k) for k in FLAGS)
+        if a.rerun or r is None or (a.rerun_failed and flagged):
+            todo.append(n)
+    claims = a.cache + ".claims"
+    os.makedirs(claims, exist_ok=True)
+    tmpdir = a.cache + ".work"
+    os.makedirs(tmpdir, exist_ok=True)
+    print(f"{len(todo)} models to run ({len(names) - len(todo)} cached)", flush=True)
+
+    def task(n):
+        if not _claim(claims, n):
+            print(f"skip {n}: claimed by another driver", flush=True)
+            return
+        try:
+            row = run_one(n, a, tmpdir)
+            append_row(a.cache, row)
+            v = verdict(row)
+            flags = [k for k, x in v.items() if x and k not in ("measured", "rewrote", "pred_ok")]
+            print(
+                f"{n}: {row.get('wall_s')} s, phase {row.get('phase')}, "
+                f"unmod {row.get('script_saved')}, opt {row.get('opt_saved')}, "
+                f"pred {row.get('predicted')} {' '.join(flags)} "
+                f"{row.get('refused') or row.get('error') or row.get('signal') or ''}",
+                flush=True,
             )
-            if a.rerun or r is None or (a.rerun_failed and flagged):
-                todo.append(n)
-        claims = a.cache + ".claims"
-        os.makedirs(claims, exist_ok=True)
-        tmpdir = a.cache + ".work"
-        os.makedirs(tmpdir, exist_ok=True)
-        print(f"{len(todo)} models to run ({len(names) - len(todo)} cached)", flush=True)
-
-        def task(n):
-            if not _claim(claims, n):
-                print(f"skip {n}: claimed by another driver", flush=True)
-                return
+        finally:
             try:
-                row = run_one(n, a, tmpdir)
-                append_row(a.cache, row)
-                v = verdict(row)
-                flags = [
-                    k for k, x in v.items() if x and k not in ("measured", "rewrote", "pred_ok")
-                ]
-                print(
-                    f"{n}: {row.get('wall_s')} s, phase {row.get('phase')}, "
-                    f"unmod {row.get('script_saved')}, opt {row.get('opt_saved')}, "
-                    f"pred {row.get('predicted')} {' '.join(flags)} "
-                    f"{row.get('refused') or row.get('error') or row.get('signal') or ''}",
-                    flush=True,
-                )
-            finally:
-                try:
-                    os.unlink(os.path.join(claims, n.replace("/", "__")))
-                except FileNotFoundError:
-                    pass
+                os.unlink(os.path.join(claims, n.replace("/", "__")))
+            except FileNotFoundError:
+                pass
 
-        with ThreadPoolExecutor(max_workers=a.jobs) as ex:
-            list(ex.map(task, todo))
+    with ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        list(ex.map(task, todo))
+
+
+def main():
+    a = _parse_args()
+    if a.worker:
+        worker(a.worker, a.worker_out, a.threads)
+        return
+    names, table_names = _models(a)
+    if a.list:
+        print("\n".join(names))
+        return
+    md = a.md or (DEFAULT_MD if a.cache == DEFAULT_CACHE else os.path.splitext(a.cache)[0] + ".md")
+    os.makedirs(os.path.dirname(os.path.abspath(a.cache)), exist_ok=True)
+    a.git = _git_rev()
+    meta = _meta(a)
+    if not a.render:
+        _run_models(a, names)
     rows = load_cache(a.cache)
     text = render(rows, table_names, md, meta)
     print("\n".join(ln for ln in text.splitlines() if ln.startswith("- ")))
