@@ -223,7 +223,7 @@ def test_error_text_from_corrupt_inputs_is_one_printable_line(tmp_path, name, ar
 
 
 def test_fork_server_matches_a_fresh_process(tmp_path):
-    """The fuzzers run memslim-opt through `--fork-server` (test/fuzz/runner.py:
+    """The fuzzers run memslim-opt through `--fork-server` (test/fuzz/runner_cli.py:
     MemslimOpt): each call must be exactly what a fresh process gives, exit code,
     stdout and stderr, on success, on --verify, on user errors and on the load probe."""
     sys.path.insert(0, str(ROOT / "test" / "fuzz"))
