@@ -94,6 +94,26 @@ TORCH_LIBRARY(memslim, m) {
   // mode), the function's last inputs, in order.
   m.def("recompute_block(Tensor x, Tensor?[] state, str fn, str[]? strs=None) -> Tensor");
 
+  // The loss head without its logits (loss_head_ops.cpp): aten's
+  // cross_entropy(linear(input, weight, bias)[.to(logits_dtype)], target,
+  // None, reduction, ignore_index, label_smoothing) for class-index targets,
+  // `chunk` rows at a time (0: the op picks). Keeps the input, the targets and
+  // one log-sum-exp per row; backward recomputes each chunk's logits.
+  m.def(
+      "linear_cross_entropy(Tensor input, Tensor weight, Tensor? bias, Tensor target, "
+      "int reduction=1, int ignore_index=-100, float label_smoothing=0.0, "
+      "ScalarType? logits_dtype=None, int chunk=0) -> Tensor");
+  // Internal: its forward (loss, log-sum-exp per row in opmath) and backward
+  // (input, weight, bias gradients as output_mask asks).
+  m.def(
+      "linear_cross_entropy_forward(Tensor input, Tensor weight, Tensor? bias, Tensor target, "
+      "int reduction, int ignore_index, float label_smoothing, ScalarType? logits_dtype, "
+      "int chunk) -> (Tensor, Tensor)");
+  m.def(
+      "linear_cross_entropy_backward(Tensor grad, Tensor input, Tensor weight, Tensor? bias, "
+      "Tensor target, Tensor lse, int reduction, int ignore_index, float label_smoothing, "
+      "ScalarType? logits_dtype, int chunk, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+
   // Internal: the forward that also produces what backward needs. `act` is a
   // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),
   // `params` its parameters (padded to three and followed by a fourth when the

@@ -1,0 +1,178 @@
+"""memslim::linear_cross_entropy against aten's linear + cross_entropy.
+
+What: the loss head without its logits (runtime/loss_head_ops.cpp): loss and
+gradients against aten's for every reduction, ignore_index (including a batch
+with every target ignored), label smoothing, a bias, a float cast of 16-bit
+logits, bf16, odd chunk sizes, NaN / inf logits, out-of-range targets (aten's
+error); what it keeps for backward (saved_tensors_hooks: the input, the
+targets and one float per row, no logits); torch.library.opcheck with dynamic
+shapes; torch.compile of the op itself.
+Why: the op replaces a model's loss head, so it must be aten's loss to
+rounding, whatever the head's options.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import memslim  # noqa: F401  (loads the op library)
+
+op = torch.ops.memslim.linear_cross_entropy
+REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def _aten(h, w, b, t, reduction, ignore_index, smoothing, logits_dtype):
+    z = F.linear(h, w, b)
+    if logits_dtype is not None:
+        z = z.to(logits_dtype)
+    z = z.reshape(-1, z.shape[-1])
+    return F.cross_entropy(
+        z,
+        t.reshape(-1),
+        reduction=reduction,
+        ignore_index=ignore_index,
+        label_smoothing=smoothing,
+    )
+
+
+def _inputs(n=37, d=16, v=50, dtype=torch.float64, bias=False, ignore=0.2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n, d, generator=g, dtype=dtype).requires_grad_()
+    w = (torch.randn(v, d, generator=g, dtype=dtype) * 0.5).requires_grad_()
+    b = (torch.randn(v, generator=g, dtype=dtype)).requires_grad_() if bias else None
+    t = torch.randint(0, v, (n,), generator=g)
+    t[torch.rand(n, generator=g) < ignore] = -100
+    return h, w, b, t
+
+
+def _both(
+    h, w, b, t, reduction="mean", ignore_index=-100, smoothing=0.0, logits_dtype=None, chunk=0
+):
+    leaves = [x for x in (h, w, b) if x is not None]
+    ref = _aten(h, w, b, t, reduction, ignore_index, smoothing, logits_dtype)
+    got = op(h, w, b, t, REDUCTIONS[reduction], ignore_index, smoothing, logits_dtype, chunk)
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    seed = torch.randn(ref.shape, dtype=ref.dtype, generator=torch.Generator().manual_seed(1))
+    gr = torch.autograd.grad(ref, leaves, seed)
+    gg = torch.autograd.grad(got, leaves, seed)
+    return ref, got, gr, gg
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("chunk", [0, 1, 5, 37, 100])
+def test_matches_aten_fp64(reduction, smoothing, bias, chunk):
+    ref, got, gr, gg = _both(*_inputs(bias=bias), reduction, -100, smoothing, None, chunk)
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(gg, gr):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_matches_aten_fp32_within_1e5(reduction):
+    h, w, b, t = _inputs(n=300, d=64, v=1000, dtype=torch.float32, bias=True)
+    ref, got, gr, gg = _both(h, w, b, t, reduction, -100, 0.0, None, 64)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    for a, b_ in zip(gg, gr):
+        torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-6)
+
+
+def test_ignore_index_other_than_default_and_all_ignored():
+    h, w, b, t = _inputs(ignore=0.0)
+    t[::3] = 7  # a valid class index used as ignore_index
+    ref, got, gr, gg = _both(h, w, b, t, "mean", 7, 0.1, None, 4)
+    torch.testing.assert_close(got, ref)
+    for a, b_ in zip(gg, gr):
+        torch.testing.assert_close(a, b_)
+    t_all = torch.full_like(t, -100)
+    ref, got, gr, gg = _both(h, w, b, t_all, "mean")
+    assert torch.isnan(ref) and torch.isnan(got)  # 0 / 0, as aten
+
+
+def test_bf16_logits_cast_to_float_as_transformers_does():
+    h, w, b, t = _inputs(n=64, d=32, v=300, dtype=torch.bfloat16)
+    ref, got, gr, gg = _both(h, w, b, t, "mean", -100, 0.0, torch.float32, 16)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    for a, b_ in zip(gg, gr):  # chunked accumulation rounds as bf16 does
+        torch.testing.assert_close(a.float(), b_.float(), rtol=2e-2, atol=2e-3)
+
+
+def test_bf16_logits_in_bf16():
+    h, w, b, t = _inputs(n=64, d=32, v=300, dtype=torch.bfloat16)
+    ref, got, gr, gg = _both(h, w, b, t, "sum", -100, 0.0, None, 16)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=1e-1)
+    for a, b_ in zip(gg, gr):
+        torch.testing.assert_close(a.float(), b_.float(), rtol=2e-2, atol=5e-3)
+
+
+def test_nan_and_inf_logits_as_aten():
+    h, w, b, t = _inputs(n=8, ignore=0.0)
+    with torch.no_grad():
+        h[2, 0] = float("nan")
+        h[5, :] = 0.0
+        w[3, 0] = float("inf")
+    t[1] = -100  # an ignored row with a NaN softmax: NaN gradients in aten too
+    for reduction in ("none", "sum"):
+        ref, got, gr, gg = _both(h, w, b, t, reduction)
+        torch.testing.assert_close(got, ref, equal_nan=True)
+        for a, b_ in zip(gg, gr):
+            torch.testing.assert_close(a, b_, equal_nan=True)
+
+
+def test_out_of_range_target_is_aten_error():
+    h, w, b, t = _inputs(ignore=0.0)
+    t[3] = 50
+    with pytest.raises(IndexError, match="Target 50 is out of bounds"):
+        op(h, w, b, t)
+    with pytest.raises(RuntimeError, match="class indices"):
+        op(h, w, b, t.double())
+
+
+def test_keeps_no_logits():
+    h, w, b, t = _inputs(n=256, d=32, v=4000, dtype=torch.float32, ignore=0.0)
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = torch.nn.Linear(32, 4000, bias=False)
+
+        def forward(self, x):
+            return op(x * 1.0, self.lm.weight, None, t)  # x * 1.0: an activation, counted
+
+    kept = memslim.saved_bytes(Head(), h.detach().requires_grad_())
+    logits = 256 * 4000 * 4
+    assert kept <= 256 * 32 * 4 + 256 * 8 + 256 * 4 + 64, kept  # x, targets, lse
+    assert kept < logits / 50
+
+
+def test_opcheck_dynamic():
+    for n, chunk in ((37, 0), (12, 5)):
+        h, w, b, t = _inputs(n=n, bias=True, dtype=torch.float32)
+        torch.library.opcheck(op, (h, w, b, t, 1, -100, 0.1, None, chunk))
+        torch.library.opcheck(op, (h, w, None, t, 0, -100, 0.0, torch.float64, chunk))
+
+
+def test_compiled_op_matches_eager():
+    h, w, b, t = _inputs(n=40, dtype=torch.float32, bias=True)
+
+    def f(h, w, b, t):
+        return op(h, w, b, t, 1, -100, 0.0, None, 8) * 2.0
+
+    ref = f(h, w, b, t)
+    gr = torch.autograd.grad(ref, (h, w, b))
+    cf = torch.compile(f, backend="aot_eager", dynamic=True)
+    got = cf(h, w, b, t)
+    gg = torch.autograd.grad(got, (h, w, b))
+    torch.testing.assert_close(got, ref)
+    for a, b_ in zip(gg, gr):
+        torch.testing.assert_close(a, b_)
+
+
+def test_double_backward_refused():
+    h, w, b, t = _inputs(ignore=0.0)
+    loss = op(h, w, b, t)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(loss, h, create_graph=True)
