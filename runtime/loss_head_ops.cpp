@@ -3,21 +3,27 @@
 // What: memslim::linear_cross_entropy(input, weight, bias, target, reduction,
 // ignore_index, label_smoothing, logits_dtype, chunk): aten's
 // cross_entropy(linear(input, weight, bias)[.to(logits_dtype)], target, ...)
-// for class-index targets, computed `chunk` rows of tokens at a time. Forward
-// keeps the input, the targets and one log-sum-exp per row (opmath); backward
-// recomputes each chunk's logits, turns them into the logits' gradient
-// (softmax - one-hot, label smoothing and the reduction's scale folded in)
-// and runs linear's backward on the chunk, accumulating the weight's gradient
-// in place (in fp32 for 16-bit weights). Neither the logits nor softmax's
-// output ever exist whole: the step's peak holds one chunk of them.
+// for class-index targets, computed `chunk` rows of tokens at a time, so that
+// neither the logits nor softmax's output ever exist whole: the step's peak
+// holds one chunk of them. Two ways to backward:
+// - gradients in forward (a scalar loss, grads_in_forward, the default): each
+//   chunk's logits also give their gradient for a loss gradient of one, and
+//   linear's backward runs on it at once (as Liger's fused linear cross
+//   entropy): three matmuls of the head, as aten's; keeps the input's and
+//   weight's gradients, which backward scales (or hands over as they are for a
+//   gradient of exactly one);
+// - recomputing (reduction none, or grads_in_forward=False): keeps the input,
+//   the targets and one log-sum-exp per row (opmath); backward recomputes each
+//   chunk's logits (a fourth matmul) and runs linear's backward on the chunk.
+// The weight's gradient accumulates in place (in fp32 for 16-bit weights).
 // Values: the loss is aten's to rounding (the log-sum-exp in opmath; label
 // smoothing as aten's: both terms' mean divides by the rows not ignored); the gradients
 // are aten's to the rounding of chunked accumulation. Targets outside
 // [0, vocab) other than ignore_index are an error on the CPU, as in aten.
-// The forward and backward are internal ops (linear_cross_entropy_forward /
-// _backward: CompositeExplicitAutograd kernels over aten ops, so every device
-// runs them, and Meta kernels), so torch.compile's partitioner sees two opaque
-// calls and cannot save the logits between them.
+// The forwards and the backward are internal ops (linear_cross_entropy_forward
+// / _fused / _backward: CompositeExplicitAutograd kernels over aten ops, so
+// every device runs them, and Meta kernels), so torch.compile's partitioner
+// sees opaque calls and cannot save the logits between them.
 // Why: in language models the head's logits (tokens x vocabulary, plus
 // log_softmax's output) are the largest activation of the step.
 // Double backward is not supported (a create_graph backward raises).
@@ -95,117 +101,167 @@ void check_targets(const at::Tensor& t, const at::Tensor& valid, int64_t vocab) 
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> lce_forward(const at::Tensor& input, const at::Tensor& w,
-                                               const at::Tensor& b, const at::Tensor& target,
-                                               const LceCall& c) {
+// One head call's rows: the input as [rows, d], the targets flat, which rows
+// count and their targets with ignored ones at 0.
+struct Rows {
+  at::Tensor h, t, valid, safe_t;
+  int64_t rows = 0, vocab = 0, step = 1;
+  at::ScalarType zt, op; // the logits' dtype and its opmath
+};
+
+Rows rows_of(const at::Tensor& input, const at::Tensor& w, const at::Tensor& target,
+             const LceCall& c, at::ScalarType op) {
+  Rows r;
+  r.h = input.reshape({-1, input.size(-1)});
+  r.t = target.reshape({-1});
+  r.rows = r.h.size(0);
+  r.vocab = w.size(0);
+  r.step = rows_per_chunk(r.rows, r.vocab, c.chunk);
+  r.zt = logits_type(input, c);
+  r.op = op;
+  r.valid = r.t != c.ignore_index;
+  r.safe_t = r.t.masked_fill(r.valid.logical_not(), 0);
+  return r;
+}
+
+// The loss's gradient per row for `grad` (both terms share the reduction's
+// divisor), zero on ignored rows.
+at::Tensor row_scale(const at::Tensor& grad, const Rows& r, const LceCall& c) {
+  const at::Tensor valid_f = r.valid.to(r.op), g = grad.to(r.op);
+  if (c.reduction == kNone) return g.reshape({-1}) * valid_f;
+  if (c.reduction == kSum) return valid_f * g;
+  return valid_f * (g / r.valid.sum().to(r.op));
+}
+
+// The gradients being accumulated, chunk by chunk (16-bit weights in opmath).
+struct Grads {
+  at::Tensor gh, gw, gb;
+  bool wide = false;
+};
+
+Grads grads_for(const Rows& r, const at::Tensor& w, const at::Tensor& b, std::array<bool, 3> mask) {
+  Grads g;
+  g.wide = w.scalar_type() != r.op;
+  if (mask[0]) g.gh = at::empty_like(r.h);
+  if (mask[1]) g.gw = at::zeros(w.sizes(), w.options().dtype(g.wide ? r.op : w.scalar_type()));
+  if (mask[2] && b.defined()) g.gb = at::zeros(b.sizes(), b.options().dtype(r.op));
+  return g;
+}
+
+// One chunk's logits' gradient, in opmath, per row: scale * (softmax - (1 -
+// eps) * one-hot - eps / vocab), from `gz` = scale * softmax (the caller's,
+// written in place); then linear's backward on the chunk in the linear's
+// dtype. Rows whose log-sum-exp is not finite get NaN from the caller's
+// scale, ignored ones too (aten's log_softmax backward multiplies their NaN
+// softmax by zero).
+void chunk_backward(const Rows& r, const at::Tensor& w, at::Tensor gz, const at::Tensor& scale,
+                    int64_t s, int64_t n, double eps, Grads& out) {
+  gz.scatter_add_(1, r.safe_t.narrow(0, s, n).unsqueeze(1), (scale * -(1.0 - eps)).unsqueeze(1));
+  if (eps > 0) gz.sub_((scale * (eps / static_cast<double>(r.vocab))).unsqueeze(1));
+  const at::Tensor gl = gz.to(r.h.scalar_type());
+  const at::Tensor hc = r.h.narrow(0, s, n);
+  if (out.gh.defined()) {
+    at::Tensor rows_out = out.gh.narrow(0, s, n);
+    at::mm_out(rows_out, gl, w);
+  }
+  if (out.gw.defined()) {
+    if (out.wide)
+      out.gw.add_(at::mm(gl.t(), hc));
+    else
+      out.gw.addmm_(gl.t(), hc);
+  }
+  if (out.gb.defined()) out.gb.add_(gl.sum(0, false, r.op));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> finish(Grads g, const at::Tensor& input,
+                                                      const at::Tensor& w, const at::Tensor& b) {
+  if (g.gh.defined()) g.gh = g.gh.reshape(input.sizes());
+  if (g.gw.defined() && g.wide) g.gw = g.gw.to(w.scalar_type());
+  if (g.gb.defined()) g.gb = g.gb.to(b.scalar_type());
+  return {g.gh, g.gw, g.gb};
+}
+
+// The loss from each row's log-sum-exp, picked logit and (label smoothing)
+// -sum_j log_softmax(z)_j, as aten reduces them.
+at::Tensor reduce_loss(at::Tensor nll, at::Tensor smooth, const Rows& r, const at::Tensor& target,
+                       const LceCall& c) {
+  const at::Tensor invalid = r.valid.logical_not();
+  nll.masked_fill_(invalid, 0);
+  auto reduce = [&](const at::Tensor& x) {
+    if (c.reduction == kNone) return x;
+    if (c.reduction == kSum) return x.sum();
+    return x.sum() / r.valid.sum().to(r.op);
+  };
+  at::Tensor loss = reduce(nll);
+  if (smooth.defined()) {
+    smooth.masked_fill_(invalid, 0);
+    loss =
+        loss * (1.0 - c.smoothing) + reduce(smooth) * (c.smoothing / static_cast<double>(r.vocab));
+  }
+  if (c.reduction == kNone) loss = loss.reshape(target.sizes());
+  return loss.to(r.zt);
+}
+
+// The forward, chunk by chunk: the loss and each row's log-sum-exp; with
+// `mask`, also the gradients for a loss gradient of one (grads in forward).
+struct Forward {
+  at::Tensor loss, lse;
+  Grads grads;
+};
+
+Forward lce_forward(const at::Tensor& input, const at::Tensor& w, const at::Tensor& b,
+                    const at::Tensor& target, const LceCall& c, std::array<bool, 3> mask) {
   check_args(input, w, target, c);
-  const int64_t d = input.size(-1), vocab = w.size(0);
-  const at::Tensor h = input.reshape({-1, d}), t = target.reshape({-1});
-  const int64_t rows = h.size(0);
-  const at::ScalarType zt = logits_type(input, c), op = at::toOpMathType(zt);
-  const auto opts = input.options().dtype(op);
-  at::Tensor lse = at::empty({rows}, opts), nll = at::empty({rows}, opts);
-  at::Tensor smooth = c.smoothing > 0 ? at::empty({rows}, opts) : at::Tensor();
-  const at::Tensor valid = t != c.ignore_index;
-  check_targets(t, valid, vocab);
-  const at::Tensor safe_t = t.masked_fill(valid.logical_not(), 0);
-  const int64_t step = rows_per_chunk(rows, vocab, c.chunk);
-  for (int64_t s = 0; s < rows; s += step) {
-    const int64_t n = std::min(step, rows - s);
-    const at::Tensor zf = chunk_logits(h.narrow(0, s, n), w, b, c).to(op);
-    const at::Tensor lse_c = at::logsumexp(zf, {1});
-    lse.narrow(0, s, n).copy_(lse_c);
-    const at::Tensor picked = zf.gather(1, safe_t.narrow(0, s, n).unsqueeze(1)).squeeze(1);
+  const Rows r = rows_of(input, w, target, c, at::toOpMathType(logits_type(input, c)));
+  check_targets(r.t, r.valid, r.vocab);
+  const auto opts = input.options().dtype(r.op);
+  Forward f;
+  f.lse = at::empty({r.rows}, opts);
+  at::Tensor nll = at::empty({r.rows}, opts);
+  at::Tensor smooth = c.smoothing > 0 ? at::empty({r.rows}, opts) : at::Tensor();
+  const bool grads = mask[0] || mask[1] || mask[2];
+  const at::Tensor scale = grads ? row_scale(at::ones({}, opts), r, c) : at::Tensor();
+  f.grads = grads_for(r, w, b, mask);
+  for (int64_t s = 0; s < r.rows; s += r.step) {
+    const int64_t n = std::min(r.step, r.rows - s);
+    // zf: a temporary of this chunk (z itself in opmath), overwritten below.
+    at::Tensor zf = chunk_logits(r.h.narrow(0, s, n), w, b, c).to(r.op);
+    const at::Tensor picked = zf.gather(1, r.safe_t.narrow(0, s, n).unsqueeze(1)).squeeze(1);
+    if (smooth.defined()) smooth.narrow(0, s, n).copy_(zf.sum(1).neg_());
+    // exp(z - max) once: the log-sum-exp and, scaled, the softmax.
+    const at::Tensor m = zf.amax({1}, true);
+    const at::Tensor e = zf.sub_(m).exp_();
+    const at::Tensor sum = e.sum(1);
+    const at::Tensor lse_c = m.squeeze(1) + sum.log();
+    f.lse.narrow(0, s, n).copy_(lse_c);
     // + (lse - lse): NaN where a logit is +inf, as log_softmax's inf - inf.
     nll.narrow(0, s, n).copy_((lse_c - picked).add_(lse_c - lse_c));
     // -sum_j log_softmax(z)_j = vocab * lse - sum_j z_j
-    if (smooth.defined()) smooth.narrow(0, s, n).copy_(lse_c * vocab - zf.sum(1));
+    if (smooth.defined()) smooth.narrow(0, s, n).add_(lse_c * r.vocab);
+    if (grads) {
+      const at::Tensor sc = scale.narrow(0, s, n) + (lse_c - lse_c);
+      chunk_backward(r, w, e.mul_((sc / sum).unsqueeze(1)), sc, s, n, c.smoothing, f.grads);
+    }
   }
-  const at::Tensor invalid = valid.logical_not();
-  nll.masked_fill_(invalid, 0);
-  if (smooth.defined()) smooth.masked_fill_(invalid, 0);
-  at::Tensor loss;
-  if (c.reduction == kNone) {
-    loss = nll;
-  } else if (c.reduction == kSum) {
-    loss = nll.sum();
-  } else {
-    loss = nll.sum() / valid.sum().to(op);
-  }
-  if (smooth.defined()) {
-    const at::Tensor sm = c.reduction == kNone  ? smooth
-                          : c.reduction == kSum ? smooth.sum()
-                                                : smooth.sum() / valid.sum().to(op);
-    loss = loss * (1.0 - c.smoothing) + sm * (c.smoothing / static_cast<double>(vocab));
-  }
-  if (c.reduction == kNone) loss = loss.reshape(target.sizes());
-  return {loss.to(zt), lse};
-}
-
-// The logits' gradient of one chunk, in opmath: per row, scale * (softmax -
-// (1 - eps) * one-hot - eps / vocab); `scale` is zero on ignored rows.
-at::Tensor chunk_logits_grad(const at::Tensor& zf, const at::Tensor& lse_c,
-                             const at::Tensor& safe_tc, const at::Tensor& scale, double eps,
-                             int64_t vocab) {
-  at::Tensor g = (zf - lse_c.unsqueeze(1)).exp_().mul_(scale.unsqueeze(1));
-  g.scatter_add_(1, safe_tc.unsqueeze(1), (scale * -(1.0 - eps)).unsqueeze(1));
-  if (eps > 0) g.sub_((scale * (eps / static_cast<double>(vocab))).unsqueeze(1));
-  return g;
+  f.loss = reduce_loss(nll, smooth, r, target, c);
+  return f;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lce_backward(
     const at::Tensor& grad, const at::Tensor& input, const at::Tensor& w, const at::Tensor& b,
     const at::Tensor& target, const at::Tensor& lse, const LceCall& c, std::array<bool, 3> mask) {
-  const int64_t d = input.size(-1), vocab = w.size(0);
-  const at::Tensor h = input.reshape({-1, d}), t = target.reshape({-1});
-  const int64_t rows = h.size(0);
-  const at::ScalarType op = lse.scalar_type();
-  const at::Tensor valid = t != c.ignore_index;
-  const at::Tensor valid_f = valid.to(op), safe_t = t.masked_fill(valid.logical_not(), 0);
-  // The loss's gradient per row (both terms share the reduction's divisor).
-  at::Tensor scale;
-  const at::Tensor g = grad.to(op);
-  if (c.reduction == kNone) {
-    scale = g.reshape({-1}) * valid_f;
-  } else if (c.reduction == kSum) {
-    scale = valid_f * g;
-  } else {
-    scale = valid_f * (g / valid.sum().to(op));
+  const Rows r = rows_of(input, w, target, c, lse.scalar_type());
+  const at::Tensor scale = row_scale(grad, r, c);
+  Grads g = grads_for(r, w, b, mask);
+  for (int64_t s = 0; s < r.rows; s += r.step) {
+    const int64_t n = std::min(r.step, r.rows - s);
+    const at::Tensor lse_c = lse.narrow(0, s, n);
+    const at::Tensor sc = scale.narrow(0, s, n) + (lse_c - lse_c);
+    at::Tensor zf = chunk_logits(r.h.narrow(0, s, n), w, b, c).to(r.op);
+    chunk_backward(r, w, zf.sub_(lse_c.unsqueeze(1)).exp_().mul_(sc.unsqueeze(1)), sc, s, n,
+                   c.smoothing, g);
   }
-  // Rows whose log-sum-exp is not finite get NaN gradients, ignored rows too:
-  // aten's log_softmax backward multiplies their NaN softmax by zero.
-  scale.add_(lse - lse);
-  const bool wide = w.scalar_type() != op; // 16-bit weights: accumulate in opmath
-  at::Tensor gh = mask[0] ? at::empty_like(h) : at::Tensor();
-  at::Tensor gw =
-      mask[1] ? at::zeros(w.sizes(), w.options().dtype(wide ? op : w.scalar_type())) : at::Tensor();
-  at::Tensor gb =
-      mask[2] && b.defined() ? at::zeros(b.sizes(), b.options().dtype(op)) : at::Tensor();
-  const int64_t step = rows_per_chunk(rows, vocab, c.chunk);
-  for (int64_t s = 0; s < rows; s += step) {
-    const int64_t n = std::min(step, rows - s);
-    const at::Tensor hc = h.narrow(0, s, n);
-    const at::Tensor z = chunk_logits(hc, w, b, c);
-    at::Tensor gz = chunk_logits_grad(z.to(op), lse.narrow(0, s, n), safe_t.narrow(0, s, n),
-                                      scale.narrow(0, s, n), c.smoothing, vocab);
-    // linear's backward in the linear's dtype (the model's cast, backwards).
-    const at::Tensor gl = gz.to(hc.scalar_type());
-    if (gh.defined()) {
-      at::Tensor rows_out = gh.narrow(0, s, n);
-      at::mm_out(rows_out, gl, w);
-    }
-    if (gw.defined()) {
-      if (wide)
-        gw.add_(at::mm(gl.t(), hc));
-      else
-        gw.addmm_(gl.t(), hc);
-    }
-    if (gb.defined()) gb.add_(gl.sum(0, false, op));
-  }
-  if (gh.defined()) gh = gh.reshape(input.sizes());
-  if (gw.defined() && wide) gw = gw.to(w.scalar_type());
-  if (gb.defined()) gb = gb.to(b.scalar_type());
-  return {gh, gw, gb};
+  return finish(std::move(g), input, w, b);
 }
 
 LceCall make_call(int64_t reduction, int64_t ignore_index, double smoothing,
@@ -218,128 +274,190 @@ at::Tensor or_empty(const std::optional<at::Tensor>& b) {
 }
 
 // Kernels of the internal ops: device-generic (aten ops) and Meta.
-std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const at::Tensor& w,
-                                                const std::optional<at::Tensor>& b,
-                                                const at::Tensor& target, int64_t reduction,
-                                                int64_t ignore_index, double smoothing,
-                                                std::optional<at::ScalarType> logits_dtype,
-                                                int64_t chunk) {
-  return lce_forward(input, w, or_empty(b), target,
-                     make_call(reduction, ignore_index, smoothing, logits_dtype, chunk));
+#define MEMSLIM_LCE_ARGS                                                                   \
+  const at::Tensor &input, const at::Tensor &w, const std::optional<at::Tensor>&b,         \
+      const at::Tensor &target, int64_t reduction, int64_t ignore_index, double smoothing, \
+      std::optional<at::ScalarType> logits_dtype, int64_t chunk
+#define MEMSLIM_LCE_CALL make_call(reduction, ignore_index, smoothing, logits_dtype, chunk)
+
+std::tuple<at::Tensor, at::Tensor> forward_impl(MEMSLIM_LCE_ARGS) {
+  Forward f = lce_forward(input, w, or_empty(b), target, MEMSLIM_LCE_CALL, {false, false, false});
+  return {f.loss, f.lse};
 }
 
-std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& input, const at::Tensor& w,
-                                                const std::optional<at::Tensor>& b,
-                                                const at::Tensor& target, int64_t reduction,
-                                                int64_t ignore_index, double smoothing,
-                                                std::optional<at::ScalarType> logits_dtype,
-                                                int64_t chunk) {
-  const LceCall c = make_call(reduction, ignore_index, smoothing, logits_dtype, chunk);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_impl(MEMSLIM_LCE_ARGS,
+                                                                      std::array<bool, 3> mask) {
+  Forward f = lce_forward(input, w, or_empty(b), target, MEMSLIM_LCE_CALL, mask);
+  auto [gh, gw, gb] = finish(std::move(f.grads), input, w, or_empty(b));
+  return {f.loss, gh, gw, gb};
+}
+
+at::Tensor loss_meta(const at::Tensor& input, const at::Tensor& w, const at::Tensor& target,
+                     const LceCall& c) {
   check_args(input, w, target, c);
-  const at::ScalarType zt = logits_type(input, c);
-  const auto opts = input.options().dtype(zt);
-  at::Tensor loss =
-      reduction == kNone ? at::empty_symint(target.sym_sizes(), opts) : at::empty({}, opts);
-  at::Tensor lse = at::empty_symint({target.sym_numel()}, opts.dtype(at::toOpMathType(zt)));
-  return {loss, lse};
+  const auto opts = input.options().dtype(logits_type(input, c));
+  return c.reduction == kNone ? at::empty_symint(target.sym_sizes(), opts) : at::empty({}, opts);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(
-    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& w,
-    const std::optional<at::Tensor>& b, const at::Tensor& target, const at::Tensor& lse,
-    int64_t reduction, int64_t ignore_index, double smoothing,
-    std::optional<at::ScalarType> logits_dtype, int64_t chunk, std::array<bool, 3> mask) {
-  return lce_backward(grad, input, w, or_empty(b), target, lse,
-                      make_call(reduction, ignore_index, smoothing, logits_dtype, chunk), mask);
+std::tuple<at::Tensor, at::Tensor> forward_meta(MEMSLIM_LCE_ARGS) {
+  const LceCall c = MEMSLIM_LCE_CALL;
+  const at::Tensor loss = loss_meta(input, w, target, c);
+  return {loss, at::empty_symint({target.sym_numel()},
+                                 loss.options().dtype(at::toOpMathType(loss.scalar_type())))};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_meta(
-    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& w,
-    const std::optional<at::Tensor>& b, const at::Tensor& target, const at::Tensor& lse,
-    int64_t reduction, int64_t ignore_index, double smoothing,
-    std::optional<at::ScalarType> logits_dtype, int64_t chunk, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> grads_meta(const at::Tensor& input,
+                                                          const at::Tensor& w,
+                                                          const std::optional<at::Tensor>& b,
+                                                          std::array<bool, 3> mask) {
   return {mask[0] ? at::empty_like(input) : at::Tensor(),
           mask[1] ? at::empty_like(w) : at::Tensor(),
           mask[2] && b && b->defined() ? at::empty_like(*b) : at::Tensor()};
 }
 
-// The internal ops through the dispatcher (torch.compile traces them as calls).
-std::tuple<at::Tensor, at::Tensor> call_forward(const at::Tensor& input, const at::Tensor& w,
-                                                const at::Tensor& b, const at::Tensor& target,
-                                                const LceCall& c) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("memslim::linear_cross_entropy_forward", "")
-                       .typed<decltype(forward_impl)>();
-  return op.call(input, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt, target,
-                 c.reduction, c.ignore_index, c.smoothing, c.logits_dtype, c.chunk);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_meta(MEMSLIM_LCE_ARGS,
+                                                                      std::array<bool, 3> mask) {
+  auto [gh, gw, gb] = grads_meta(input, w, b, mask);
+  return {loss_meta(input, w, target, MEMSLIM_LCE_CALL), gh, gw, gb};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad,
+                                                             MEMSLIM_LCE_ARGS,
+                                                             const at::Tensor& lse,
+                                                             std::array<bool, 3> mask) {
+  return lce_backward(grad, input, w, or_empty(b), target, lse, MEMSLIM_LCE_CALL, mask);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_meta(const at::Tensor& grad,
+                                                             MEMSLIM_LCE_ARGS,
+                                                             const at::Tensor& lse,
+                                                             std::array<bool, 3> mask) {
+  return grads_meta(input, w, b, mask);
+}
+
+// The internal ops through the dispatcher (torch.compile traces them as calls).
+template <typename Fn>
+c10::TypedOperatorHandle<Fn> internal_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
+}
+
+std::optional<at::Tensor> opt(const at::Tensor& b) {
+  return b.defined() ? std::optional<at::Tensor>(b) : std::nullopt;
+}
+
+// The call's arguments kept for backward.
+void save_call(AutogradContext* ctx, const LceCall& c, bool has_bias) {
+  ctx->saved_data["reduction"] = c.reduction;
+  ctx->saved_data["ignore_index"] = c.ignore_index;
+  ctx->saved_data["smoothing"] = c.smoothing;
+  ctx->saved_data["logits_dtype"] =
+      c.logits_dtype ? c10::IValue(static_cast<int64_t>(*c.logits_dtype)) : c10::IValue();
+  ctx->saved_data["chunk"] = c.chunk;
+  ctx->saved_data["has_bias"] = has_bias;
+}
+
+LceCall saved_call(AutogradContext* ctx) {
+  const c10::IValue ld = ctx->saved_data["logits_dtype"];
+  return make_call(ctx->saved_data["reduction"].toInt(), ctx->saved_data["ignore_index"].toInt(),
+                   ctx->saved_data["smoothing"].toDouble(),
+                   ld.isNone()
+                       ? std::nullopt
+                       : std::optional<at::ScalarType>(static_cast<at::ScalarType>(ld.toInt())),
+                   ctx->saved_data["chunk"].toInt());
+}
+
+void no_double_backward() {
+  TORCH_CHECK(!at::GradMode::is_enabled(),
+              "memslim::linear_cross_entropy: double backward is not supported (the backward "
+              "recomputes the logits); use the aten ops where higher-order gradients are needed");
+}
+
+// Recomputing backward: keeps the input, targets and log-sum-exp.
 struct LceFunction : public torch::autograd::Function<LceFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& w,
                             const at::Tensor& b_arg, const at::Tensor& target, const LceCall& c,
                             bool has_bias) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    const at::Tensor b = has_bias ? b_arg : at::Tensor();
-    auto [loss, lse] = call_forward(input, w, b, target, c);
+    static auto op = internal_op<decltype(forward_impl)>("memslim::linear_cross_entropy_forward");
+    auto [loss, lse] = op.call(input, w, has_bias ? opt(b_arg) : std::nullopt, target, c.reduction,
+                               c.ignore_index, c.smoothing, c.logits_dtype, c.chunk);
     ctx->save_for_backward({input, w, b_arg, target, lse});
-    ctx->saved_data["reduction"] = c.reduction;
-    ctx->saved_data["ignore_index"] = c.ignore_index;
-    ctx->saved_data["smoothing"] = c.smoothing;
-    ctx->saved_data["logits_dtype"] =
-        c.logits_dtype ? c10::IValue(static_cast<int64_t>(*c.logits_dtype)) : c10::IValue();
-    ctx->saved_data["chunk"] = c.chunk;
-    ctx->saved_data["has_bias"] = has_bias;
-    ctx->mark_non_differentiable({lse});
+    save_call(ctx, c, has_bias);
     return loss;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    TORCH_CHECK(!at::GradMode::is_enabled(),
-                "memslim::linear_cross_entropy: double backward is not supported (the backward "
-                "recomputes the logits); use the aten ops where higher-order gradients are needed");
+    no_double_backward();
     const at::Tensor& g = grads[0];
     if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), {}, {}};
     auto s = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    const c10::IValue ld = ctx->saved_data["logits_dtype"];
-    std::optional<at::ScalarType> logits_dtype;
-    if (!ld.isNone()) logits_dtype = static_cast<at::ScalarType>(ld.toInt());
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("memslim::linear_cross_entropy_backward", "")
-                         .typed<decltype(backward_impl)>();
+    const LceCall c = saved_call(ctx);
+    static auto op = internal_op<decltype(backward_impl)>("memslim::linear_cross_entropy_backward");
     auto [gh, gw, gb] = op.call(
-        g, s[0], s[1], has_bias ? std::optional<at::Tensor>(s[2]) : std::nullopt, s[3], s[4],
-        ctx->saved_data["reduction"].toInt(), ctx->saved_data["ignore_index"].toInt(),
-        ctx->saved_data["smoothing"].toDouble(), logits_dtype, ctx->saved_data["chunk"].toInt(),
+        g, s[0], s[1], has_bias ? opt(s[2]) : std::nullopt, s[3], c.reduction, c.ignore_index,
+        c.smoothing, c.logits_dtype, c.chunk, s[4],
         {ctx->needs_input_grad(0), ctx->needs_input_grad(1), has_bias && ctx->needs_input_grad(2)});
     return {gh, gw, gb, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
-at::Tensor lce_autograd(const at::Tensor& input, const at::Tensor& w,
-                        const std::optional<at::Tensor>& bias, const at::Tensor& target,
-                        int64_t reduction, int64_t ignore_index, double smoothing,
-                        std::optional<at::ScalarType> logits_dtype, int64_t chunk) {
-  const LceCall c = make_call(reduction, ignore_index, smoothing, logits_dtype, chunk);
-  const at::Tensor b = or_empty(bias);
-  const bool grad = at::GradMode::is_enabled() && (input.requires_grad() || w.requires_grad() ||
-                                                   (b.defined() && b.requires_grad()));
-  if (!grad) {
+// Gradients in forward (a scalar loss): the forward's chunks also compute the
+// gradients for a loss gradient of one, kept for backward, which scales them
+// (returns them as they are for a gradient of exactly one where its value can
+// be read: no copy). Three matmuls of the head, as aten's; keeps the
+// gradients (the size of the input and the weight) instead of the logits.
+struct LceGradsFunction : public torch::autograd::Function<LceGradsFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& w,
+                            const at::Tensor& b_arg, const at::Tensor& target, const LceCall& c,
+                            bool has_bias, std::array<bool, 3> mask) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return std::get<0>(call_forward(input, w, b, target, c));
+    static auto op = internal_op<decltype(fused_impl)>("memslim::linear_cross_entropy_fused");
+    auto [loss, gh, gw, gb] =
+        op.call(input, w, has_bias ? opt(b_arg) : std::nullopt, target, c.reduction, c.ignore_index,
+                c.smoothing, c.logits_dtype, c.chunk, mask);
+    ctx->save_for_backward({gh, gw, gb});
+    return loss;
   }
-  return LceFunction::apply(input, w, b.defined() ? b : at::empty({0}, input.options()), target, c,
-                            b.defined());
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    no_double_backward();
+    const at::Tensor& g = grads[0];
+    variable_list out{at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), {}, {}, {}};
+    if (!g.defined()) return out;
+    auto s = ctx->get_saved_variables();
+    const bool one = real_data(g) && g.numel() == 1 && g.item<double>() == 1.0;
+    for (size_t i = 0; i < 3; ++i)
+      if (s[i].defined() && ctx->needs_input_grad(i))
+        out[i] = one ? s[i] : s[i] * g.to(s[i].scalar_type());
+    return out;
+  }
+};
+
+at::Tensor lce_plain(MEMSLIM_LCE_ARGS, bool grads_in_forward) {
+  static auto op = internal_op<decltype(forward_impl)>("memslim::linear_cross_entropy_forward");
+  return std::get<0>(
+      op.call(input, w, b, target, reduction, ignore_index, smoothing, logits_dtype, chunk));
 }
 
-at::Tensor lce_plain(const at::Tensor& input, const at::Tensor& w,
-                     const std::optional<at::Tensor>& bias, const at::Tensor& target,
-                     int64_t reduction, int64_t ignore_index, double smoothing,
-                     std::optional<at::ScalarType> logits_dtype, int64_t chunk) {
-  return std::get<0>(
-      call_forward(input, w, or_empty(bias), target,
-                   make_call(reduction, ignore_index, smoothing, logits_dtype, chunk)));
+at::Tensor lce_autograd(MEMSLIM_LCE_ARGS, bool grads_in_forward) {
+  const LceCall c = MEMSLIM_LCE_CALL;
+  const at::Tensor bias = or_empty(b);
+  const std::array<bool, 3> mask{input.requires_grad(), w.requires_grad(),
+                                 bias.defined() && bias.requires_grad()};
+  if (!at::GradMode::is_enabled() || !(mask[0] || mask[1] || mask[2])) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return lce_plain(input, w, b, target, reduction, ignore_index, smoothing, logits_dtype, chunk,
+                     grads_in_forward);
+  }
+  const at::Tensor b_arg = bias.defined() ? bias : at::empty({0}, input.options());
+  if (grads_in_forward && reduction != kNone)
+    return LceGradsFunction::apply(input, w, b_arg, target, c, bias.defined(), mask);
+  return LceFunction::apply(input, w, b_arg, target, c, bias.defined());
 }
+
+#undef MEMSLIM_LCE_ARGS
+#undef MEMSLIM_LCE_CALL
 
 } // namespace
 
@@ -348,11 +466,13 @@ TORCH_LIBRARY_IMPL(memslim, Autograd, m) { m.impl("linear_cross_entropy", TORCH_
 TORCH_LIBRARY_IMPL(memslim, CompositeExplicitAutograd, m) {
   m.impl("linear_cross_entropy", TORCH_FN(lce_plain));
   m.impl("linear_cross_entropy_forward", TORCH_FN(forward_impl));
+  m.impl("linear_cross_entropy_fused", TORCH_FN(fused_impl));
   m.impl("linear_cross_entropy_backward", TORCH_FN(backward_impl));
 }
 
 TORCH_LIBRARY_IMPL(memslim, Meta, m) {
   m.impl("linear_cross_entropy_forward", TORCH_FN(forward_meta));
+  m.impl("linear_cross_entropy_fused", TORCH_FN(fused_meta));
   m.impl("linear_cross_entropy_backward", TORCH_FN(backward_meta));
 }
 

@@ -102,17 +102,24 @@ TORCH_LIBRARY(memslim, m) {
   m.def(
       "linear_cross_entropy(Tensor input, Tensor weight, Tensor? bias, Tensor target, "
       "int reduction=1, int ignore_index=-100, float label_smoothing=0.0, "
-      "ScalarType? logits_dtype=None, int chunk=0) -> Tensor");
-  // Internal: its forward (loss, log-sum-exp per row in opmath) and backward
-  // (input, weight, bias gradients as output_mask asks).
+      "ScalarType? logits_dtype=None, int chunk=0, bool grads_in_forward=True) -> Tensor");
+  // Internal: its forward (loss, log-sum-exp per row in opmath), the forward
+  // that also computes the gradients for a loss gradient of one (a scalar loss
+  // with grads_in_forward: three matmuls of the head instead of four), and the
+  // recomputing backward (input, weight, bias gradients as output_mask asks).
   m.def(
       "linear_cross_entropy_forward(Tensor input, Tensor weight, Tensor? bias, Tensor target, "
       "int reduction, int ignore_index, float label_smoothing, ScalarType? logits_dtype, "
       "int chunk) -> (Tensor, Tensor)");
   m.def(
+      "linear_cross_entropy_fused(Tensor input, Tensor weight, Tensor? bias, Tensor target, "
+      "int reduction, int ignore_index, float label_smoothing, ScalarType? logits_dtype, "
+      "int chunk, bool[3] output_mask) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def(
       "linear_cross_entropy_backward(Tensor grad, Tensor input, Tensor weight, Tensor? bias, "
-      "Tensor target, Tensor lse, int reduction, int ignore_index, float label_smoothing, "
-      "ScalarType? logits_dtype, int chunk, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+      "Tensor target, int reduction, int ignore_index, float label_smoothing, "
+      "ScalarType? logits_dtype, int chunk, Tensor lse, bool[3] output_mask) -> "
+      "(Tensor, Tensor, Tensor)");
 
   // Internal: the forward that also produces what backward needs. `act` is a
   // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),

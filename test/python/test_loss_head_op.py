@@ -46,11 +46,20 @@ def _inputs(n=37, d=16, v=50, dtype=torch.float64, bias=False, ignore=0.2, seed=
 
 
 def _both(
-    h, w, b, t, reduction="mean", ignore_index=-100, smoothing=0.0, logits_dtype=None, chunk=0
+    h,
+    w,
+    b,
+    t,
+    reduction="mean",
+    ignore_index=-100,
+    smoothing=0.0,
+    logits_dtype=None,
+    chunk=0,
+    gif=True,
 ):
     leaves = [x for x in (h, w, b) if x is not None]
     ref = _aten(h, w, b, t, reduction, ignore_index, smoothing, logits_dtype)
-    got = op(h, w, b, t, REDUCTIONS[reduction], ignore_index, smoothing, logits_dtype, chunk)
+    got = op(h, w, b, t, REDUCTIONS[reduction], ignore_index, smoothing, logits_dtype, chunk, gif)
     assert got.shape == ref.shape and got.dtype == ref.dtype
     seed = torch.randn(ref.shape, dtype=ref.dtype, generator=torch.Generator().manual_seed(1))
     gr = torch.autograd.grad(ref, leaves, seed)
@@ -62,17 +71,19 @@ def _both(
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("chunk", [0, 1, 5, 37, 100])
-def test_matches_aten_fp64(reduction, smoothing, bias, chunk):
-    ref, got, gr, gg = _both(*_inputs(bias=bias), reduction, -100, smoothing, None, chunk)
+@pytest.mark.parametrize("gif", [True, False])
+def test_matches_aten_fp64(reduction, smoothing, bias, chunk, gif):
+    ref, got, gr, gg = _both(*_inputs(bias=bias), reduction, -100, smoothing, None, chunk, gif)
     torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
     for a, b in zip(gg, gr):
         torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
 
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
-def test_matches_aten_fp32_within_1e5(reduction):
+@pytest.mark.parametrize("gif", [True, False])
+def test_matches_aten_fp32_within_1e5(reduction, gif):
     h, w, b, t = _inputs(n=300, d=64, v=1000, dtype=torch.float32, bias=True)
-    ref, got, gr, gg = _both(h, w, b, t, reduction, -100, 0.0, None, 64)
+    ref, got, gr, gg = _both(h, w, b, t, reduction, -100, 0.0, None, 64, gif)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     for a, b_ in zip(gg, gr):
         torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-6)
@@ -115,8 +126,8 @@ def test_nan_and_inf_logits_as_aten():
         h[5, :] = 0.0
         w[3, 0] = float("inf")
     t[1] = -100  # an ignored row with a NaN softmax: NaN gradients in aten too
-    for reduction in ("none", "sum"):
-        ref, got, gr, gg = _both(h, w, b, t, reduction)
+    for reduction, gif in (("none", True), ("sum", True), ("sum", False)):
+        ref, got, gr, gg = _both(h, w, b, t, reduction, gif=gif)
         torch.testing.assert_close(got, ref, equal_nan=True)
         for a, b_ in zip(gg, gr):
             torch.testing.assert_close(a, b_, equal_nan=True)
@@ -131,7 +142,24 @@ def test_out_of_range_target_is_aten_error():
         op(h, w, b, t.double())
 
 
-def test_keeps_no_logits():
+def test_backward_of_one_hands_over_and_retain_graph_repeats():
+    h, w, b, t = _inputs(bias=True)
+    ref = _aten(h, w, b, t, "mean", -100, 0.0, None)
+    ref.backward()
+    want = [x.grad.clone() for x in (h, w, b)]
+    for x in (h, w, b):
+        x.grad = None
+    loss = op(h, w, b, t)
+    loss.backward(retain_graph=True)
+    first = [x.grad.clone() for x in (h, w, b)]
+    loss.backward()  # the saved gradients were not changed by the first
+    for a, b_, c in zip(first, want, (h, w, b)):
+        torch.testing.assert_close(a, b_)
+        torch.testing.assert_close(c.grad, 2 * b_)
+
+
+@pytest.mark.parametrize("gif", [True, False])
+def test_keeps_no_logits(gif):
     h, w, b, t = _inputs(n=256, d=32, v=4000, dtype=torch.float32, ignore=0.0)
 
     class Head(torch.nn.Module):
@@ -140,26 +168,32 @@ def test_keeps_no_logits():
             self.lm = torch.nn.Linear(32, 4000, bias=False)
 
         def forward(self, x):
-            return op(x * 1.0, self.lm.weight, None, t)  # x * 1.0: an activation, counted
+            x = x * 1.0  # an activation, counted
+            return op(x, self.lm.weight, None, t, 1, -100, 0.0, None, 0, gif)
 
     kept = memslim.saved_bytes(Head(), h.detach().requires_grad_())
     logits = 256 * 4000 * 4
-    assert kept <= 256 * 32 * 4 + 256 * 8 + 256 * 4 + 64, kept  # x, targets, lse
-    assert kept < logits / 50
+    if gif:  # the input's and the weight's gradients
+        assert kept == 256 * 32 * 4 + 4000 * 32 * 4, kept
+    else:  # x, targets, lse
+        assert kept <= 256 * 32 * 4 + 256 * 8 + 256 * 4 + 64, kept
+        assert kept < logits / 50
 
 
 def test_opcheck_dynamic():
     for n, chunk in ((37, 0), (12, 5)):
         h, w, b, t = _inputs(n=n, bias=True, dtype=torch.float32)
-        torch.library.opcheck(op, (h, w, b, t, 1, -100, 0.1, None, chunk))
+        for gif in (True, False):
+            torch.library.opcheck(op, (h, w, b, t, 1, -100, 0.1, None, chunk, gif))
         torch.library.opcheck(op, (h, w, None, t, 0, -100, 0.0, torch.float64, chunk))
 
 
-def test_compiled_op_matches_eager():
+@pytest.mark.parametrize("gif", [True, False])
+def test_compiled_op_matches_eager(gif):
     h, w, b, t = _inputs(n=40, dtype=torch.float32, bias=True)
 
     def f(h, w, b, t):
-        return op(h, w, b, t, 1, -100, 0.0, None, 8) * 2.0
+        return op(h, w, b, t, 1, -100, 0.0, None, 8, gif) * 2.0
 
     ref = f(h, w, b, t)
     gr = torch.autograd.grad(ref, (h, w, b))
