@@ -165,8 +165,8 @@ void chunk_backward(const Rows& r, const at::Tensor& w, at::Tensor gz, const at:
     at::mm_out(rows_out, gl, w);
   }
   if (out.gw.defined()) {
-    if (out.wide)
-      out.gw.add_(at::mm(gl.t(), hc));
+    if (out.wide) // aten's 16-bit mm accumulates in fp32 and rounds once: so do the chunks
+      out.gw.addmm_(gl.t().to(r.op), hc.to(r.op));
     else
       out.gw.addmm_(gl.t(), hc);
   }

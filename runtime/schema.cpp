@@ -94,6 +94,34 @@ TORCH_LIBRARY(memslim, m) {
   // mode), the function's last inputs, in order.
   m.def("recompute_block(Tensor x, Tensor?[] state, str fn, str[]? strs=None) -> Tensor");
 
+  // Internal: the forward that also produces what backward needs. `act` is a
+  // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),
+  // `params` its parameters (padded to three and followed by a fourth when the
+  // caller saves out * params[3], as activation_dropout does: elements whose
+  // saved value would overflow the dtype join the exact list). Returns (out,
+  // packed bits, exact-list indices
+  // (int32, memory order), exact-list input values); with save=False the last
+  // three are empty. The exact list has a data-dependent length.
+  m.def(
+      "activation_forward(Tensor self, str act, float[] params, bool save) -> "
+      "(Tensor, Tensor, Tensor, Tensor)");
+  // Internal: dL/dx from dL/dy, the saved output (None for mask-only
+  // activations), bits and exact list. grad and out share one dense layout.
+  m.def(
+      "activation_backward(Tensor grad, Tensor? out, Tensor bits, Tensor exact_idx, "
+      "Tensor exact_val, str act, float[] params) -> Tensor");
+  // Internal: the channels (affine elements) of a norm whose gamma cannot be
+  // inverted within the error bound for `out_dtype` (int32 indices) and x_hat
+  // there, (A, k, S) in opmath, A the dims before the affine ones and S those
+  // after. `norm` is a norm_table.def name; `normalized_dims` counts
+  // layer/rms_norm's trailing dims, `groups` group_norm's. Data-dependent length.
+  m.def(
+      "norm_fallback(Tensor input, Tensor? mean, Tensor rstd, Tensor? weight, Tensor? bias, "
+      "str norm, int normalized_dims, int groups, ScalarType out_dtype) -> (Tensor, Tensor)");
+}
+
+// The loss head's ops (a fragment of the same library, so each block stays readable).
+TORCH_LIBRARY_FRAGMENT(memslim, m) {
   // The loss head without its logits (loss_head_ops.cpp): aten's
   // cross_entropy(linear(input, weight, bias)[.to(logits_dtype)], target,
   // None, reduction, ignore_index, label_smoothing) for class-index targets,
@@ -120,29 +148,4 @@ TORCH_LIBRARY(memslim, m) {
       "Tensor target, int reduction, int ignore_index, float label_smoothing, "
       "ScalarType? logits_dtype, int chunk, Tensor lse, bool[3] output_mask) -> "
       "(Tensor, Tensor, Tensor)");
-
-  // Internal: the forward that also produces what backward needs. `act` is a
-  // kernel activation name (gelu, gelu_tanh, silu, ..., elu for celu/selu),
-  // `params` its parameters (padded to three and followed by a fourth when the
-  // caller saves out * params[3], as activation_dropout does: elements whose
-  // saved value would overflow the dtype join the exact list). Returns (out,
-  // packed bits, exact-list indices
-  // (int32, memory order), exact-list input values); with save=False the last
-  // three are empty. The exact list has a data-dependent length.
-  m.def(
-      "activation_forward(Tensor self, str act, float[] params, bool save) -> "
-      "(Tensor, Tensor, Tensor, Tensor)");
-  // Internal: dL/dx from dL/dy, the saved output (None for mask-only
-  // activations), bits and exact list. grad and out share one dense layout.
-  m.def(
-      "activation_backward(Tensor grad, Tensor? out, Tensor bits, Tensor exact_idx, "
-      "Tensor exact_val, str act, float[] params) -> Tensor");
-  // Internal: the channels (affine elements) of a norm whose gamma cannot be
-  // inverted within the error bound for `out_dtype` (int32 indices) and x_hat
-  // there, (A, k, S) in opmath, A the dims before the affine ones and S those
-  // after. `norm` is a norm_table.def name; `normalized_dims` counts
-  // layer/rms_norm's trailing dims, `groups` group_norm's. Data-dependent length.
-  m.def(
-      "norm_fallback(Tensor input, Tensor? mean, Tensor rstd, Tensor? weight, Tensor? bias, "
-      "str norm, int normalized_dims, int groups, ScalarType out_dtype) -> (Tensor, Tensor)");
 }

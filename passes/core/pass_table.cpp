@@ -10,6 +10,7 @@
 
 #include <stdexcept>
 
+#include "memslim/core/loss_head.h"
 #include "memslim/core/max_pool.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/output_saving_norms.h"
@@ -81,6 +82,14 @@ const std::vector<PassSpec>& pass_table() {
        "memory_budget planner chooses which)",
        {"min_bytes", "memory_budget"},
        "not available in the FX front end yet (TorchScript only)"},
+      {"fuse-loss-head",
+       "a loss head, cross_entropy over the logits of a linear (through a float cast and a "
+       "view flattening the tokens), becomes memslim::linear_cross_entropy, which computes the "
+       "loss a chunk of tokens at a time and keeps neither the logits nor log_softmax's output",
+       {"min_bytes"},
+       "",
+       {},
+       {is_loss_head_site, decide_loss_head}},
       {"fuse-activation-dropout",
        "dropout(act(x)) in training becomes one memslim op keeping output + 2 bits/element",
        {"min_bytes", "dropout_mask_bytes"},
@@ -159,6 +168,10 @@ const std::vector<PipelineSpec>& pipeline_table() {
             "drop the formulas' now-dead intermediates before pricing: otherwise the "
             "saved-tensor analysis still sees them as consumers",
             kFxCleans},
+           {"fuse-loss-head",
+            "the loss head first: its nodes (linear, cast, view, cross_entropy) are no other "
+            "pass's sites, and a coupling or region around them would otherwise price logits "
+            "that this pass never keeps"},
            {"invertible-couplings",
             "couplings first among the rewrites: a chain takes whole blocks (nothing inside F "
             "or G is kept afterwards, so no other pass needs to look there)",

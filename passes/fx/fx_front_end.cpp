@@ -187,6 +187,29 @@ void run_swap_pass(const SwapRule& rule, FxGraphView& g, const CostPolicy& polic
       record(out));
 }
 
+// A formula pass of the core's table (FormulaRule): the site becomes the
+// decision's op with its arguments where the view gate lets it; the covered
+// nodes nobody reads any more go (the TorchScript front end's
+// run_formula_pass, with the view gate).
+void run_formula_pass(const FormulaRule& rule, FxGraphView& g, const CostPolicy& policy,
+                      FxResult& out) {
+  for_each_site(
+      g, rule.is_site, [&](const GraphView&, NodeRef n) { return rule.decide(g, n, policy); },
+      alive(g),
+      [&](NodeRef n, FormulaDecision& d) {
+        const ViewGate gate(g);
+        std::optional<Refusal> why = gate.refusal_between(d.covers);
+        if (!why) why = gate.refusal(n, d.guarded);
+        if (refused(d.decision, why)) return false;
+        std::vector<size_t> inputs;
+        for (const FormulaArg& a : d.args)
+          inputs.push_back(a.constant ? add_constant(g, *a.constant, a.name) : g.id(a.value));
+        replace_formula(g, n, d.op, inputs, d.covers, out);
+        return false;
+      },
+      record(out));
+}
+
 // fuse-activation-consumer: each consumer of the activation becomes
 // memslim::act_<consumer>(h, <its other arguments>, act, params); the
 // activation goes with the last.
@@ -469,6 +492,8 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
       if (p == f.flag) run = f.run;
     if (spec->swap.decide)
       run_swap_pass(spec->swap, g, policy, out);
+    else if (spec->formula.decide)
+      run_formula_pass(spec->formula, g, policy, out);
     else if (run)
       run(g, policy, out);
     else

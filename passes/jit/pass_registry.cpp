@@ -1,8 +1,10 @@
 //===- pass_registry.cpp - the TorchScript front end's passes and driver ---===//
 //
 // What: the TorchScript implementation of each row of the core's pass table
-// (core/pass_table.h: flags, summaries and pipelines are declared there once),
-// and run_pass, which runs one pass as a transaction through a SafetyGate.
+// (core/pass_table.h: flags, summaries and pipelines are declared there once):
+// run_swap_pass / run_formula_pass for every swap / formula row, the adapters
+// of the others; and run_pass, which runs one pass as a transaction through a
+// SafetyGate.
 //
 //===----------------------------------------------------------------------===//
 #include <torch/csrc/jit/runtime/graph_executor.h>
@@ -60,6 +62,42 @@ void run_swap_pass(const SwapRule& rule, const std::shared_ptr<torch::jit::Graph
       ctx.record());
 }
 
+// A formula pass of the core's table (FormulaRule): the site becomes the
+// decision's op with its arguments (constants inserted before the site), the
+// covered nodes nobody reads any more go, through the SafetyGate.
+void run_formula_pass(const FormulaRule& rule, const std::shared_ptr<torch::jit::Graph>& g,
+                      PassContext& ctx) {
+  const JitGraphView view(g);
+  for_each_site(
+      view, rule.is_site,
+      [&](const GraphView& v, NodeRef n) { return rule.decide(v, n, ctx.policy); }, ctx.alive(),
+      [&](NodeRef site, FormulaDecision& d) {
+        Proposal prop;
+        prop.site = d.decision.site;
+        for (NodeRef c : d.covers) prop.covers.push_back(JitGraphView::node(c));
+        for (ValueRef v : d.guarded) prop.guarded.push_back(JitGraphView::value(v));
+        torch::jit::Node* root = JitGraphView::node(site);
+        const std::vector<FormulaArg> args = d.args;
+        const c10::Symbol op = c10::Symbol::fromQualString(d.op);
+        prop.apply = [&g, root, args, op]() {
+          std::vector<torch::jit::Value*> inputs;
+          {
+            torch::jit::WithInsertPoint guard(root);
+            for (const FormulaArg& a : args)
+              inputs.push_back(a.constant ? g->insertConstant(*a.constant)
+                                          : JitGraphView::value(a.value));
+          }
+          replace_output(*g, root, root->output(), op, inputs);
+          return std::string();
+        };
+        prop.rewrote = d.decision.text;
+        prop.price = d.decision.price;
+        ctx.gate->submit(prop);
+        return true;
+      },
+      ctx.record());
+}
+
 namespace {
 // The TorchScript implementation of each row of the pass table (core/pass_table.h)
 // whose rewrite is its own; a swap pass's row is the pass (run_swap_pass).
@@ -96,6 +134,12 @@ const std::vector<PassInfo>& registered_passes() {
         const SwapRule rule = spec.swap;
         run = [rule](const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
           run_swap_pass(rule, g, ctx);
+        };
+      }
+      if (spec.formula.decide) {
+        const FormulaRule rule = spec.formula;
+        run = [rule](const std::shared_ptr<torch::jit::Graph>& g, PassContext& ctx) {
+          run_formula_pass(rule, g, ctx);
         };
       }
       if (!run)

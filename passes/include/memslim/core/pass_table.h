@@ -7,10 +7,11 @@
 // (--list-passes, --pipeline), the TorchScript registry, the FX front end and
 // the torch.compile backend all read these rows; a front end supplies
 // the implementation of each row (jit/pass_registry.cpp, fx/fx_front_end.cpp),
-// except for a row whose rewrite is a swap (SwapRule): its site finder and
-// decision are in the row, and each front end applies every such row by one
-// driver (run_swap_pass in both), so such a pass is a core file, a row and a
-// lit file.
+// except for a row whose rewrite is a swap (SwapRule) or a formula
+// (FormulaRule: the site and the nodes feeding it become one op with new
+// arguments): its site finder and decision are in the row, and each front end
+// applies every such row by one driver (run_swap_pass / run_formula_pass in
+// both), so such a pass is a core file, a row and a lit file.
 // Why: a pass used to be declared in two registries and three default
 // pipelines (C++ TorchScript, C++ FX, Python compile), which drifted apart.
 //
@@ -49,6 +50,27 @@ struct SwapRule {
   SwapDecision (*decide)(const GraphView&, NodeRef, const CostPolicy&) = nullptr;
 };
 
+// The rewrite kind "formula": the site (the last node of `covers`) becomes `op`
+// (its default overload) with new arguments, each a value of the graph or a
+// constant; the covered nodes nobody reads any more go. guarded as for a swap.
+struct FormulaArg {
+  ValueRef value;                      // set for a graph value
+  std::optional<c10::IValue> constant; // set for a constant
+  std::string name;                    // how the constant is named: "reduction"
+};
+struct FormulaDecision {
+  Decision decision;
+  std::string op; // "memslim::linear_cross_entropy"
+  std::vector<FormulaArg> args;
+  std::vector<NodeRef> covers; // producers first, the site last
+  std::vector<ValueRef> guarded;
+  bool rewrite() const { return decision.verdict == Decision::Verdict::Rewrote; }
+};
+struct FormulaRule {
+  bool (*is_site)(const GraphView&, NodeRef) = nullptr;
+  FormulaDecision (*decide)(const GraphView&, NodeRef, const CostPolicy&) = nullptr;
+};
+
 struct PassSpec {
   const char* flag;    // kebab-case: the lit file's name, the remark's prefix
   const char* summary; // one sentence for --list-passes
@@ -59,6 +81,8 @@ struct PassSpec {
   const char* fx_absent;
   // Set for a swap pass: the whole pass (see SwapRule).
   SwapRule swap = {};
+  // Set for a formula pass: the whole pass (see FormulaRule).
+  FormulaRule formula = {};
 };
 
 struct PipelineStep {

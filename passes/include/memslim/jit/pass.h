@@ -90,6 +90,12 @@ bool inside_loop(const torch::jit::Node* n);
 void run_swap_pass(const SwapRule& rule, const std::shared_ptr<torch::jit::Graph>& g,
                    PassContext& ctx);
 
+// A formula pass of the core's table (FormulaRule): each site the rule
+// decides Rewrote becomes the decision's op with its arguments through the
+// SafetyGate (fuse-loss-head; jit/pass_registry.cpp).
+void run_formula_pass(const FormulaRule& rule, const std::shared_ptr<torch::jit::Graph>& g,
+                      PassContext& ctx);
+
 // The passes with a rewrite of their own (one file each).
 void run_functionalize_inplace_activations(const std::shared_ptr<torch::jit::Graph>& g,
                                            PassContext& ctx);
