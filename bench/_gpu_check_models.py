@@ -25,7 +25,7 @@ from typing import Callable, List
 import torch
 import torch.nn.functional as F
 
-from _gpu_check_common import FAIL, OK, SKIP, Row, first_line, fmt, sync, torch_version
+from _gpu_check_common import FAIL, INFO, OK, SKIP, Row, first_line, fmt, sync, torch_version
 
 
 # --- stand-ins for torchvision's ResNet and transformers' BERT ------------------------------
@@ -104,7 +104,10 @@ class _Bert(torch.nn.Module):
         return x
 
 
-def _gelu_resnet():
+def _gelu_resnet(small=False):
+    if small:  # the CPU smoke: fewer kernels for Inductor to compile
+        torch.manual_seed(0)
+        return _ResNet((1, 1, 1, 1), torch.nn.GELU, 1000), "built-in ResNet-10 (smoke)"
     try:
         from memslim._models import gelu_resnet
 
@@ -126,7 +129,10 @@ def _custom_act_resnet():
         return _ResNet((1, 1, 1, 1), TrainableAct, 10), "built-in ResNet-10 (no torchvision)"
 
 
-def _bert():
+def _bert(small=False):
+    if small:
+        torch.manual_seed(0)
+        return _Bert(vocab=1000, d=64, layers=1, heads=4, ff=128), "built-in BERT, 1 small layer"
     try:
         import transformers
 
@@ -167,10 +173,14 @@ def model_specs(small: bool):
 
     img = torch.randn(b, 3, hw, hw, generator=g)
     return {
-        "gelu_resnet18": (_gelu_resnet, ((img,), torch.randint(0, 1000, (b,), generator=g)), ce),
+        "gelu_resnet18": (
+            lambda: _gelu_resnet(small),
+            ((img,), torch.randint(0, 1000, (b,), generator=g)),
+            ce,
+        ),
         "bert_2layer": (
-            _bert,
-            ((torch.randint(0, 30522, (b // 4 or 1, seq * 4), generator=g),), torch.zeros(())),
+            lambda: _bert(small),
+            ((torch.randint(0, 1000, (b // 4 or 1, seq * 4), generator=g),), torch.zeros(())),
             sq,
         ),
         "custom_act_resnet10": (
@@ -230,7 +240,9 @@ def _mib(n):
 
 def _needs_214(e: BaseException) -> bool:
     """An error of a way that relies on torch 2.14's internals, on an older torch."""
-    return torch_version() < (2, 14) and isinstance(e, (AttributeError, ImportError, TypeError))
+    while getattr(e, "inner_exception", None) is not None:  # Dynamo's BackendCompilerFailed
+        e = e.inner_exception
+    return torch_version() < (2, 14) and isinstance(e, (AttributeError, ImportError))
 
 
 def _one_model(rows, name, spec, device, deadline, timer: Callable):
@@ -247,7 +259,7 @@ def _one_model(rows, name, spec, device, deadline, timer: Callable):
     loss_fn(m64(*args64), t64).backward()
     exact = {n: p.grad.detach() for n, p in m64.named_parameters() if p.grad is not None}
     del m64
-    runs, eager = [], None
+    runs, eager, ref_excess = [], None, 1.0
     for way, build in _ways():
         label = f"{name} {way}"
         if time.monotonic() > deadline:
@@ -276,10 +288,14 @@ def _one_model(rows, name, spec, device, deadline, timer: Callable):
             run.opt.zero_grad(set_to_none=True)
             peak = _peak(run, device)
             runs.append(run)
+            if way == "torch.compile":
+                status, ref_excess = INFO, max(1.0, excess or 0.0)  # the reference's own drift
+            else:
+                status = OK if excess is None or excess <= ref_excess else FAIL
             run.row = Row(
                 "4 models",
                 label,
-                OK if excess is None or excess <= 1 else FAIL,
+                status,
                 f"peak {_mib(peak)} MiB, saved {_mib(saved)} MiB, grad diff {fmt(diff)}"
                 + (f" (x{excess:.2f} of rounding)" if excess is not None else "")
                 + f", first step {first:.1f} s",
