@@ -291,7 +291,8 @@ def _one_model(rows, name, spec, device, deadline, timer: Callable):
             if way == "torch.compile":
                 status, ref_excess = INFO, max(1.0, excess or 0.0)  # the reference's own drift
             else:
-                status = OK if excess is None or excess <= ref_excess else FAIL
+                # torch.compile's own drift, with room for its run-to-run reordering
+                status = OK if excess is None or excess <= 1.25 * ref_excess else FAIL
             run.row = Row(
                 "4 models",
                 label,
