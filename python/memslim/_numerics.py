@@ -97,13 +97,18 @@ def near_min_mask(name: str, x: torch.Tensor, radius: float = 0.8) -> torch.Tens
     return (x.double() - c.x_min).abs() <= radius
 
 
-def table_row(name: str, dtype: torch.dtype) -> Dict[str, float]:
-    """Max errors over the whole test set and near the minimum, memslim vs aten."""
+def table_row(
+    name: str, dtype: torch.dtype, device: str = "cpu", stride: int = 1
+) -> Dict[str, float]:
+    """Max errors over the whole test set and near the minimum, memslim vs aten, on
+    `device` (bench/gpu_check.py: CUDA); `stride` > 1 takes every stride-th point of the
+    fp32 sweep only."""
     c = CASES[name]
     if dtype == torch.float32:
-        x = sweep_fp32(c.x_min)
-    else:
+        x = sweep_fp32(c.x_min)[::stride]
+    else:  # every value, always: the 16-bit bounds are ratios of maxima over them
         x = all_values(dtype, -20.0, 20.0)
+    x = x.to(device)
     ours, theirs = errors(name, x)
     near = near_min_mask(name, x)
     row = {"max_err": ours.max().item(), "aten_max_err": theirs.max().item()}

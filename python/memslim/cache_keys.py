@@ -91,8 +91,12 @@ def _keyed_by_tags(graph: torch.fx.GraphModule):
         user = getattr(config, slot)
         return list(user) if isinstance(user, (list, tuple)) else ([user] if user else [])
 
+    from .inductor_guards import pass_slot
+
     with config.patch(
-        joint_custom_pre_pass=[*users("joint_custom_pre_pass"), _region_tags_key(digest)],
-        joint_custom_post_pass=[*users("joint_custom_post_pass"), _untag_placeholders()],
+        joint_custom_pre_pass=pass_slot(
+            [*users("joint_custom_pre_pass"), _region_tags_key(digest)]
+        ),
+        joint_custom_post_pass=pass_slot([*users("joint_custom_post_pass"), _untag_placeholders()]),
     ):
         yield

@@ -83,4 +83,31 @@ def config_patches() -> dict:
 
     user = config.post_grad_custom_pre_pass
     user = list(user) if isinstance(user, (list, tuple)) else ([user] if user else [])
-    return {"post_grad_custom_pre_pass": [*user, _pass()]}
+    return {"post_grad_custom_pre_pass": pass_slot([*user, _pass()])}
+
+
+def pass_slot(passes: list):
+    """The value for one of Inductor's custom-pass slots running `passes` in order: the
+    list itself on torch 2.14, one chaining CustomGraphPass before (the slots take one
+    callable there)."""
+    return passes if _torch_version() >= (2, 14) else _chain(passes)
+
+
+def _torch_version() -> tuple:
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def _chain(passes):
+    """One CustomGraphPass running `passes` in order (torch 2.11's post_grad_custom_pre_pass
+    calls its value: a list there raised "'list' object is not callable")."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class Chain(CustomGraphPass):
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            for p in passes:
+                p(graph)
+
+        def uuid(self):
+            return ("memslim-chain", *(getattr(p, "uuid", lambda: repr(p))() for p in passes))
+
+    return Chain()
