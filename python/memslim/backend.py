@@ -268,7 +268,10 @@ def compile(
             "memslim.compile: mode/options are Inductor's; set them with "
             "torch._inductor.config.patch(...) around the call"
         )
-    records: List[Decision] = []
+    from ._transformers import join_loss_graph
+
+    note = join_loss_graph(model)
+    records: List[Decision] = [note] if note is not None else []
     be = functools.partial(backend, strict=strict, records=records, **policy)
     compiled = torch.compile(model, backend=be, fullgraph=fullgraph, dynamic=dynamic)
     records_store.remember(compiled, records)

@@ -1,0 +1,105 @@
+"""The fuse-loss-head pass under torch.compile(backend="memslim") and memslim.compile.
+
+What: a loss head (transformers' form: float cast, flattened tokens, ignore_index) through
+the backend: loss and gradients as close to eager's as plain torch.compile's are (x2, or
+1e-6), what autograd keeps at least the logits' size below plain torch.compile's, the
+record; the model returning its logits too (they stay, still the model's); and
+memslim.compile on a transformers GPT-2 from a config: the loss_type it sets joins the
+logits and the loss in one graph (torch._dynamo.explain), and the head is rewritten there.
+Why: torch.compile is where language models train; a graph break or a partitioner that
+saves the logits again would undo the pass silently.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import memslim
+
+VOCAB, D = 3000, 32
+
+
+class Head(torch.nn.Module):
+    def __init__(self, return_logits=False):
+        super().__init__()
+        self.body = torch.nn.Linear(D, D)
+        self.lm = torch.nn.Linear(D, VOCAB, bias=False)
+        self.return_logits = return_logits
+
+    def forward(self, x, t):
+        logits = self.lm(torch.tanh(self.body(x)))
+        loss = F.cross_entropy(logits.float().view(-1, VOCAB), t.view(-1), ignore_index=-100)
+        return (loss, logits) if self.return_logits else loss
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 64, D, generator=g)
+    t = torch.randint(0, VOCAB, (2, 64), generator=g)
+    t[1, -9:] = -100
+    return x, t
+
+
+def _run(f, model, x, t):
+    model.zero_grad(set_to_none=True)
+    out = f(x, t)
+    (out[0] if isinstance(out, tuple) else out).backward()
+    return out, {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+def _rel(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("return_logits", [False, True])
+def test_backend_takes_the_head(return_logits):
+    x, t = _inputs()
+    torch.manual_seed(0)
+    model = Head(return_logits)
+    want_out, want = _run(model, model, x, t)
+    ways = {}
+    for backend in ("inductor", "memslim"):
+        torch._dynamo.reset()
+        ways[backend] = torch.compile(model, backend=backend)
+    n_before = len(memslim.compiled_decisions())
+    results = {k: _run(f, model, x, t) for k, f in ways.items()}
+    records = [
+        str(d) for d in memslim.compiled_decisions()[n_before:] if "fuse-loss-head" in str(d)
+    ]
+    assert records and "rewrote aten::cross_entropy_loss" in records[0], records
+    for k in want:
+        drift = _rel(results["inductor"][1][k], want[k])
+        assert _rel(results["memslim"][1][k], want[k]) <= max(2 * drift, 1e-6), k
+    if return_logits:
+        torch.testing.assert_close(results["memslim"][0][1], want_out[1], rtol=1e-6, atol=1e-6)
+    kept = {
+        k: memslim.saved_bytes(lambda a, b, f=f: f(a, b)[0] if return_logits else f(a, b), x, t)
+        for k, f in ways.items()
+    }
+    logits = 2 * 64 * VOCAB * 4
+    assert kept["memslim"] <= kept["inductor"] - logits + (128 * D + VOCAB * D) * 4 + 128 * D * 4
+
+
+def test_memslim_compile_joins_transformers_loss_graph():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(
+        vocab_size=512, n_embd=32, n_layer=1, n_head=2, n_positions=32, bos_token_id=0,
+        eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    ids = torch.randint(0, 512, (2, 32))
+    assert model.loss_type is None
+    explain = torch._dynamo.explain(model)(input_ids=ids, labels=ids)
+    assert explain.graph_count == 2  # the break memslim.compile removes
+    torch._dynamo.reset()
+    want = model(input_ids=ids, labels=ids).loss
+    compiled = memslim.compile(model)
+    got = compiled(input_ids=ids, labels=ids).loss
+    got.backward()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    records = [str(d) for d in memslim.report(compiled) if "fuse-loss-head" in str(d)]
+    assert any("set loss_type" in r for r in records), records
+    assert any("rewrote aten::cross_entropy_loss" in r for r in records), records
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(model)(input_ids=ids, labels=ids).graph_count == 1
