@@ -83,6 +83,17 @@ def _totals(records: Records) -> str:
     return text + (f"; the rewritten keep {_b(before)} -> {_b(after)}" if before or after else "")
 
 
+def _unchanged(records: Records) -> str:
+    """Where the backend compiled the graph as Dynamo gave it (its notes say so: Inductor
+    keeps less without the rewrites, no gradients, memslim failed on it)."""
+    for d in records:
+        if d.verdict == "note" and (
+            d.pass_ == "memslim-backend" or d.text.endswith("graph left to Inductor")
+        ):
+            return " (none applied: graph left to Inductor)"
+    return ""
+
+
 def summary(obj) -> Summary:
     """A one-screen summary of memslim.report(obj) (the same objects; ValueError for one
     memslim never saw): per graph, per pass, sites, rewritten, kept with the main
@@ -99,7 +110,7 @@ def summary(obj) -> Summary:
         if i >= FULL_GRAPHS:
             lines.append(_clip(f"{name}: {_totals(records)}"))
             continue
-        lines += [_clip(name), "  " + _totals(records)]
+        lines += [_clip(name), "  " + _totals(records) + _unchanged(records)]
         passes = _pass_lines(records)
         if passes:
             lines.append(f"  {'pass':<32} {'sites':>5} {'rewrote':>7} {'kept':>5}   bytes kept")
