@@ -7,7 +7,8 @@ through its closure), names the graph (Dynamo's compile id "frame/recompile", th
 traced, where a graph break ends it) and returns the list its records go to, kept in the
 one store (records.py) under that object and its original module. `graphs_of(x)` answers
 for torch.compile's wrappers (a compiled function, an OptimizedModule whose original
-module is known) and for the graphs Dynamo's cache shares: its cache is per code object
+module is known), for a model whose blocks were compiled or optimized one by one
+(`graphs_of_parts`), and for the graphs Dynamo's cache shares: its cache is per code object
 and backend, so a second model of the same class compiled with backend="memslim" runs the
 first one's graphs without a compile; those graphs are listed for it as "shared".
 Why the stack: the backend is one function for every model (torch.compile looks
@@ -176,6 +177,24 @@ def graphs_of(obj) -> Optional[Graphs]:
             for name, records in other.graphs:
                 shared.add(name + " (shared: compiled for another object)", records)
     return shared
+
+
+def graphs_of_parts(obj) -> Optional[Graphs]:
+    """A module none of the ways in made, whose submodules were (per-block compiles, as
+    FSDP2 and torchtitan do, or an optimized block put in a model): their graphs, each
+    name prefixed by the submodule's path. None when no submodule has any."""
+    if not isinstance(obj, torch.nn.Module):
+        return None
+    parts = Graphs("its submodules (compiled or optimized)")
+    seen = set()
+    for path, sub in obj.named_modules():
+        found = store.lookup(sub) if path else None
+        if found is None or id(found) in seen:
+            continue
+        seen.add(id(found))
+        for name, records in found.graphs:
+            parts.add(f"{path}: {name}", records)
+    return parts if seen else None
 
 
 def why_unknown(obj) -> str:

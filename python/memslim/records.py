@@ -167,7 +167,8 @@ def report(obj) -> Records:
     """The decision records (Decision: as a str, the remark line) of what memslim made
     `obj` from: a model or function compiled with torch.compile(backend="memslim") or
     memslim.compile (the graphs compiled so far; the original module too),
-    memslim.fx.optimize's program, memslim.optimize's ScriptModule. A list with
+    memslim.fx.optimize's program, memslim.optimize's ScriptModule, a model holding such
+    blocks (their graphs, named by the block's path). A list with
     .statistics() / .stats_text() (per pass, as memslim-opt --stats prints them) and
     .graphs (graph by graph). ValueError for an object memslim never saw."""
     from . import compiled
@@ -175,6 +176,8 @@ def report(obj) -> Records:
     graphs = lookup(obj)
     if graphs is None:
         graphs = compiled.graphs_of(obj)  # torch.compile's wrappers, shared graphs
+    if graphs is None:
+        graphs = compiled.graphs_of_parts(obj)  # a model of compiled / optimized blocks
     if graphs is None:
         raise ValueError(
             f"memslim.report: memslim never saw this {type(obj).__name__}"

@@ -150,6 +150,23 @@ def test_a_graph_break_and_a_recompile_list_each_graph():
     assert max(len(line) for line in text.splitlines()) <= 100, text
 
 
+def test_a_model_of_blocks_compiled_one_by_one_reports_each_block():
+    # Per-block compiles (FSDP2's and torchtitan's pattern), and a block optimized by
+    # memslim.optimize put into a model: the model's report lists every block's graphs.
+    model = nn.Sequential(Tanh(), Silu(), Silu())
+    model[0] = torch.compile(model[0], backend="memslim")
+    model[1].compile(backend="memslim")
+    model[2] = memslim.optimize(model[2], (torch.randn(8, 16),))
+    _step(model)
+    names = _names(model)
+    assert len(names) == 3, names
+    assert names[0].startswith("0: graph ") and names[1].startswith("1: graph ")
+    assert names[2] == "2: memslim.optimize (TorchScript)"
+    assert memslim.report(model[0]) and memslim.report(model[1])
+    assert len(memslim.report(model)) == sum(len(memslim.report(b)) for b in model)
+    _summary_lists(model, names)
+
+
 def test_another_backend_is_named_in_the_error():
     compiled = torch.compile(Silu())  # Inductor
     with pytest.raises(ValueError, match=r"backend 'inductor', not 'memslim'.*four ways in"):
