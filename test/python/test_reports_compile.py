@@ -3,8 +3,9 @@ compiles): a module compiled with backend="memslim" (and the module it wraps), a
 compiled function, memslim.compile's result, two compiled models in one process (each its
 own graphs; a second model of the same class is served the first one's graphs by
 Dynamo's cache and lists them as shared), a graph break and a recompile (each graph
-listed), a model compiled with another backend (the error names it), and the docs'
-examples run as they are written (README's quick start, reference.md's torch.compile)."""
+listed), a model of blocks compiled one by one, a graph memslim failed on (listed with
+why), a model compiled with another backend (the error names it), and the docs' examples
+run as they are written (README's quick start, reference.md's torch.compile)."""
 
 import contextlib
 import io
@@ -165,6 +166,24 @@ def test_a_model_of_blocks_compiled_one_by_one_reports_each_block():
     assert memslim.report(model[0]) and memslim.report(model[1])
     assert len(memslim.report(model)) == sum(len(memslim.report(b)) for b in model)
     _summary_lists(model, names)
+
+
+def test_a_graph_memslim_failed_on_is_listed_with_why(monkeypatch):
+    import memslim.backend
+
+    def fail(*a, **k):
+        raise RuntimeError("no trace today")
+
+    monkeypatch.delenv("MEMSLIM_STRICT", raising=False)
+    monkeypatch.setattr(memslim.backend, "_aten_graph", fail)
+    compiled = torch.compile(Silu(), backend="memslim")
+    with pytest.warns(UserWarning, match="no trace today"):
+        _step(compiled)
+    [(name, records)] = memslim.report(compiled).graphs
+    [d] = records
+    assert d.pass_ == "memslim-backend" and d.verdict == "note"
+    assert d.text == "graph compiled by Inductor unchanged: RuntimeError: no trace today"
+    assert "(none applied: graph left to Inductor)" in memslim.summary(compiled)
 
 
 def test_another_backend_is_named_in_the_error():
