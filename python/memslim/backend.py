@@ -232,7 +232,8 @@ def backend(
         decisions, rewrote, options = _keep_rewrites(
             aten, serial, mode, fakes, example_inputs, policy, needs_grad
         )
-    except BudgetError:
+    except BudgetError as e:
+        records.append(records_store.note("memory-budget", f"unreachable: {e}"))
         raise
     except Exception as e:  # noqa: BLE001  (the user's training must go on)
         if strict or os.environ.get("MEMSLIM_STRICT") == "1":

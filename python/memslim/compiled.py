@@ -115,7 +115,10 @@ def graph_records(gm, into: Optional[Graphs], backend) -> List[Decision]:
     """The list a graph's records go to: a new graph of `into` (memslim.compile's model),
     else of what torch.compile made whose call is compiling (found on the stack), else
     of a Graphs of its own (the backend called directly)."""
-    found = _owner_on_stack()
+    try:
+        found = _owner_on_stack()
+    except Exception:  # noqa: BLE001  (a report must never stop the user's training)
+        found = None
     owner, orig, _ = found if found is not None else (None, None, None)
     if into is None and owner is None:
         into = Graphs("the memslim backend called directly")
