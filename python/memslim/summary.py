@@ -18,7 +18,7 @@ from typing import List
 from .records import Records, report
 
 WIDTH = 100  # a line's most characters
-FULL_GRAPHS = 6  # graphs shown pass by pass; the rest one line each
+FULL_GRAPHS = 4  # graphs shown pass by pass; the rest one line each
 REASONS = 2  # kept reasons shown per pass
 NOTES = 4  # notes shown per graph
 
@@ -100,10 +100,9 @@ def summary(obj) -> Summary:
     reasons, and the rewritten sites' bytes before -> after; each graph's notes."""
     rep = report(obj)
     graphs = getattr(rep, "graphs", [("records", rep)])
-    lines = [
-        f"memslim summary: {type(obj).__name__} through {rep.source}: {len(graphs)} graph(s)",
-        "  all graphs: " + _totals(rep),
-    ]
+    lines = [f"memslim summary: {type(obj).__name__} through {rep.source}: {len(graphs)} graph(s)"]
+    if len(graphs) > 1:
+        lines.append("  all graphs: " + _totals(rep))
     if not graphs:
         lines.append("  no graph compiled yet (torch.compile compiles at the first call)")
     for i, (name, records) in enumerate(graphs):
