@@ -1,10 +1,11 @@
 //===- statistics.h - per-pass statistics from the decision records --------===//
 //
 // What: MLIR-style pass statistics (sites decided, rewritten, kept by reason,
-// rolled back, bytes freed and the rewritten sites' bytes before / after) counted from the decision
-// records a run made, and their rendering as memslim-opt --stats prints them and
-// memslim.report(...) .statistics() returns them. Why from the records: every front end already
-// makes one record per decision, so the counts cannot disagree with the
+// rolled back, bytes freed, and the bytes the rewritten sites keep before /
+// after) counted from the decision records a run made, and their rendering as
+// memslim-opt --stats prints them and memslim.report(...).statistics() returns
+// them (memslim.summary reads those). Why from the records: every front end
+// already makes one record per decision, so the counts cannot disagree with the
 // remarks, and no pass keeps counters of its own.
 //
 //===----------------------------------------------------------------------===//
