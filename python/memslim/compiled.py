@@ -84,10 +84,18 @@ def _share_root(obj, orig):
     return getattr(target, "__code__", None)
 
 
-def _graph_name(gm, fallback: int, owner=None) -> str:
+def _root_code(target):
+    """The code Dynamo's first frame for `target` runs: a module's forward, a function."""
+    if isinstance(target, torch.nn.Module):
+        target = getattr(type(target), "forward", None)
+    return getattr(target, "__code__", None)
+
+
+def _graph_name(gm, fallback: int, owner=None):
     """'graph 0/1: forward at model.py:12' (the compile id: Dynamo's frame / recompile
     count; a torch.nn module's forward, which Dynamo enters through its own wrapper, by
-    the module's class), plus where a graph break ends the graph."""
+    the module's class), plus where a graph break ends the graph; and the code object
+    Dynamo's cache holds it under (None outside Dynamo)."""
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
         from torch._guards import CompileContext
@@ -95,16 +103,18 @@ def _graph_name(gm, fallback: int, owner=None) -> str:
         cid = CompileContext.current_compile_id()
         code = InstructionTranslator.current_tx().f_code
     except Exception:  # noqa: BLE001  (outside Dynamo: a direct call of the backend)
-        return f"graph {fallback}"
+        return f"graph {fallback}", None
     where = f"{code.co_name} at {_short(code.co_filename)}:{code.co_firstlineno}"
     if code.co_filename.endswith("external_utils.py") and isinstance(owner, torch.nn.Module):
         where = f"{type(owner).__name__}.forward"
     name = f"graph {cid}: {where}"
     reason = getattr(gm, "compile_subgraph_reason", None)
-    if reason is not None and getattr(reason, "graph_break", False) and reason.user_stack:
+    if reason is not None and str(getattr(reason, "reason", "")).startswith("DDPOptimizer"):
+        name += " (a DDP bucket)"  # DDP's optimizer: one graph per gradient bucket
+    elif reason is not None and getattr(reason, "graph_break", False) and reason.user_stack:
         at = reason.user_stack[-1]
         name += f" (to a graph break at {_short(at.filename)}:{at.lineno})"
-    return name
+    return name, code
 
 
 def _short(path: str) -> str:
@@ -129,16 +139,20 @@ def graph_records(gm, into: Optional[Graphs], backend) -> List[Decision]:
             into = store.keep(owner, Graphs(kind, (backend, _share_root(owner, orig))))
         if orig is not None and store.lookup(orig) is None:
             store.keep(orig, into)  # report(model) for the module the user kept
-    return into.add(_graph_name(gm, len(into.graphs), orig if orig is not None else owner))
+    name, code = _graph_name(gm, len(into.graphs), orig if orig is not None else owner)
+    if code is not None:
+        into.codes.add(code)
+    return into.add(name)
 
 
 def compiled_with(obj):
-    """(backend, share root) of a torch.compile wrapper `obj`, or None: an
+    """(backend, share root, root code) of a torch.compile wrapper `obj`, or None: an
     OptimizedModule, a module after .compile(), a compiled function."""
     from torch._dynamo.eval_frame import OptimizedModule
 
     if isinstance(obj, OptimizedModule):
-        return _innermost_backend(obj.dynamo_ctx.callback), _share_root(obj, obj._orig_mod)
+        backend = _innermost_backend(obj.dynamo_ctx.callback)
+        return backend, _share_root(obj, obj._orig_mod), _root_code(obj._orig_mod)
     wrapper = getattr(obj, "_compiled_call_impl", None) if isinstance(obj, torch.nn.Module) else obj
     if wrapper is None or getattr(wrapper, "__code__", None) is None:
         return None
@@ -149,7 +163,8 @@ def compiled_with(obj):
         callback, fn = cells["callback"].cell_contents, cells["fn"].cell_contents
     except ValueError:
         return None
-    return _innermost_backend(callback), _share_root(fn, getattr(fn, "__self__", None))
+    bound = getattr(fn, "__self__", None)
+    return _innermost_backend(callback), _share_root(fn, bound), _root_code(bound or fn)
 
 
 def _is_memslim(backend) -> bool:
@@ -176,7 +191,7 @@ def graphs_of(obj) -> Optional[Graphs]:
         if key is None or id(other) in seen or how[1] is None:
             continue
         seen.add(id(other))
-        if key[0] is how[0] and key[1] is how[1]:
+        if key[0] is how[0] and (key[1] is how[1] or how[2] in other.codes):
             for name, records in other.graphs:
                 shared.add(name + " (shared: compiled for another object)", records)
     return shared
@@ -191,7 +206,7 @@ def graphs_of_parts(obj) -> Optional[Graphs]:
     parts = Graphs("its submodules (compiled or optimized)")
     seen = set()
     for path, sub in obj.named_modules():
-        found = store.lookup(sub) if path else None
+        found = (store.lookup(sub) or graphs_of(sub)) if path else None
         if found is None or id(found) in seen:
             continue
         seen.add(id(found))

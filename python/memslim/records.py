@@ -111,10 +111,14 @@ class Graphs:
         self.source = source
         self.share_key = share_key
         self.graphs: List[Tuple[str, List[Decision]]] = []
+        self.codes = set()  # the code objects Dynamo traced for its graphs
 
     def add(self, name: str, records: Optional[List[Decision]] = None) -> List[Decision]:
+        """A graph named `name` (", part N" added where a compile hands the backend
+        several graphs under one name: DDP's optimizer compiles a graph per bucket)."""
         records = [] if records is None else records
-        self.graphs.append((name, records))
+        taken = sum(n == name or n.startswith(name + ", part ") for n, _ in self.graphs)
+        self.graphs.append((name + (f", part {taken + 1}" if taken else ""), records))
         return records
 
     def last(self) -> List[Decision]:

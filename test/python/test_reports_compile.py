@@ -3,7 +3,7 @@ compiles): a module compiled with backend="memslim" (and the module it wraps), a
 compiled function, memslim.compile's result, two compiled models in one process (each its
 own graphs; a second model of the same class is served the first one's graphs by
 Dynamo's cache and lists them as shared), a graph break and a recompile (each graph
-listed), a model of blocks compiled one by one, a graph memslim failed on (listed with
+listed), DDP's buckets, a model of blocks compiled one by one, a graph memslim failed on (listed with
 why), a model compiled with another backend (the error names it), and the docs' examples
 run as they are written (README's quick start, reference.md's torch.compile)."""
 
@@ -166,6 +166,37 @@ def test_a_model_of_blocks_compiled_one_by_one_reports_each_block():
     assert memslim.report(model[0]) and memslim.report(model[1])
     assert len(memslim.report(model)) == sum(len(memslim.report(b)) for b in model)
     _summary_lists(model, names)
+
+
+def test_ddp_buckets_are_graphs_of_the_compiled_model(tmp_path):
+    # torch.compile(DDP(model)): Dynamo's DDP optimizer hands the backend one graph per
+    # gradient bucket under one compile id; DDP(torch.compile(model)) of a second model
+    # of the class runs them from Dynamo's cache (listed as shared, under DDP's "module").
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class Wide(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(16, 1024), nn.Linear(1024, 1024), nn.Linear(1024, 16)
+
+        def forward(self, x):
+            return self.c(F.silu(self.b(F.gelu(self.a(x)))))
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        outer = torch.compile(DDP(Wide(), bucket_cap_mb=1), backend="memslim")
+        _step(outer)
+        names = _names(outer)
+        assert len(names) == 2 and all("(a DDP bucket)" in n for n in names), names
+        assert names[1].endswith("(a DDP bucket), part 2")
+        inner = DDP(torch.compile(Wide(), backend="memslim"), bucket_cap_mb=1)
+        _step(inner)
+        assert _names(inner) == [
+            f"module: {n} (shared: compiled for another object)" for n in names
+        ]
+    finally:
+        dist.destroy_process_group()
 
 
 def test_a_graph_memslim_failed_on_is_listed_with_why(monkeypatch):
