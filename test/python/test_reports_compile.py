@@ -1,9 +1,9 @@
 """memslim.report / memslim.summary for what torch.compile made (label `slow`: each test
-compiles): a module compiled with backend="memslim" (and the module it wraps), a
-compiled function, memslim.compile's result, two compiled models in one process (each its
-own graphs; a second model of the same class is served the first one's graphs by
-Dynamo's cache and lists them as shared), a graph break and a recompile (each graph
-listed), DDP's buckets, a model of blocks compiled one by one, a graph memslim failed on (listed with
+compiles): a module compiled with backend="memslim" (and the module it wraps), a compiled
+function, memslim.compile's result, two compiled models in one process (each its own
+graphs; a second model of the same class is served the first one's graphs by Dynamo's
+cache and lists them as shared), a graph break and a recompile (each graph listed), DDP's
+buckets, a model of blocks compiled one by one, a graph memslim failed on (listed with
 why), a model compiled with another backend (the error names it), and the docs' examples
 run as they are written (README's quick start, reference.md's torch.compile)."""
 
