@@ -55,7 +55,11 @@ std::vector<PassStatistics> pass_statistics(const std::vector<Decision>& decisio
       case Decision::Verdict::Rewrote:
         ++s.sites;
         ++s.rewritten;
-        if (auto f = d.price.freed()) s.bytes_freed += *f;
+        if (auto f = d.price.freed()) {
+          s.bytes_freed += *f;
+          s.bytes_before += *d.price.before;
+          s.bytes_after += *d.price.after;
+        }
         break;
       case Decision::Verdict::Kept: {
         ++s.sites;

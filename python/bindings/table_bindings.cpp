@@ -50,7 +50,7 @@ void bind_tables(py::module& m) {
   m.def("fx_default_passes", []() { return memslim::fx_default_passes(); });
   // Per-pass statistics (core/statistics.h) of decision records given as their dicts
   // (memslim.Decision.as_dict()): ([{pass, sites, rewritten, kept, rolled_back,
-  // bytes_freed, kept_by_reason}], the text memslim-opt --stats prints).
+  // bytes_freed, bytes_before, bytes_after, kept_by_reason}], the text memslim-opt --stats prints).
   m.def("pass_statistics", [](const py::list& records) {
     std::vector<memslim::Decision> ds;
     for (const auto& r : records) {
@@ -76,6 +76,8 @@ void bind_tables(py::module& m) {
       e["kept"] = s.kept;
       e["rolled_back"] = s.rolled_back;
       e["bytes_freed"] = s.bytes_freed;
+      e["bytes_before"] = s.bytes_before;
+      e["bytes_after"] = s.bytes_after;
       e["kept_by_reason"] = s.kept_by_reason;
       out.append(e);
     }

@@ -19,6 +19,7 @@ from .backend import compile, compiled_decisions  # noqa: E402
 from .backend import _register as _register_backend  # noqa: E402
 from .optimize import optimize  # noqa: E402
 from .records import Records, report  # noqa: E402
+from .summary import summary  # noqa: E402
 
 __all__ = [
     "activation_table",
@@ -29,6 +30,7 @@ __all__ = [
     "fx",
     "predicted_bytes_freed",
     "report",
+    "summary",
     "Records",
     "compiled_decisions",
     "OPS",

@@ -45,7 +45,8 @@ from ._policy import policy_keywords
 from .records import Decision
 
 # Decision records of every graph the backend compiled, in order (the newest
-# last); memslim.compile's models also keep their own (memslim.report(model)).
+# last); each compiled model also keeps its own, graph by graph (memslim.report(model):
+# records.py's store, compiled.py's owner of a graph).
 _LOG: List[Decision] = []
 
 
@@ -189,7 +190,7 @@ def backend(
     example_inputs,
     *,
     strict: bool = False,
-    records: List[Decision] = None,
+    records=None,
     _chains: bool = True,
     **policy,
 ):
@@ -200,13 +201,18 @@ def backend(
     gradients, both versions are partitioned (no code generated) and the rewritten one is
     compiled only if Inductor then keeps fewer bytes for backward; otherwise the graph goes
     to Inductor unchanged and one "note" record says so. Every graph goes to compile_fx with
-    memslim's Inductor guards (inductor_guards.config_patches)."""
+    memslim's Inductor guards (inductor_guards.config_patches).
+    records: where this graph's records go: None (a graph of what torch.compile made
+    whose call is compiling: memslim.report(model), compiled.py), memslim.compile's
+    Graphs, or a list (a piece of a graph split around coupling chains)."""
     from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
-    from . import inductor_guards
+    from . import compiled, inductor_guards
 
     policy = _policy.check("memslim backend", policy)
+    if not isinstance(records, list):
+        records = compiled.graph_records(gm, records, backend)
     try:
         aten, mode, fakes = _aten_graph(gm, example_inputs)
         needs_grad = torch.is_grad_enabled() and any(
@@ -226,16 +232,19 @@ def backend(
         decisions, rewrote, options = _keep_rewrites(
             aten, serial, mode, fakes, example_inputs, policy, needs_grad
         )
-    except BudgetError:
+    except BudgetError as e:
+        records.append(records_store.note("memory-budget", f"unreachable: {e}"))
         raise
     except Exception as e:  # noqa: BLE001  (the user's training must go on)
         if strict or os.environ.get("MEMSLIM_STRICT") == "1":
             raise
-        warnings.warn(f"memslim: graph compiled by Inductor unchanged: {type(e).__name__}: {e}")
+        why = f"graph compiled by Inductor unchanged: {type(e).__name__}: {e}"
+        warnings.warn("memslim: " + why)
+        records.append(records_store.note("memslim-backend", why))
+        _LOG.append(records[-1])
         return compile_fx(gm, example_inputs, config_patches=inductor_guards.config_patches())
     _LOG.extend(decisions)
-    if records is not None:
-        records.extend(decisions)
+    records.extend(decisions)
     guards = inductor_guards.config_patches()  # Inductor's own passes kept right
     with functorch_config.patch(**options):  # the partitioner's (a budget's FUSED_RECOMPUTE)
         if not rewrote:
@@ -257,7 +266,8 @@ def compile(
 ):
     """torch.compile(model, backend="memslim") with memslim's policy keywords (every
     entry point's, below; ValueError when out of range). fullgraph / dynamic: as torch.compile's.
-    memslim.report(result) gives the decision records of the graphs compiled so far.
+    memslim.report(result) (or of `model`) gives the decision records of the graphs
+    compiled so far, memslim.summary(result) their per-pass summary.
     memory_budget: each compiled graph keeps at most this fraction (in (0, 1]) of what
     Inductor's partitioner keeps for it unmodified (parameters excluded: the fraction
     torch's activation_memory_budget is of), or this many bytes (> 1); see
@@ -270,11 +280,15 @@ def compile(
         )
     from ._transformers import join_loss_graph
 
+    graphs = records_store.Graphs("memslim.compile")
     note = join_loss_graph(model)
-    records: List[Decision] = [note] if note is not None else []
-    be = functools.partial(backend, strict=strict, records=records, **policy)
+    if note is not None:  # before any graph: the model as memslim.compile found it
+        graphs.add("memslim.compile (before tracing)", [note])
+    be = functools.partial(backend, strict=strict, records=graphs, **policy)
     compiled = torch.compile(model, backend=be, fullgraph=fullgraph, dynamic=dynamic)
-    records_store.remember(compiled, records)
+    records_store.keep(compiled, graphs)
+    if isinstance(model, torch.nn.Module) and records_store.lookup(model) is None:
+        records_store.keep(model, graphs)  # memslim.report(model) for the module kept
     return compiled
 
 

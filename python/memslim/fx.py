@@ -237,7 +237,7 @@ def optimize(
             name = getattr(spec.arg, "name", None)
             if name in renamed:
                 spec.arg.name = renamed[name]
-    records.remember(program, decisions)
+    records.remember(program, decisions, "memslim.fx.optimize")
     return program
 
 

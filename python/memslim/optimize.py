@@ -94,7 +94,7 @@ def optimize(
             kwargs,
             policy,
         )
-        records.lookup(optimized).extend(notes)
+        records.lookup(optimized).last().extend(notes)
         return optimized
     return _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy)
 
@@ -102,5 +102,5 @@ def optimize(
 def _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy):
     cpp, remarks = _C.optimize(scripted._c, method_list, pass_list, pipeline, args, kwargs, policy)
     optimized = torch.jit._recursive.wrap_cpp_module(cpp)
-    records.remember(optimized, [Decision(r) for r in remarks])
+    records.remember(optimized, [Decision(r) for r in remarks], "memslim.optimize (TorchScript)")
     return optimized

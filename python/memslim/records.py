@@ -2,11 +2,13 @@
 
 What: `Decision` (one record of a pass at one site; as a str, the remark line), `Records`
 (the list memslim.report returns, with `statistics()` / `stats_text()`: per pass, sites
-decided, rewritten, kept by reason, bytes freed, counted by the C++ core from the same
-records memslim-opt --stats counts), and the store that maps whatever memslim produced (a
-ScriptModule from memslim.optimize, an ExportedProgram or GraphModule from
-memslim.fx.optimize, a model from memslim.compile) to its records. `report(x)` answers
-for every one of them and names the ways in otherwise.
+decided, rewritten, kept by reason, bytes freed and the rewritten sites' bytes before /
+after, counted by the C++ core from the same records memslim-opt --stats counts; and
+`graphs`: the records graph by graph), and the store that maps whatever memslim touched to
+its graphs' records: a ScriptModule from memslim.optimize, an ExportedProgram or
+GraphModule from memslim.fx.optimize, memslim.compile's model, and whatever
+torch.compile(..., backend="memslim") made (compiled.py finds it while a graph compiles).
+`report(x)` answers for every one of them and names the four ways in otherwise.
 Why one module: the records used to live in three stores, one per entry point, and
 memslim.report knew only two of them.
 """
@@ -14,7 +16,7 @@ memslim.report knew only two of them.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterable, List, Optional
+from typing import Any, Iterable, List, Optional, Tuple
 
 from . import _C
 
@@ -62,12 +64,36 @@ class Decision(str):
         }
 
 
+def note(pass_: str, text: str, before=None, after=None) -> Decision:
+    """A "note" record (no site) of `pass_` with `text` and the bytes it is about."""
+    return Decision(
+        {
+            "pass": pass_,
+            "verdict": "note",
+            "site": "",
+            "text": text,
+            "line": f"remark: {pass_}: " + text,
+            "bytes_before": before,
+            "bytes_after": after,
+            "added_work": None,
+        }
+    )
+
+
 class Records(list):
-    """The decision records of one optimized object, in order (a list of Decision)."""
+    """The decision records of one object memslim touched, in order (a list of Decision).
+    `graphs`: [(name, Records)] graph by graph (a compiled model: one per graph Dynamo
+    handed the backend, named by its compile id and frame; "shared" in the name where
+    Dynamo's cache serves another object's graph to this one); `source`: how memslim saw
+    the object (memslim.summary's heading)."""
+
+    graphs: List[Tuple[str, "Records"]]
+    source: str
 
     def statistics(self) -> List[dict]:
         """Per pass, in order of first appearance: {pass, sites, rewritten, kept,
-        rolled_back, bytes_freed, kept_by_reason: [(reason class, count)]}."""
+        rolled_back, bytes_freed, bytes_before, bytes_after (the rewritten sites',
+        priced), kept_by_reason: [(reason class, count)]}."""
         return _C.pass_statistics([d.as_dict() for d in self])[0]
 
     def stats_text(self) -> str:
@@ -75,41 +101,93 @@ class Records(list):
         return _C.pass_statistics([d.as_dict() for d in self])[1]
 
 
-# What memslim produced -> its records (weak: the records go with the object).
-_STORE: "weakref.WeakKeyDictionary[Any, List[Decision]]" = weakref.WeakKeyDictionary()
+class Graphs:
+    """What memslim made of one object: its graphs in order, each [name, records list]
+    (the lists themselves: a compiled model's graphs and a coupling chain's records
+    arrive as it runs). `source`: the way in; `share_key`: for torch.compile's objects,
+    (backend, code object) whose Dynamo cache entries other objects may be served."""
+
+    def __init__(self, source: str, share_key=None):
+        self.source = source
+        self.share_key = share_key
+        self.graphs: List[Tuple[str, List[Decision]]] = []
+        self.codes = set()  # the code objects Dynamo traced for its graphs
+
+    def add(self, name: str, records: Optional[List[Decision]] = None) -> List[Decision]:
+        """A graph named `name` (", part N" added where a compile hands the backend
+        several graphs under one name: DDP's optimizer compiles a graph per bucket)."""
+        records = [] if records is None else records
+        taken = sum(n == name or n.startswith(name + ", part ") for n, _ in self.graphs)
+        self.graphs.append((name + (f", part {taken + 1}" if taken else ""), records))
+        return records
+
+    def last(self) -> List[Decision]:
+        return self.graphs[-1][1]
 
 
-def remember(obj, records: Iterable[Decision]) -> List[Decision]:
-    """Keeps `records` as `obj`'s (the list itself, so a compiled model's records grow
-    as it compiles graphs) and returns it. Objects that cannot be weakly referenced or
-    hashed are not remembered."""
+# What memslim touched -> its Graphs (weak: the records go with the object).
+_STORE: "weakref.WeakKeyDictionary[Any, Graphs]" = weakref.WeakKeyDictionary()
+
+
+def remember(obj, records: Iterable[Decision], source: str = "") -> List[Decision]:
+    """Keeps `records` as `obj`'s one graph (the list itself) and returns it. Objects
+    that cannot be weakly referenced or hashed are not remembered."""
     records = records if isinstance(records, list) else list(records)
-    try:
-        _STORE[obj] = records
-    except TypeError:
-        pass
+    graphs = Graphs(source or type(obj).__name__)
+    graphs.add(source or type(obj).__name__, records)
+    keep(obj, graphs)
     return records
 
 
-def lookup(obj) -> Optional[List[Decision]]:
+def keep(obj, graphs: Graphs) -> Graphs:
+    """`graphs` as `obj`'s (a compiled model's, which grow as it compiles)."""
+    try:
+        _STORE[obj] = graphs
+    except TypeError:
+        pass
+    return graphs
+
+
+def lookup(obj) -> Optional[Graphs]:
     try:
         return _STORE.get(obj)
     except TypeError:
         return None
 
 
+def known() -> List[Graphs]:
+    """Every object's Graphs, in no order (compiled.py's shared graphs)."""
+    return list(_STORE.values())
+
+
+WAYS_IN = (
+    'torch.compile(model, backend="memslim"), memslim.compile(model), '
+    "memslim.fx.optimize(torch.export.export(model, args)) and "
+    "memslim.optimize(model, example_inputs)"
+)
+
+
 def report(obj) -> Records:
     """The decision records (Decision: as a str, the remark line) of what memslim made
-    `obj` from: memslim.optimize's ScriptModule, memslim.fx.optimize's program, or
-    memslim.compile's model (the graphs compiled so far). A list with .statistics() /
-    .stats_text(): per pass, sites decided, rewritten, kept by reason and bytes freed
-    (as memslim-opt --stats prints them)."""
-    found = lookup(obj)
-    if found is None:
+    `obj` from: a model or function compiled with torch.compile(backend="memslim") or
+    memslim.compile (the graphs compiled so far; the original module too),
+    memslim.fx.optimize's program, memslim.optimize's ScriptModule, a model holding such
+    blocks (their graphs, named by the block's path). A list with
+    .statistics() / .stats_text() (per pass, as memslim-opt --stats prints them) and
+    .graphs (graph by graph). ValueError for an object memslim never saw."""
+    from . import compiled
+
+    graphs = lookup(obj)
+    if graphs is None:
+        graphs = compiled.graphs_of(obj)  # torch.compile's wrappers, shared graphs
+    if graphs is None:
+        graphs = compiled.graphs_of_parts(obj)  # a model of compiled / optimized blocks
+    if graphs is None:
         raise ValueError(
-            "memslim.report: memslim did not produce this object; the ways in are "
-            "memslim.optimize(module) (TorchScript), memslim.fx.optimize(exported program) "
-            'and memslim.compile(model); for torch.compile(model, backend="memslim"), '
-            "memslim.compiled_decisions() has every graph's records"
+            f"memslim.report: memslim never saw this {type(obj).__name__}"
+            f"{compiled.why_unknown(obj)}; the four ways in are {WAYS_IN}"
         )
-    return Records(found)
+    out = Records(d for _, records in graphs.graphs for d in records)
+    out.graphs = [(name, Records(records)) for name, records in graphs.graphs]
+    out.source = graphs.source
+    return out

@@ -80,6 +80,8 @@ TEST(Statistics, CountsPerPassAndKeptByReasonClass) {
   EXPECT_EQ(st[0].rewritten, 1);
   EXPECT_EQ(st[0].kept, 2);
   EXPECT_EQ(st[0].bytes_freed, 60);
+  EXPECT_EQ(st[0].bytes_before, 100);
+  EXPECT_EQ(st[0].bytes_after, 40);
   ASSERT_EQ(st[0].kept_by_reason.size(), 1u);
   EXPECT_EQ(st[0].kept_by_reason[0].first, "frees N B, below the N B minimum");
   EXPECT_EQ(st[0].kept_by_reason[0].second, 2);

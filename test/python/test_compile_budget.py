@@ -261,6 +261,9 @@ def test_unreachable_budget_names_the_smallest_reachable():
         or isinstance(e.value.__cause__, BudgetError)
         or "BudgetError" in str(e.value)
     )
+    # The graph stays in the model's report, with why it failed.
+    [note] = [d for d in memslim.report(ours) if d.text.startswith("unreachable: ")]
+    assert note.pass_ == "memory-budget" and "the smallest reachable is" in note.text
 
 
 def test_budget_met_as_it_is_rewrites_nothing():
