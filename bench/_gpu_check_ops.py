@@ -8,7 +8,8 @@ where aten has NaN, aten's values elsewhere), zero-size, scalar and non-contiguo
 layouts (test_ops.py's tolerances, aten's strides), saved bytes (saved_tensors_hooks:
 the device keeps what the CPU path keeps) and the peak of a step (max_memory_allocated,
 against aten's: reported); the norms, residual joins, act_linear / act_conv2d,
-max_pool2d, activation_dropout and recompute_region against aten on the same device;
+max_pool2d, linear_cross_entropy, gated_linear, activation_dropout and recompute_region
+against aten on the same device;
 coupling_chain and recompute_block through memslim.optimize against eager in float64.
 Part 2 runs torch.library.opcheck on the ops with tensors on `device`.
 Why: the CUDA kernels had never run on a GPU; the dry run runs the same code on the CPU
@@ -411,6 +412,55 @@ def _max_pool(device):
     return verdict(not bad), ("off: " + ", ".join(bad)) if bad else "8 cases bit for bit", "= aten"
 
 
+def _loss_head(dtype, device):
+    """linear_cross_entropy (both backwards) against aten's linear + cross_entropy: loss and
+    gradients within test_loss_head_op.py's bounds (fp32 1e-5; bf16 logits cast to float,
+    as transformers' loss: 2e-2), and the peak below aten's by most of the logits."""
+    gen = torch.Generator().manual_seed(0)
+    n, d, v = 512, 64, 8192
+    h = torch.randn(n, d, generator=gen).to(device, dtype).requires_grad_()
+    w = (torch.randn(v, d, generator=gen) * 0.1).to(device, dtype).requires_grad_()
+    t = torch.randint(0, v, (n,), generator=gen).to(device)
+    t[:9] = -100
+    cast = torch.float32 if dtype != torch.float32 else None
+    bound = 1e-5 if dtype == torch.float32 else 2e-2
+
+    def aten():
+        z = F.linear(h, w)
+        return F.cross_entropy(z.float() if cast else z, t, ignore_index=-100)
+
+    worst = 0.0
+    ref = aten()
+    want = torch.autograd.grad(ref, (h, w))
+    for gif in (True, False):
+        got = M.linear_cross_entropy(h, w, None, t, 1, -100, 0.0, cast, 0, gif)
+        grads = torch.autograd.grad(got, (h, w))
+        worst = max(worst, float((got - ref).abs() / ref.abs()))
+        for a, b in zip(grads, want):
+            worst = max(worst, float((a.float() - b.float()).norm() / b.float().norm()))
+    return verdict(worst <= bound), f"rel. diff {fmt(worst)} (bound {bound:g})", "= aten"
+
+
+def _gated(device):
+    """gated_linear of silu / gelu_tanh: values and gradients equal aten's bit for bit."""
+    gen = torch.Generator().manual_seed(0)
+    bad = []
+    for act, f in (("silu", F.silu), ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"))):
+        g, u = (torch.randn(64, 96, generator=gen).to(device).requires_grad_() for _ in range(2))
+        w = torch.randn(32, 96, generator=gen).to(device).requires_grad_()
+        ref, got = F.linear(f(g) * u, w), M.gated_linear(g, u, w, None, act, [])
+        seed = torch.randn_like(ref)
+        same = torch.equal(ref, got) and all(
+            torch.equal(a, b)
+            for a, b in zip(
+                torch.autograd.grad(got, (g, u, w), seed), torch.autograd.grad(ref, (g, u, w), seed)
+            )
+        )
+        if not same:
+            bad.append(act)
+    return verdict(not bad), ("off: " + ", ".join(bad)) if bad else "bit for bit", "= aten"
+
+
 def _activation_dropout(act, dtype, device):
     """test_cuda.py's check: kept elements act(x) / (1 - p), about 1 - p of them kept, the
     gradient act'(x) / (1 - p) on them and 0 elsewhere."""
@@ -526,6 +576,9 @@ def part_others(rows: List[Row], device: str, small: bool) -> None:
             check(rows, "1 ops", f"{name}_add {SHORT[dt]}", lambda: _join(name, dt, device))
     check(rows, "1 ops", "act_linear/act_conv2d", lambda: _act_consumers(device))
     check(rows, "1 ops", "max_pool2d", lambda: _max_pool(device))
+    for dt in (torch.float32, torch.bfloat16):
+        check(rows, "1 ops", f"linear_cross_entropy {SHORT[dt]}", lambda: _loss_head(dt, device))
+    check(rows, "1 ops", "gated_linear", lambda: _gated(device))
     if device.startswith("cuda"):  # the CUDA generator's mask; the CPU tests cover the CPU's
         for act in ("gelu", "silu", "mish", "hardswish", "elu"):
             for dt in (torch.float32, torch.float16):

@@ -120,8 +120,14 @@ TORCH_LIBRARY(memslim, m) {
       "str norm, int normalized_dims, int groups, ScalarType out_dtype) -> (Tensor, Tensor)");
 }
 
-// The loss head's ops (a fragment of the same library, so each block stays readable).
+// The loss head's and the gated MLP's ops (a fragment of the same library, so
+// each block stays readable).
 TORCH_LIBRARY_FRAGMENT(memslim, m) {
+  // linear(act(gate) * up, weight, bias), keeping gate and up (gated_ops.cpp):
+  // a gated MLP's down projection; `act`, `params` as act_linear's.
+  m.def(
+      "gated_linear(Tensor gate, Tensor up, Tensor weight, Tensor? bias, str act, "
+      "float[] params) -> Tensor");
   // The loss head without its logits (loss_head_ops.cpp): aten's
   // cross_entropy(linear(input, weight, bias)[.to(logits_dtype)], target,
   // None, reduction, ignore_index, label_smoothing) for class-index targets,

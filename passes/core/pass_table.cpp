@@ -10,6 +10,7 @@
 
 #include <stdexcept>
 
+#include "memslim/core/gated_mlp.h"
 #include "memslim/core/loss_head.h"
 #include "memslim/core/max_pool.h"
 #include "memslim/core/output_saving.h"
@@ -90,6 +91,13 @@ const std::vector<PassSpec>& pass_table() {
        "",
        {},
        {is_loss_head_site, decide_loss_head}},
+      {"fuse-gated-mlp",
+       "a gated MLP's down projection, linear(act(g) * u) (SwiGLU, GeGLU), becomes "
+       "memslim::gated_linear, which keeps g and u and recomputes the product in backward",
+       {"min_bytes", "max_added_work"},
+       "",
+       {},
+       {is_gated_mlp_site, decide_gated_mlp}},
       {"fuse-activation-dropout",
        "dropout(act(x)) in training becomes one memslim op keeping output + 2 bits/element",
        {"min_bytes", "dropout_mask_bytes"},
@@ -190,6 +198,9 @@ const std::vector<PipelineSpec>& pipeline_table() {
            {"max-pool-positions",
             "max-pools keep window positions, not their input: before every pass that asks who "
             "keeps the pool's input (ResNet's stem ReLU then keeps a mask)"},
+           {"fuse-gated-mlp",
+            "before the regions and output-saving: a region would take act(g) * u and leave "
+            "the product kept by the linear, output-saving would take the activation alone"},
            {"recompute-pointwise-regions",
             "before output-saving: a formula around a known activation is priced as a whole "
             "against output-saving that activation alone (the region pass leaves the activation "
