@@ -95,9 +95,12 @@ FormulaDecision decide_gated_mlp(const GraphView& g, NodeRef n, const CostPolicy
   const bool u_else = saved::kept_by_other(g, up, self);
   // aten: the activation keeps g (or act(g)), the mul keeps act(g) and u, the
   // linear keeps the product.
-  const int64_t aten =
-      (info.aten_keeps == Keeps::Input ? (g_else ? 0 : *gb) : 0) + *ab + (u_else ? 0 : *ub) + *pb;
-  const int64_t ours = (g_else ? 0 : *gb) + (u_else ? 0 : *ub);
+  // u may be g itself (silu(g) * g): one tensor, counted once.
+  const bool same = up == gate;
+  const int64_t g_kept = (info.aten_keeps == Keeps::Input || same) && !g_else ? *gb : 0;
+  const int64_t u_kept = !same && !u_else ? *ub : 0;
+  const int64_t aten = g_kept + *ab + u_kept + *pb;
+  const int64_t ours = (g_else ? 0 : *gb) + u_kept;
   d.price = {aten, ours, kWork};
   const int64_t freed = aten - ours;
   std::ostringstream why;

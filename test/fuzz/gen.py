@@ -348,6 +348,12 @@ class Gen(LayerStatements, BlockStatements):
             main, self.rng = self.rng, extra
             p.body += self.s_coupling()
             self.rng = main
+        # Gated MLPs and loss heads likewise, from a stream of their own.
+        extra = random.Random(p.seed * 7919 + 44)
+        if extra.random() < 0.3:
+            main, self.rng = self.rng, extra
+            p.body += self.s_gated() if extra.random() < 0.5 else self.s_head()
+            self.rng = main
         self.outputs()
         return p
 

@@ -63,6 +63,64 @@ class LayerStatements:
             feat = "matmul"
         return [Stmt([line], [r.id], [feat])]
 
+    def s_gated(self):
+        """A gated MLP (SwiGLU / GeGLU, any activation of the table): two projections of
+        one value, act(g) * u, a down projection (fuse-gated-mlp's site)."""
+        v = self.pick()
+        cin, ff = v.shape[-1], self.rng.choice(WIDTHS)
+        cout = cin if self.in_loop else self.rng.choice(WIDTHS)
+        feat, t = self.rng.choice(ACTS)
+        g, u, a = (self.new(v.shape[:-1] + (ff,)) for _ in range(3))
+        r = self.new(v.shape[:-1] + (cout,))
+        wg, wu, wd = self.param((ff, cin)), self.param((ff, cin)), self.param((cout, ff))
+        self.save(v, g, u, a)
+        prod = "%s * %s" % (t.format(x=V(g)), V(u))
+        if self.rng.random() < 0.3:
+            prod = "%s * %s" % (V(u), t.format(x=V(g)))
+        lines = [
+            "%s = F.linear(%s, self.%s)" % (V(g), V(v), wg),
+            "%s = F.linear(%s, self.%s)" % (V(u), V(v), wu),
+            "%s = %s" % (V(a), prod),
+            "%s = F.linear(%s, self.%s)" % (V(r), V(a), wd),
+        ]
+        return [Stmt(lines, [g.id, u.id, a.id, r.id], ["gated_mlp", "act:" + feat])]
+
+    def s_head(self):
+        """A loss head: cross_entropy over a linear's logits (fuse-loss-head's site), the
+        targets made in the program (some ignored), any reduction, label smoothing, bf16
+        logits cast to float sometimes; the loss times the head's input is the value."""
+        v = self.pick(lambda u: len(u.shape) == 2)
+        if v is None:
+            return []
+        rows, vocab = v.shape[0], self.rng.choice([11, 40, 97])
+        w = self.param((vocab, v.shape[-1]))
+        reduction = self.rng.choice(["mean", "sum", "none"])
+        smoothing = self.rng.choice([0.0, 0.0, 0.1])
+        ignore = self.rng.choice([-100, 3])
+        logits = "F.linear(%s, self.%s)" % (V(v), w)
+        if self.p.dtype == "bfloat16" and self.rng.random() < 0.6:
+            logits += ".float()"  # transformers' loss: bf16 logits cast up
+        targets = "torch.where(torch.arange(%d) %% 3 == 1, %d, (torch.arange(%d) * 7) %% %d)" % (
+            rows,
+            ignore,
+            rows,
+            vocab,
+        )
+        loss = "F.cross_entropy(%s, %s, reduction=%r, ignore_index=%d, label_smoothing=%r)" % (
+            logits,
+            targets,
+            reduction,
+            ignore,
+            smoothing,
+        )
+        if reduction == "none":
+            loss += ".unsqueeze(1)"
+        # times v: an output of v's shape (the outputs are never 0-dim)
+        r = self.new(v.shape)
+        self.save(v)
+        lines = ["%s = (%s * %s).to(%s.dtype)" % (V(r), loss, V(v), V(v))]
+        return [Stmt(lines, [r.id], ["loss_head"])]
+
     def act_saves(self, feat: str, v: Val, r: Val):
         if feat.rstrip("_") in OUTPUT_SAVERS:
             self.save(r)

@@ -8,7 +8,7 @@
 // FormulaRule): the linear becomes the op; the activation and the mul go.
 // Priced from what autograd keeps: aten keeps g or act(g) in the activation,
 // act(g) and u in the mul, the product in the linear; the op keeps g and u
-// (what another node keeps anyway counted once).
+// (what another node keeps anyway counted once; u may be g itself).
 // Why here: both front ends decide with this function.
 //
 //===----------------------------------------------------------------------===//
