@@ -74,6 +74,8 @@ class LayerStatements:
         r = self.new(v.shape[:-1] + (cout,))
         wg, wu, wd = self.param((ff, cin)), self.param((ff, cin)), self.param((cout, ff))
         self.save(v, g, u, a)
+        for x in (g, u, a):  # read here: not made program outputs (the site needs them alone)
+            self.uses[x.id] = self.uses.get(x.id, 0) + 1
         prod = "%s * %s" % (t.format(x=V(g)), V(u))
         if self.rng.random() < 0.3:
             prod = "%s * %s" % (V(u), t.format(x=V(g)))
