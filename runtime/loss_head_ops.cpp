@@ -57,11 +57,14 @@ struct LceCall {
 };
 
 // The rows of one chunk: `chunk` when given, else as many as keep a chunk's
-// logits near 4 Mi elements (16 MiB in fp32; the matmul stays efficient).
+// logits near 4 Mi elements (16 MiB in fp32), but at least 128 rows: fewer
+// make the head's matmuls slow (vocab 128,256 at 32 rows: 1.98x Inductor's
+// step; bench/results/loss_head_*.md).
 int64_t rows_per_chunk(int64_t rows, int64_t vocab, int64_t chunk) {
   const int64_t n = std::max<int64_t>(rows, 1);
   if (chunk > 0) return std::min(chunk, n);
-  return std::clamp<int64_t>((int64_t{1} << 22) / std::max<int64_t>(vocab, 1), 1, n);
+  const int64_t by_bytes = (int64_t{1} << 22) / std::max<int64_t>(vocab, 1);
+  return std::min(std::max<int64_t>(by_bytes, 128), n);
 }
 
 at::ScalarType logits_type(const at::Tensor& input, const LceCall& c) {

@@ -119,3 +119,23 @@ def test_swiglu_decoder(way):
     assert ours <= 0.60 * eager_bytes, (ours, eager_bytes)
     gated = [str(d) for d in memslim.report(handle) if "fuse-gated-mlp" in str(d)]
     assert sum("rewrote" in r for r in gated) == 3, gated
+
+
+def test_autocast_casts_as_aten_linear():
+    """Under torch.autocast the op casts its arguments as aten's linear does (a graph
+    traced above autocast hands it float32 weights and bf16 projections)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 16, generator=gen)
+    wg, wu = (torch.randn(24, 16, generator=gen).requires_grad_() for _ in range(2))
+    wd = torch.randn(16, 24, generator=gen).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        g, u = F.linear(x, wg), F.linear(x, wu)
+        ref = F.linear(F.silu(g) * u, wd)
+        got = op(g, u, wd, None, "silu", [])
+    assert got.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    for a, b in zip(
+        torch.autograd.grad(got.sum(), (wg, wu, wd), retain_graph=True),
+        torch.autograd.grad(ref.sum(), (wg, wu, wd)),
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

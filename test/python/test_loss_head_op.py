@@ -210,3 +210,19 @@ def test_double_backward_refused():
     loss = op(h, w, b, t)
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(loss, h, create_graph=True)
+
+
+def test_autocast_as_aten_linear_then_float32_loss():
+    """Under torch.autocast the op runs the head in bf16 and the loss in float32, as
+    autocast runs aten's linear and cross_entropy (graphs traced above autocast carry
+    the op with the model's float32 arguments)."""
+    h, w, b, t = _inputs(n=64, d=32, v=300, dtype=torch.float32, bias=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = F.cross_entropy(F.linear(h, w, b), t)
+        got = op(h, w, b, t)
+    assert got.dtype == ref.dtype == torch.float32
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)  # the same bf16 logits
+    gr, gg = torch.autograd.grad(ref, (h, w, b)), torch.autograd.grad(got, (h, w, b))
+    for a, b_ in zip(gg, gr):
+        assert a.dtype == b_.dtype == torch.float32
+        torch.testing.assert_close(a, b_, rtol=2e-2, atol=2e-3)
