@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .records import Decision
+from .records import Decision, note
 
 
 def join_loss_graph(model) -> Optional[Decision]:
@@ -32,20 +32,8 @@ def join_loss_graph(model) -> Optional[Decision]:
     if not isinstance(model, PreTrainedModel) or "ForCausalLM" not in LOSS_MAPPING:
         return None
     model.loss_type = "ForCausalLM"
-    text = (
+    return note(
+        "fuse-loss-head",
         "set loss_type = 'ForCausalLM' on the model (the loss transformers picks when it is "
-        "unset; its warning when unset breaks Dynamo's graph between the logits and the loss)"
-    )
-    return Decision(
-        {
-            "line": f"remark: fuse-loss-head: {text}",
-            "pass": "fuse-loss-head",
-            "verdict": "note",
-            "site": "",
-            "text": text,
-            "bytes_before": None,
-            "bytes_after": None,
-            "added_work": None,
-            "rule": None,
-        }
+        "unset; its warning when unset breaks Dynamo's graph between the logits and the loss)",
     )

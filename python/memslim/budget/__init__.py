@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from ..records import Decision
+from ..records import Decision, note
 
 
 class BudgetError(ValueError):
@@ -36,18 +36,7 @@ def target_bytes(budget: float, reference: int) -> int:
 
 def budget_note(text: str, before=None, after=None, pass_: str = "memory-budget") -> Decision:
     """A "note" record (no site) of `pass_` with `text` and the bytes it is about."""
-    return Decision(
-        {
-            "pass": pass_,
-            "verdict": "note",
-            "site": "",
-            "text": text,
-            "line": f"remark: {pass_}: " + text,
-            "bytes_before": before,
-            "bytes_after": after,
-            "added_work": None,
-        }
-    )
+    return note(pass_, text, before, after)
 
 
 def piece_shares(target: int, chained: int, kept: Dict[str, int]):
