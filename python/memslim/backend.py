@@ -137,11 +137,13 @@ def _chains_first(aten, serial, mode, fakes, example_inputs, policy, *, strict, 
     return split
 
 
-def _keep_rewrites(aten, serial, mode, fakes, example_inputs, policy, needs_grad):
+def _keep_rewrites(
+    aten, serial, mode, fakes, example_inputs, policy, needs_grad, share=None, outcome=None
+):
     """The pipeline's decisions on `aten` and whether to compile them: under a memory
-    budget the planner's answer (memslim.budget), else whether Inductor's partitioner
-    keeps fewer bytes with the rewrites than without. Returns (decisions, rewrote, the
-    partitioner options to compile with)."""
+    budget the planner's answer (memslim.budget; `share` and `outcome` as its), else
+    whether Inductor's partitioner keeps fewer bytes with the rewrites than without.
+    Returns (decisions, rewrote, the partitioner options to compile with)."""
     budget = policy.get("memory_budget")
     decisions, apply, ladder, _ = fx._plan(
         aten, _compile_passes(), policy, regions="tags", serial=serial
@@ -151,9 +153,12 @@ def _keep_rewrites(aten, serial, mode, fakes, example_inputs, policy, needs_grad
         skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
         # The pieces ladder over the unmodified graph (no pass run): tried first.
         _, _, _, plain = fx._plan(aten, [], policy, regions="tags", serial=serial)
+        from .budget import plan_cache
+
+        key = plan_cache.key(aten, skip, policy)
         with _dynamic_output_shapes(mode):
             rewrote, options = meet_compile_budget(
-                aten, fakes, apply, ladder, plain, budget, skip, decisions
+                aten, fakes, apply, ladder, plain, budget, skip, decisions, share, outcome, key
             )
         return decisions, rewrote, options
     if rewrote and needs_grad:
@@ -192,6 +197,7 @@ def backend(
     strict: bool = False,
     records=None,
     _chains: bool = True,
+    _target=None,
     **policy,
 ):
     """The torch.compile backend (registered as "memslim").
@@ -204,13 +210,15 @@ def backend(
     memslim's Inductor guards (inductor_guards.config_patches).
     records: where this graph's records go: None (a graph of what torch.compile made
     whose call is compiling: memslim.report(model), compiled.py), memslim.compile's
-    Graphs, or a list (a piece of a graph split around coupling chains)."""
+    Graphs, or a list (a piece of a graph split around coupling chains). _target:
+    memslim.compile's budget.model.ModelTarget, the budget the model's graphs share."""
     from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
     from . import compiled, inductor_guards
 
     policy = _policy.check("memslim backend", policy)
+    target = _target if policy.get("memory_budget") is not None else None
     if not isinstance(records, list):
         records = compiled.graph_records(gm, records, backend)
     try:
@@ -229,9 +237,14 @@ def backend(
             )
             if split is not None:
                 return split
-        decisions, rewrote, options = _keep_rewrites(
-            aten, serial, mode, fakes, example_inputs, policy, needs_grad
-        )
+        if target is not None and needs_grad:
+            decisions, rewrote, options, aten = _model_share(
+                gm, example_inputs, target, records, policy, (aten, mode, fakes, serial)
+            )
+        else:
+            decisions, rewrote, options = _keep_rewrites(
+                aten, serial, mode, fakes, example_inputs, policy, needs_grad
+            )
     except BudgetError as e:
         records.append(records_store.note("memory-budget", f"unreachable: {e}"))
         raise
@@ -253,6 +266,59 @@ def backend(
             return compile_fx(aten, example_inputs, config_patches=guards)
 
 
+def _model_share(gm, example_inputs, target, records, policy, traced):
+    """_keep_rewrites under the model's target (budget.model): this graph's share of it,
+    and where the share cannot be met, the graph's smallest reachable plan (the planner
+    run again on a fresh trace with that figure as its target) instead of an error: the
+    model's target is judged at the end of its forward. Returns (decisions, rewrote,
+    options, the aten graph to compile)."""
+    from .compiled import last_code
+
+    slot = target.slot(gm, last_code(records))
+    aten, mode, fakes, serial = traced
+    leaf = (_leaf_grad(aten, example_inputs), _parameters(aten, example_inputs))
+
+    def share(before):
+        return target.graph_target(slot, before)
+
+    at_floor = False
+    for attempt in range(3):
+        outcome = {}
+        try:
+            decisions, rewrote, options = _keep_rewrites(
+                aten, serial, mode, fakes, example_inputs, policy, True, share, outcome
+            )
+            break
+        except BudgetError as e:
+            at_floor, reach = True, getattr(e, "reachable", None)
+            note = records_store.note("memory-budget", f"the graph's share not met: {e}")
+            records.append(note)
+            before = outcome.get("before")
+            if reach is None or before is None or reach >= before or attempt == 2:
+                # Nothing shrinks it (or the best plan was not found again): unmodified.
+                outcome = {"before": before, "kept": before}
+                decisions, rewrote, options = [], False, {}
+                break
+            # The graph's best plan: the planner again, on a fresh trace (the failed
+            # attempt applied the pipeline's rewrites to this one), at that figure.
+            aten, mode, fakes = _aten_graph(gm, example_inputs)
+            serial = fx._Serializer(aten.graph, *leaf)
+
+            def share(before, reach=reach):
+                return reach
+
+    if outcome.get("before") is not None:
+        target.add(
+            slot,
+            outcome["before"],
+            outcome.get("target", outcome["before"]),
+            outcome.get("kept", outcome["before"]),
+            at_floor,
+            records,
+        )
+    return decisions, rewrote, options, aten
+
+
 @policy_keywords("memslim.compile")
 def compile(
     model,
@@ -262,17 +328,22 @@ def compile(
     dynamic=None,
     mode=None,
     options=None,
+    on_unreachable: str = "error",
     policy: dict,
 ):
     """torch.compile(model, backend="memslim") with memslim's policy keywords (every
     entry point's, below; ValueError when out of range). fullgraph / dynamic: as torch.compile's.
     memslim.report(result) (or of `model`) gives the decision records of the graphs
     compiled so far, memslim.summary(result) their per-pass summary.
-    memory_budget: each compiled graph keeps at most this fraction (in (0, 1]) of what
-    Inductor's partitioner keeps for it unmodified (parameters excluded: the fraction
-    torch's activation_memory_budget is of), or this many bytes (> 1); see
-    memslim.budget (ladder._meet_budget). An unreachable budget raises (BudgetError, inside Dynamo's
-    BackendCompilerFailed) naming the smallest reachable figure."""
+    memory_budget: the model's graphs keep at most this fraction (in (0, 1]) of what
+    Inductor's partitioner keeps for them unmodified (parameters excluded: the fraction
+    torch's activation_memory_budget is of), or this many bytes (> 1), all graphs
+    together: a graph that cannot shrink (a loss head behind a graph break) leaves its
+    share to the others (memslim.budget.model; each graph's plan: ladder._meet_budget).
+    The first training forward plans the model (it may run the forward again to
+    re-plan, the generator and buffers restored). A target the model cannot meet raises
+    BudgetError at the end of that forward, before any backward, naming the model's
+    smallest reachable figure; on_unreachable="warn" takes that plan and warns."""
     if mode is not None or options is not None:
         raise ValueError(
             "memslim.compile: mode/options are Inductor's; set them with "
@@ -284,8 +355,21 @@ def compile(
     note = join_loss_graph(model)
     if note is not None:  # before any graph: the model as memslim.compile found it
         graphs.add("memslim.compile (before tracing)", [note])
-    be = functools.partial(backend, strict=strict, records=graphs, **policy)
+    target = None
+    if policy.get("memory_budget") is not None:
+        from .budget.model import ModelTarget
+
+        target = ModelTarget(policy["memory_budget"], on_unreachable)
+        target.codes = graphs.codes  # the code objects to re-plan: Dynamo's for the graphs
+    be = functools.partial(backend, strict=strict, records=graphs, _target=target, **policy)
     compiled = torch.compile(model, backend=be, fullgraph=fullgraph, dynamic=dynamic)
+    if target is not None:
+        from .budget.model import planned
+
+        if isinstance(compiled, torch.nn.Module):
+            compiled.forward = planned(compiled.forward, target, model)
+        else:
+            compiled = planned(compiled, target, model)
     records_store.keep(compiled, graphs)
     if isinstance(model, torch.nn.Module) and records_store.lookup(model) is None:
         records_store.keep(model, graphs)  # memslim.report(model) for the module kept

@@ -142,7 +142,21 @@ def graph_records(gm, into: Optional[Graphs], backend) -> List[Decision]:
     name, code = _graph_name(gm, len(into.graphs), orig if orig is not None else owner)
     if code is not None:
         into.codes.add(code)
-    return into.add(name)
+    records = into.add(name)
+    _LAST_CODE[id(records)] = code
+    return records
+
+
+# The code object Dynamo traced for a graph, by its records list's id (the latest graph
+# only: budget.model's slot of the graph being compiled).
+_LAST_CODE: dict = {}
+
+
+def last_code(records):
+    """The code object Dynamo traced for the graph whose records are `records`, or None."""
+    code = _LAST_CODE.get(id(records))
+    _LAST_CODE.clear()
+    return code
 
 
 def compiled_with(obj):

@@ -14,12 +14,24 @@ the graph, the ladders and the pipeline's apply().
 
 from __future__ import annotations
 
-from . import BudgetError, budget_note, knapsack, target_bytes
+from . import BudgetError, budget_note, knapsack, plan_cache, target_bytes
 from .knapsack import FUSED_RECOMPUTE, TORCH_KNAPSACK
 from .measure import _forget_fx_sources, _partitioned_saved_bytes
 
 
-def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
+def _meet_budget(
+    aten,
+    fakes,
+    apply,
+    ladder,
+    plain,
+    budget,
+    skip,
+    decisions,
+    share=None,
+    outcome=None,
+    cache_key=None,
+):
     """memory_budget under torch.compile, measured on Inductor's own partition (a dry
     run, budget.measure; parameters excluded): the target is `budget` of what the partitioner
     keeps for the unmodified graph (a fraction in (0, 1]; as torch's
@@ -69,18 +81,79 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
     takes a later step (a recomputed dropout keeps the generator's state, 5 KB on the
     CPU, so on tiny graphs they can rise by that much along it). Returns whether the
     graph was rewritten and the partitioner options to compile it with; raises
-    BudgetError naming the smallest reachable figure."""
+    BudgetError naming the smallest reachable figure (its `reachable`: those bytes).
+    share: the graph's target as a function of its unmodified bytes (a model's target
+    shared among its graphs, budget.model), where `budget` is the model's. outcome: a dict
+    given the graph's figures: "before", "target" and "kept" (the measured bytes of the
+    plan taken). cache_key: the graph's key in the plan cache (plan_cache.key; None: no
+    cache): a plan found there is replayed without a dry run, one made is stored."""
+    outcome = {} if outcome is None else outcome
+
+    entry = plan_cache.lookup(cache_key) if cache_key else None
+    before = entry["before"] if entry else _partitioned_saved_bytes(aten, fakes, skip)
+    target = share(before) if share is not None else target_bytes(budget, before)
+    outcome.update(before=before, target=target)
+    if share is not None and not (budget <= 1 and target == target_bytes(budget, before)):
+        # The graph's share, in bytes, is its budget (where it is the model's fraction of
+        # the graph's own bytes, the fraction stays: torch's knapsack is tried at it).
+        budget = max(target, 2)
+    sub = plan_cache.sub_key(budget, target)
+    if entry and sub in entry.get("plans", {}):
+        return _replay(entry["plans"][sub], aten, apply, ladder, plain, decisions, outcome)
+    first = len(decisions)
+    try:
+        rewrote, options = _plan(
+            aten, fakes, apply, ladder, plain, budget, skip, decisions, outcome, before, target
+        )
+    except BudgetError as e:
+        if cache_key:
+            plan = {"error": str(e), "reachable": e.reachable, "notes": _notes(decisions[first:])}
+            plan_cache.store(cache_key, before, sub, plan)
+        raise
+    if cache_key:
+        plan = dict(outcome, rewrote=rewrote, options=options, notes=_notes(decisions[first:]))
+        plan_cache.store(cache_key, before, sub, plan)
+    return rewrote, options
+
+
+def _notes(records):
+    return [[d.text, d.bytes_before, d.bytes_after] for d in records if d.pass_ == "memory-budget"]
+
+
+def _replay(plan, aten, apply, ladder, plain, decisions, outcome):
+    """A plan from the plan cache, applied as _plan took it: the same tags, the same
+    partitioner options, the same notes (and one saying where it came from)."""
+    for text, b, a in plan["notes"]:
+        decisions.append(budget_note(text, b, a))
+    if "error" in plan:
+        decisions.append(budget_note("the plan cache holds this target's error"))
+        raise _error(plan["reachable"], plan["error"])
+    decisions.append(budget_note("plan replayed from the plan cache (no dry run)"))
+    way, step = plan.get("way"), plan.get("step")
+    if way == "plain":
+        plain.tag(step)
+    elif way in ("pipeline", "ladder"):
+        apply()
+        if way == "ladder":
+            ladder.tag(step)
+    outcome.update({k: v for k, v in plan.items() if k in ("kept", "way", "step")})
+    return plan["rewrote"], dict(plan["options"])
+
+
+def _plan(aten, fakes, apply, ladder, plain, budget, skip, decisions, outcome, before, target):
+    """_meet_budget's planning: the target met as it is, or the ways (dry runs)."""
 
     def note(text, before=None, after=None):
         decisions.append(budget_note(text, before, after))
+        if text.startswith(head) and after is not None:
+            outcome["kept"] = after  # the notes of a plan taken start with the head
 
-    before = _partitioned_saved_bytes(aten, fakes, skip)
-    target = target_bytes(budget, before)
     head = (
         f"budget {target:,} B of the {before:,} B Inductor's partitioner keeps for the "
         "unmodified graph (parameters excluded)"
     )
     if before <= target:
+        outcome["way"] = "as-is"
         note(head + ": met as it is, nothing rewritten", before, before)
         return False, {}
     from torch._functorch import config as functorch_config
@@ -103,6 +176,7 @@ def _meet_budget(aten, fakes, apply, ladder, plain, budget, skip, decisions):
             target,
             head,
             options,
+            outcome,
         ), options
 
 
@@ -115,9 +189,10 @@ class _Probes:
     (its measured bytes cached per ladder), the records of the step taken, and `reached`,
     the smallest bytes each way reached (for BudgetError)."""
 
-    def __init__(self, aten, fakes, skip, note, before, target, head):
+    def __init__(self, aten, fakes, skip, note, before, target, head, outcome):
         self.aten, self.fakes, self.skip, self.note = aten, fakes, skip, note
         self.before, self.target, self.head = before, target, head
+        self.outcome = outcome  # "way" and "step" of the plan taken (plan_cache replays them)
         self.reached = []
 
     @staticmethod
@@ -133,6 +208,7 @@ class _Probes:
     def take(self, lad, k, measured, what):
         note = self.note
         lad.tag(k)
+        self.outcome["step"] = k
         step = lad.steps[k]
         peak, flops, runs = step.peak, step.flops, step.runs
         note(
@@ -179,23 +255,39 @@ class _Probes:
 
 
 def _meet_budget_fused(
-    aten, fakes, apply, ladder, plain, budget, skip, note, decisions, before, target, head, options
+    aten,
+    fakes,
+    apply,
+    ladder,
+    plain,
+    budget,
+    skip,
+    note,
+    decisions,
+    before,
+    target,
+    head,
+    options,
+    outcome,
 ) -> bool:
     """_meet_budget's ways, under FUSED_RECOMPUTE; whether the graph was rewritten. Way
     2 sets `options` to torch.compile's own (TORCH_KNAPSACK and the fraction)."""
-    probes = _Probes(aten, fakes, skip, note, before, target, head)
+    probes = _Probes(aten, fakes, skip, note, before, target, head, outcome)
     fused = _partitioned_saved_bytes(aten, fakes, skip)
     probes.reached.append((fused, "Inductor's partitioner re-running every fusible op"))
     measured = {0: fused}
     light = _light_end(probes, plain, measured)
     met = _fused_re_runs(probes, plain, light, measured)
     if met is not None:
+        outcome["way"] = "plain" if met else "fused"
         return met
     if plain is not None:
         plain.tag(0)  # the light end's tags off for torch's knapsack
     if _torchs_knapsack(probes, budget, options, fused, measured[light]):
+        outcome["way"] = "knapsack"
         return False
     if probes.usable(plain) and probes.walk(plain, light, measured, _UNMODIFIED) is not None:
+        outcome["way"] = "plain"
         return True
     return _with_pipeline(probes, apply, ladder, plain, decisions, budget, fused)
 
@@ -296,6 +388,7 @@ def _with_pipeline(probes, apply, ladder, plain, decisions, budget, fused) -> bo
         piped = _partitioned_saved_bytes(probes.aten, probes.fakes, probes.skip)
         probes.reached.append((piped, "with the pipeline's rewrites"))
     if piped <= target:
+        probes.outcome["way"] = "pipeline"
         probes.note(head + f": met by the pipeline's rewrites (keeps {piped:,} B)", before, piped)
         return True
     if (
@@ -303,6 +396,7 @@ def _with_pipeline(probes, apply, ladder, plain, decisions, budget, fused) -> bo
         and probes.walk(ladder, 0, {0: piped}, f"the pipeline's rewrites keep {piped:,} B")
         is not None
     ):
+        probes.outcome["way"] = "ladder"
         return True
     raise _unreachable(probes, ladder if ladder is not None else plain, budget)
 
@@ -312,17 +406,25 @@ def _unreachable(probes, lad, budget) -> BudgetError:
     before, target = probes.before, probes.target
     if not probes.reached:
         why = lad.why if lad is not None and lad.why else "no block to recompute"
-        return BudgetError(
+        return _error(
+            before,
             f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
             f"cannot be met: {why} ({lad.segments if lad is not None else 0} blocks found"
             + (f"; refused: {'; '.join(lad.refused[:3])}" if lad and lad.refused else "")
-            + ")"
+            + ")",
         )
     best, how = min(probes.reached)
-    return BudgetError(
+    return _error(
+        best,
         f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
         f"cannot be met: the smallest reachable is {best:,} B ({best / before:.3f} of the "
         f"unmodified; {how}, the whole ladder of "
         f"{lad.segments if lad is not None else 0} blocks without raising the "
-        "predicted backward peak)"
+        "predicted backward peak)",
     )
+
+
+def _error(reachable: int, text: str) -> BudgetError:
+    e = BudgetError(text)
+    e.reachable = reachable  # the smallest bytes a plan of the graph keeps
+    return e
