@@ -8,7 +8,7 @@ Inductor, then with memslim, in the same processes and on the same data:
   backend="inductor"));
 - FSDP2 (`fully_shard` on each block and the root) + memslim.compile(model,
   memory_budget=0.5) against the same FSDP2 model + torch.compile(backend="inductor").
-Each asserts: finite losses, every loss and every parameter's step-1 gradient (the full
+Each asserts: finite losses, no graph compiled after the first step, every loss and every parameter's step-1 gradient (the full
 tensor, FSDP2's shards gathered) equal to plain Inductor's within 1e-5 (they were
 bit-identical when measured, 2026-11-29), memslim's records present for the compiled
 graphs, and no graph "compiled by Inductor unchanged" (MEMSLIM_STRICT=1 raises instead).
@@ -80,7 +80,9 @@ def _train(style, way, rank):
     run = _wrap(style, way, model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(100 + rank)
-    losses, grads = [], {}
+    losses, grads, per_step = [], {}, []
+    counters = torch._dynamo.utils.counters
+    counters.clear()
     for step in range(STEPS):
         x = torch.randint(0, 512, (2, 32), generator=g)
         loss = run(input_ids=x, labels=x).loss
@@ -90,6 +92,10 @@ def _train(style, way, rank):
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
+        per_step.append(counters["stats"]["unique_graphs"])
+    # Step 1 compiles every graph (FSDP2: one per block, its hooks break the graph); no
+    # later step compiles.
+    assert per_step[0] >= 1 and per_step[1:] == [per_step[0]] * (STEPS - 1), (way, per_step)
     graphs = []
     if way == "memslim":
         graphs = [(name, [str(d) for d in recs]) for name, recs in memslim.report(run).graphs]
