@@ -33,7 +33,7 @@ transformers = pytest.importorskip("transformers")
 accelerate = pytest.importorskip("accelerate")
 
 VOCAB, SEQ = 512, 32
-TOL = 1e-5  # memslim against plain Inductor on this model: bit-identical when measured
+TOL = 1e-5  # memslim against plain Inductor on this model: within 9.5e-7 when measured
 
 
 def _gpt2(**kw):
