@@ -45,12 +45,13 @@ apt_install() {
 #    for all of requirements.txt; the Debian packages install meanwhile. --no-compile: Python
 #    writes the bytecode of what is imported when it is first imported (pip compiling all of
 #    torch's took 28 of its 65 s). (pip beside the build instead made the CPU-bound build
-#    slower by more than it saved.)
+#    slower by more than it saved.) transformers and accelerate (the training-stack tests):
+#    ~20 s of it (measured 2026-11-29).
 venv_install() {
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --no-compile --disable-pip-version-check -r requirements.txt
 }
-if [ ! -x .venv/bin/ruff ] || ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest, matplotlib, scikit_build_core; assert torch.__version__.startswith('2.14.1')" 2>/dev/null; then
+if [ ! -x .venv/bin/ruff ] || ! .venv/bin/python -c "import torch, torchvision, pytest, numpy, expecttest, matplotlib, scikit_build_core, transformers, accelerate; assert torch.__version__.startswith('2.14.1') and transformers.__version__ == '5.24.0'" 2>/dev/null; then
   if [ ${#need[@]} -gt 0 ]; then
     apt_install "${need[@]}" >"$LOGS/apt.log" 2>&1 &
     APT=$!
