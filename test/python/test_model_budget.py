@@ -125,3 +125,31 @@ def test_on_unreachable_warn_takes_the_smallest_plan():
 def test_on_unreachable_is_checked():
     with pytest.raises(ValueError, match="on_unreachable must be 'error' or 'warn'"):
         memslim.compile(_model(), memory_budget=0.5, on_unreachable="ignore")
+
+
+def test_dropout_under_a_budget_keeps_the_forwards_mask():
+    """torch.compile at activation_memory_budget=0.05 on this graph (torch 2.14.1, CPU,
+    fallback_random off) re-runs the dropout in backward with another draw: its input
+    gradient disagrees with the mask its forward output shows (docs/facts.md). memslim's
+    planner keeps torch's knapsack out of graphs that draw random numbers; its plan's
+    gradient is the forward mask's."""
+
+    class Drop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(64, 64)
+
+        def forward(self, x):
+            return F.dropout(F.gelu(self.lin(x)), 0.5, True)
+
+    torch.manual_seed(0)
+    model = Drop()
+    x = torch.randn(512, 64, requires_grad=True)
+    ours = memslim.compile(model, memory_budget=0.05, on_unreachable="warn", strict=True)
+    torch.manual_seed(1)
+    out = ours(x)
+    out.backward(torch.ones_like(out))
+    pre = model.lin(x.detach())
+    dpre = (out != 0).float() * 2 * torch.ops.aten.gelu_backward(torch.ones_like(pre), pre)
+    torch.testing.assert_close(x.grad, dpre @ model.lin.weight.detach(), atol=1e-5, rtol=1e-5)
+    assert any("torch's knapsack (way 2) not tried" in d.text for d in memslim.report(ours))
