@@ -138,12 +138,22 @@ def _chains_first(aten, serial, mode, fakes, example_inputs, policy, *, strict, 
 
 
 def _keep_rewrites(
-    aten, serial, mode, fakes, example_inputs, policy, needs_grad, share=None, outcome=None
+    aten,
+    serial,
+    mode,
+    fakes,
+    example_inputs,
+    policy,
+    needs_grad,
+    share=None,
+    outcome=None,
+    key=None,
 ):
     """The pipeline's decisions on `aten` and whether to compile them: under a memory
     budget the planner's answer (memslim.budget; `share` and `outcome` as its), else
     whether Inductor's partitioner keeps fewer bytes with the rewrites than without.
-    Returns (decisions, rewrote, the partitioner options to compile with)."""
+    key: the graph's plan-cache key where the caller made it. Returns (decisions, rewrote,
+    the partitioner options to compile with)."""
     budget = policy.get("memory_budget")
     decisions, apply, ladder, _ = fx._plan(
         aten, _compile_passes(), policy, regions="tags", serial=serial
@@ -155,7 +165,7 @@ def _keep_rewrites(
         _, _, _, plain = fx._plan(aten, [], policy, regions="tags", serial=serial)
         from .budget import plan_cache
 
-        key = plan_cache.key(aten, skip, policy)
+        key = key or plan_cache.key(aten, skip, policy)
         with _dynamic_output_shapes(mode):
             rewrote, options = meet_compile_budget(
                 aten, fakes, apply, ladder, plain, budget, skip, decisions, share, outcome, key
@@ -274,9 +284,14 @@ def _model_share(gm, example_inputs, target, records, policy, traced):
     options, the aten graph to compile)."""
     from .compiled import last_code
 
+    from .budget import plan_cache
+
     slot = target.slot(gm, last_code(records))
     aten, mode, fakes, serial = traced
     leaf = (_leaf_grad(aten, example_inputs), _parameters(aten, example_inputs))
+    skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
+    key = plan_cache.key(aten, skip, policy)
+    target.first_graph(key)  # a model settled in another process: its shares
 
     def share(before):
         return target.graph_target(slot, before)
@@ -286,7 +301,7 @@ def _model_share(gm, example_inputs, target, records, policy, traced):
         outcome = {}
         try:
             decisions, rewrote, options = _keep_rewrites(
-                aten, serial, mode, fakes, example_inputs, policy, True, share, outcome
+                aten, serial, mode, fakes, example_inputs, policy, True, share, outcome, key
             )
             break
         except BudgetError as e:

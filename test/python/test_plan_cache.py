@@ -1,6 +1,7 @@
 """The budget planner's plan cache (budget/plan_cache.py): a second process replays.
 
-A small MLP with GELU and LayerNorm under memslim.compile(memory_budget=0.3) in two fresh
+A small MLP with GELU and LayerNorm under memslim.compile(memory_budget=0.3) (and split in
+two graphs by a graph break, at 0.5: a model whose first process re-plans) in two fresh
 processes sharing a plan-cache directory (Inductor's caches fresh in each): the second
 process's records say the plan was replayed and it ran no dry-run partition
 (budget.measure._partitioned_saved_bytes counted), keeps the same bytes (saved_tensors_hooks)
@@ -30,28 +31,35 @@ SCRIPT = textwrap.dedent(
     backend._partitioned_saved_bytes = counted
 
     class MLP(nn.Module):
-        def __init__(s):
+        def __init__(s, split):
             super().__init__()
             s.ls = nn.ModuleList(nn.Linear(64, 64) for _ in range(4))
-        def forward(s, x):
+            s.split = split
+        def forward(s, x, y):
             for l in s.ls:
                 x = x + F.gelu(l(F.layer_norm(x, (64,))))
+            if s.split:  # a second graph whose saved bytes (y) nothing shrinks
+                torch._dynamo.graph_break()
+                return (x * y).sum()
             return x.square().sum()
 
     torch.manual_seed(0)
-    m = MLP()
-    x = torch.randn(128, 64)
-    c = memslim.compile(m, memory_budget=0.3, strict=True)
-    c(x).backward()
+    split = sys.argv[1] == "split"
+    m = MLP(split)
+    x, y = torch.randn(128, 64), torch.randn(128, 64)
+    c = memslim.compile(m, memory_budget=0.5 if split else 0.3, strict=True)
+    c(x, y).backward()
     grads = [p.grad.flatten().tolist()[:8] for p in m.parameters()]
     texts = [d.text for d in memslim.report(c)]
+    model = [t for t in texts if t.startswith("the model:")]
     print(json.dumps({"dry_runs": calls[0], "replayed": any("replayed from the plan cache" in t
-          for t in texts), "saved": memslim.saved_bytes(c, x, warmup=0), "grads": grads}))
+          for t in texts), "saved": memslim.saved_bytes(c, x, y, warmup=0), "grads": grads,
+          "model": model[-1] if model else ""}))
     """
 )
 
 
-def _run(tmp_path, tag, cache_dir):
+def _run(tmp_path, tag, cache_dir, model="one"):
     env = dict(os.environ)
     env.update(
         MEMSLIM_PLAN_CACHE="1",
@@ -59,7 +67,7 @@ def _run(tmp_path, tag, cache_dir):
         TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"inductor-{tag}"),
     )
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", SCRIPT, model], env=env, capture_output=True, text=True, timeout=900
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -73,6 +81,18 @@ def test_a_second_process_replays_the_plan_without_dry_runs(tmp_path):
     assert second["saved"] == first["saved"]
     assert second["grads"] == first["grads"]
     assert list((tmp_path / "plans").glob("*.json"))
+
+
+def test_a_second_process_plans_a_split_model_in_one_forward(tmp_path):
+    """The model's shares are kept too (plan_cache.store_model): where the first process
+    re-planned its first forward (graph 1 cannot meet its share), the second plans it once."""
+    first = _run(tmp_path, "s1", tmp_path / "plans", "split")
+    second = _run(tmp_path, "s2", tmp_path / "plans", "split")
+    assert "met, after 2 forwards (re-planned)" in first["model"], first["model"]
+    assert second["model"].endswith(": met"), second["model"]
+    assert second["dry_runs"] == 0 and second["replayed"], second
+    assert second["saved"] == first["saved"]
+    assert second["grads"] == first["grads"]
 
 
 def test_a_cache_that_cannot_be_written_is_skipped(tmp_path):

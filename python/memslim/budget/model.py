@@ -70,6 +70,7 @@ class ModelTarget:
         self.rounds = 0
         self.active = False  # a round is running (the first forward, or a re-plan)
         self.verdict: Optional[str] = None
+        self.model_key: Optional[str] = None  # plan_cache's key of the settled shares
 
     # -- the backend's side: one graph --------------------------------------------------
 
@@ -78,6 +79,18 @@ class ModelTarget:
         it this round compiled before (a re-plan compiles them in the same order)."""
         name = (code.co_filename, code.co_firstlineno, code.co_name) if code is not None else None
         return (name, sum(1 for g in self.round if g.slot[0] == name))
+
+    def first_graph(self, cache_key: Optional[str]) -> None:
+        """The round's first graph has `cache_key` (plan_cache.key): a model settled
+        before with it (another process) gives its shares to this round."""
+        if not self.active or self.round or self.rounds != 1 or cache_key is None:
+            return
+        from . import plan_cache
+
+        self.model_key = plan_cache.model_key(self.budget, cache_key)
+        stored = plan_cache.lookup_model(self.model_key)
+        if stored:
+            self.shares = {_tuple(slot): b for slot, b in stored}
 
     def graph_target(self, slot: Tuple, before: int) -> int:
         """The bytes this graph may keep (`before`: its unmodified partition's)."""
@@ -174,6 +187,16 @@ class ModelTarget:
         )
         for g in self.round:
             g.records.append(budget_note(text, total, kept))
+        if self.model_key is not None:
+            from . import plan_cache
+
+            shares = [[list(g.slot), g.kept if g.at_floor else g.target] for g in self.round]
+            plan_cache.store_model(self.model_key, shares)
+
+
+def _tuple(v):
+    """A slot read back from JSON (lists) as the tuple it was."""
+    return tuple(_tuple(x) for x in v) if isinstance(v, list) else v
 
 
 def _snapshot(model, args, kwargs):

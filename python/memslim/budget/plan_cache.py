@@ -106,3 +106,36 @@ def store(k: str, before: int, sub: str, plan: dict) -> None:
 
 def sub_key(budget, target: int) -> str:
     return f"{budget!r}:{target}"
+
+
+def model_key(budget, first_graph: str) -> str:
+    """A model's key: its budget and its first graph's key (the graphs after it follow
+    from the same code)."""
+    return "model-" + hashlib.sha256(f"{budget!r}|{first_graph}".encode()).hexdigest()[:40]
+
+
+def lookup_model(k: str) -> Optional[dict]:
+    """A model's shares ({slot: bytes}, slots as JSON lists), or None."""
+    d = _dir()
+    if d is None:
+        return None
+    try:
+        shares = json.loads((d / f"{k}.json").read_text()).get("shares")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return shares if isinstance(shares, list) else None
+
+
+def store_model(k: str, shares: list) -> None:
+    """Keeps a settled model's shares ([[slot, bytes], ...]): a second process plans
+    its first forward with them, where it would re-plan otherwise."""
+    d = _dir()
+    if d is None:
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f"{k}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"shares": shares}))
+        os.replace(tmp, d / f"{k}.json")
+    except OSError:
+        pass
