@@ -1,7 +1,7 @@
 """The budget planner's plan cache (budget/plan_cache.py): a second process replays.
 
-A small MLP with GELU and LayerNorm under memslim.compile(memory_budget=0.3) (and split in
-two graphs by a graph break, at 0.5: a model whose first process re-plans) in two fresh
+A small MLP with GELU and LayerNorm under memslim.compile(memory_budget=0.3) (and, wider,
+split in two graphs by a graph break, at 0.6: a model whose first process re-plans) in two fresh
 processes sharing a plan-cache directory (Inductor's caches fresh in each): the second
 process's records say the plan was replayed and it ran no dry-run partition
 (budget.measure._partitioned_saved_bytes counted), keeps the same bytes (saved_tensors_hooks)
@@ -33,21 +33,22 @@ SCRIPT = textwrap.dedent(
     class MLP(nn.Module):
         def __init__(s, split):
             super().__init__()
-            s.ls = nn.ModuleList(nn.Linear(64, 64) for _ in range(4))
-            s.split = split
+            s.ls = nn.ModuleList(nn.Linear(128, 128) for _ in range(6 if split else 4))
+            s.out = nn.Linear(128, 2048) if split else None
         def forward(s, x, y):
             for l in s.ls:
-                x = x + F.gelu(l(F.layer_norm(x, (64,))))
-            if s.split:  # a second graph whose saved bytes (y) nothing shrinks
+                x = x + F.gelu(l(F.layer_norm(x, (128,))))
+            if s.out is not None:  # a second graph keeping y (2 MiB), which nothing shrinks
+                h = s.out(x)
                 torch._dynamo.graph_break()
-                return (x * y).sum()
+                return (h * y).sum()
             return x.square().sum()
 
     torch.manual_seed(0)
     split = sys.argv[1] == "split"
     m = MLP(split)
-    x, y = torch.randn(128, 64), torch.randn(128, 64)
-    c = memslim.compile(m, memory_budget=0.5 if split else 0.3, strict=True)
+    x, y = torch.randn(256, 128), torch.randn(256, 2048)
+    c = memslim.compile(m, memory_budget=0.6 if split else 0.3, strict=True)
     c(x, y).backward()
     grads = [p.grad.flatten().tolist()[:8] for p in m.parameters()]
     texts = [d.text for d in memslim.report(c)]
