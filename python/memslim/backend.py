@@ -74,6 +74,46 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs):
         return make_fx(gm, tracing_mode="symbolic", pre_dispatch=True)(*fakes), mode, fakes
 
 
+def _specialize_tensorified_floats(gm: torch.fx.GraphModule) -> None:
+    """Asks Dynamo to specialize the Python floats it handed over as tensors. Under
+    dynamic=True Dynamo passes a float (LayerNorm's eps, a float argument) as a 0-dim
+    tensor input read by `.item()` and leaves it to AOTAutograd's tensorify pass to make
+    it a tensor op or to restart Dynamo with it specialized. memslim re-traces the graph
+    first (make_fx, then its decisions on constants), where that `.item()` raised
+    DataDependentOutputException, which Dynamo takes for a graph break: the frame ran
+    eager, without the budget and without a record (fuzz seed 940003, 2026-11-29). So the
+    backend specializes them as the pass does for a float it cannot tensorify: each
+    float symbol of such an input named in TensorifyState, then a restart."""
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+    from torch._dynamo.symbolic_convert import TensorifyState
+    from torch._guards import detect_fake_mode
+    from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+    mode = detect_fake_mode([n.meta.get("example_value") for n in gm.graph.nodes])
+    env = getattr(mode, "shape_env", None)
+    # The floats' symbols, as the pass finds them: by the time the backend runs, Dynamo
+    # may have specialized an input's `.item()` already (layer_norm's eps argument),
+    # leaving the symbol only in the ShapeEnv.
+    new = sorted(
+        str(s)
+        for s in (env.backed_var_to_val if env is not None else {})
+        if symbol_is_type(s, SymT.FLOAT) and not TensorifyState.should_specialize(str(s))
+    )
+    for name in new:
+        TensorifyState.specialize(name)
+    if new:
+        raise TensorifyScalarRestartAnalysis
+
+
+def _dynamo_graph_breaks() -> tuple:
+    """The exceptions Dynamo takes from a backend as a graph break, not as its failure
+    (torch._dynamo.exc.exceptions_allowed_to_be_fallback: the fake-tensor errors): raised
+    by memslim under strict=True, the frame would run eager without a word."""
+    from torch._dynamo import exc
+
+    return tuple(getattr(exc, "exceptions_allowed_to_be_fallback", ()))
+
+
 def _compile_passes() -> List[str]:
     """memslim-default as the compile backend runs it: the pass table's pipeline
     (core/pass_table.cpp) with its compile differences, fuse-activation-dropout left out
@@ -229,6 +269,7 @@ def backend(
 
     policy = _policy.check("memslim backend", policy)
     target = _target if policy.get("memory_budget") is not None else None
+    _specialize_tensorified_floats(gm)  # before any record: Dynamo restarts the frame
     if not isinstance(records, list):
         records = compiled.graph_records(gm, records, backend)
     try:
@@ -260,8 +301,12 @@ def backend(
         raise
     except Exception as e:  # noqa: BLE001  (the user's training must go on)
         if strict or os.environ.get("MEMSLIM_STRICT") == "1":
+            if isinstance(e, _dynamo_graph_breaks()):  # else Dynamo runs the frame eager
+                raise RuntimeError(f"memslim backend: {type(e).__name__}: {e}") from e
             raise
         why = f"graph compiled by Inductor unchanged: {type(e).__name__}: {e}"
+        if policy.get("memory_budget") is not None:
+            why += f" (memory_budget {policy['memory_budget']:g} not applied)"
         warnings.warn("memslim: " + why)
         records.append(records_store.note("memslim-backend", why))
         _LOG.append(records[-1])
@@ -270,7 +315,10 @@ def backend(
     records.extend(decisions)
     guards = inductor_guards.config_patches()  # Inductor's own passes kept right
     with functorch_config.patch(**options):  # the partitioner's (a budget's FUSED_RECOMPUTE)
-        if not rewrote:
+        # A budget's plan (options) was measured on `aten`: Dynamo's graph partitions
+        # otherwise (fuzz seed 940108: torch's knapsack at 0.21875 kept 1,628 B of aten,
+        # 1,900 B of Dynamo's graph, over the 1,630 B target).
+        if not rewrote and not options:
             return compile_fx(gm, example_inputs, config_patches=guards)
         with _dynamic_output_shapes(mode), _keyed_by_tags(aten):
             return compile_fx(aten, example_inputs, config_patches=guards)

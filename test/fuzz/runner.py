@@ -206,7 +206,15 @@ def _leg(name: str, run: Callable[[], tuple], res: dict, stage: Stage, verdicts:
 
 def _worst(verdicts: list) -> tuple:
     """The program's verdict: the first of the most severe class, else ok."""
-    for cls in ("crash", "wrong", "exception", "rng-order", "bf16-rounding", "fp32-rounding"):
+    for cls in (
+        "crash",
+        "wrong",
+        "exception",
+        "budget-miss",
+        "rng-order",
+        "bf16-rounding",
+        "fp32-rounding",
+    ):
         for v in verdicts:
             if v[0] == cls:
                 return v

@@ -1,17 +1,56 @@
 """The fuzz judge's compile leg: memslim.compile(memory_budget=...) against eager.
 
 What: `run_compile_budget` (the `compile-budget` stage, MEMSLIM_FUZZ_COMPILE_BUDGET=B or
-=none; off by default: two Inductor compiles per program), its bar widened by a plain
-torch.compile's own drift.
+=none; off by default: two Inductor compiles per program; MEMSLIM_FUZZ_COMPILE_DYNAMIC=1
+compiles both with dynamic=True), its bar widened by a plain torch.compile's own drift,
+and a budget held to the bytes autograd keeps (`kept_bytes`, saved_tensors_hooks):
+a budget run that keeps more than its target without refusing is a `budget-miss`.
 Why: one module per stage of runner.py's judge; its shared helpers are runner_common.py.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 
-from runner_common import Reference, call, compare, first_line, rel_err, trainable
+from runner_common import RUN_SEED, Reference, call, compare, first_line, rel_err, trainable
+
+
+def kept_bytes(module, inputs, params) -> int:
+    """What autograd keeps for backward in one forward of `module` as `call` runs it
+    (floating inputs requiring grad, the same seed), counted by saved_tensors_hooks as
+    memslim.saved_bytes counts: each storage once, the parameters' out."""
+    import torch
+    from memslim.measure import _SavedRecorder
+
+    args = [
+        a.detach().clone().requires_grad_(a.is_floating_point())
+        if isinstance(a, torch.Tensor)
+        else a
+        for a in inputs
+    ]
+    rec = _SavedRecorder(list(params.values()))
+    torch.manual_seed(RUN_SEED)
+    with torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
+        out = module(*args)
+    del out
+    return sum(rec.storages.values())
+
+
+def budget_miss(budget: float, plain: int, kept: int) -> Optional[tuple]:
+    """The verdict on a budget run that raised nothing: None where it kept at most its
+    target (`budget` of plain torch.compile's `plain` bytes, or `budget` bytes above 1,
+    as memslim.budget.target_bytes), else a `budget-miss`."""
+    target = int(budget * plain) if budget <= 1 else int(budget)
+    if kept <= target:
+        return None
+    return (
+        "budget-miss",
+        "compile-budget",
+        "kept %s B > target %s B (budget %g; plain torch.compile keeps %s B: x%.2f)"
+        % (f"{kept:,}", f"{target:,}", budget, f"{plain:,}", kept / max(plain, 1)),
+    )
 
 
 def run_compile_budget(
@@ -28,11 +67,14 @@ def run_compile_budget(
     the forward's mask. The plain compile runs with memslim's Inductor guards (the bar is
     Inductor's rounding, not its bugs). An unreachable budget (BudgetError) is the backend's answer, not
     a failure: "ok", with res["budget"] saying so; what the plain compile cannot take is a
-    limitation of this leg."""
+    limitation of this leg. A budget run that raised nothing must keep at most its target
+    (kept_bytes, against plain torch.compile's kept_bytes): else `budget-miss` (issue 48:
+    7 of 94 programs at 0.8 kept more, silently)."""
     import torch
     import memslim
     from torch._inductor import config as inductor_config
 
+    dynamic = True if os.environ.get("MEMSLIM_FUZZ_COMPILE_DYNAMIC") == "1" else None
     with inductor_config.patch(fallback_random=True):
         try:
             torch._dynamo.reset()
@@ -44,7 +86,9 @@ def run_compile_budget(
             from memslim import inductor_guards
 
             with inductor_config.patch(inductor_guards.config_patches()):
-                base = call(torch.compile(m2), inputs, trainable(m2))
+                plain = torch.compile(m2, dynamic=dynamic)
+                base = call(plain, inputs, trainable(m2))
+                plain_kept = kept_bytes(plain, inputs, trainable(m2))
         except Exception as e:  # noqa: BLE001
             return ("limitation", "compile", first_line(e))
         torch._dynamo.reset()
@@ -52,11 +96,12 @@ def run_compile_budget(
         records = []
         try:
             c = (
-                memslim.compile(m3, memory_budget=budget, strict=True)
+                memslim.compile(m3, memory_budget=budget, strict=True, dynamic=dynamic)
                 if budget is not None
-                else memslim.compile(m3, strict=True)
+                else memslim.compile(m3, strict=True, dynamic=dynamic)
             )
             got = call(c, inputs, trainable(m3))
+            kept_b = kept_bytes(c, inputs, trainable(m3))
             records = memslim.report(c)
         except Exception as e:  # noqa: BLE001
             text = first_line(e)
@@ -89,8 +134,12 @@ def run_compile_budget(
     drift = {k: rel_err(R.eager[k], base[k])[0] for k in R.eager if k in base}
     Rc = Reference(R.dtype, R.eager, drift, [base], R.rand, R.truth, R.sens)
     w = compare(Rc, got, 0)
+    if res is not None:
+        res["kept_bytes"], res["plain_bytes"] = kept_b, plain_kept
     if w is None:
-        return ("ok", "", "")
+        # A target is a promise: met, or refused (BudgetError) before training starts.
+        miss = budget_miss(budget, plain_kept, kept_b) if budget is not None else None
+        return miss or ("ok", "", "")
     return (
         "wrong",
         "compile-budget",
