@@ -105,7 +105,9 @@ def run_compile_budget(
             records = memslim.report(c)
         except Exception as e:  # noqa: BLE001
             text = first_line(e)
-            if "BudgetError" in str(e):  # inside Dynamo's BackendCompilerFailed
+            # The model's target refused at the end of its first forward (budget/model.py),
+            # or a chain's share inside Dynamo's BackendCompilerFailed.
+            if type(e).__name__ == "BudgetError" or "BudgetError" in str(e):
                 if res is not None:
                     res["budget"] = "unreachable"
                 return ("ok", "", "")
