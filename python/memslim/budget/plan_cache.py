@@ -57,11 +57,15 @@ def _memslim_version() -> str:
     return h.hexdigest()
 
 
-def key(aten: torch.fx.GraphModule, skip, policy: dict) -> str:
-    """The hash of what a plan of `aten` depends on (see the module's docstring)."""
+def key(aten: torch.fx.GraphModule, skip, policy: dict) -> Optional[str]:
+    """The hash of what a plan of `aten` depends on (see the module's docstring); None
+    where the cache is off. The graph's code is generated, not compiled (a lazy
+    GraphModule's `.code` recompiles it, one more source FX keeps for the process)."""
+    if _dir() is None:
+        return None
     h = hashlib.sha256()
     h.update(f"{VERSION}|{torch.__version__}|{_memslim_version()}".encode())
-    h.update(aten.code.encode())
+    h.update(aten.graph.python_code(root_module="self").src.encode())
     for n in aten.graph.find_nodes(op="placeholder"):
         v = n.meta.get("val")
         if isinstance(v, torch.Tensor):
