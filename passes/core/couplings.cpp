@@ -228,18 +228,29 @@ std::optional<Coupling> match(const Top& t, NodeRef n1, std::string& why) {
 
 // The link from block a's outputs to block b's inputs: 0 direct, 1 through
 // chunk(cat([y1, y2], d1), 2, d2); nullopt when b's inputs come otherwise.
-// `nodes` gets the link's nodes (ListConstruct, cat, chunk, ListUnpack), `d1` /
+// `nodes` gets the link's nodes (ListConstruct, cat, chunk, ListUnpack, copies), `d1` /
 // `d2` the dims (ints: constants, or values such as a module's attribute).
 std::optional<int64_t> link(const Top& t, const Coupling& a, const Coupling& b,
                             std::vector<NodeRef>& nodes, ValueRef& d1, ValueRef& d2) {
   const GraphView& g = t.g;
   if (b.x1 == a.y1 && b.x2 == a.y2) return 0;
+  // memcnn's `x1, x2 = x1.contiguous(), x2.contiguous()` after the chunk: the
+  // same values (a copy at most), so the copies join the link (the op feeds F
+  // the chunk's pieces). A piece read by anything else keeps the link out.
+  std::vector<NodeRef> copies;
+  auto before_copy = [&](ValueRef x) {
+    const NodeRef c = g.producer(x);
+    if (!c || g.kind(c) != "aten::contiguous" || g.uses(g.input(c, 0)).size() != 1) return x;
+    copies.push_back(c);
+    return g.input(c, 0);
+  };
+  const ValueRef x1 = before_copy(b.x1), x2 = before_copy(b.x2);
   // b's inputs: chunk's list unpacked (TorchScript), or chunk's two outputs
   // themselves (an FX graph's getitems are not nodes of the view).
-  const NodeRef p = g.producer(b.x1);
+  const NodeRef p = g.producer(x1);
   auto splits_into_b = [&](NodeRef n) {
-    return n && g.producer(b.x2) == n && g.num_outputs(n) == 2 && g.output(n, 0) == b.x1 &&
-           g.output(n, 1) == b.x2;
+    return n && g.producer(x2) == n && g.num_outputs(n) == 2 && g.output(n, 0) == x1 &&
+           g.output(n, 1) == x2;
   };
   if (!splits_into_b(p)) return std::nullopt;
   const bool unpacked = g.kind(p) == "prim::ListUnpack";
@@ -261,6 +272,7 @@ std::optional<int64_t> link(const Top& t, const Coupling& a, const Coupling& b,
   if (unpacked && g.uses(g.output(chunk, 0)).size() != 1) return std::nullopt;
   nodes = {list, cat, chunk};
   if (unpacked) nodes.push_back(p);
+  nodes.insert(nodes.end(), copies.begin(), copies.end());
   return 1;
 }
 

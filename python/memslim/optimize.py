@@ -1,6 +1,8 @@
 """memslim.optimize / memslim.report: the Python front door to the passes.
 
-optimize() scripts an nn.Module (or takes a ScriptModule), clones it so the
+optimize() scripts an nn.Module (or takes a ScriptModule; where torch.jit.script fails, as
+on memcnn's `forward(self, *xin)`, it traces the module on `example_inputs` instead and
+says so in a note), clones it so the
 optimized graphs are its own, and runs a pipeline on its method graphs ahead of
 time (the executor's own pass hooks run too late for training, see README).
 Shapes for the cost model come from `example_inputs`; without them every site
@@ -9,6 +11,7 @@ is kept with the remark "unknown shape".
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterable, List, Optional, Sequence
 
 import torch
@@ -58,7 +61,9 @@ def optimize(
 ):
     """Returns an optimized ScriptModule (savable with torch.jit.save).
 
-    model: nn.Module (scripted here) or ScriptModule. example_inputs: forward's
+    model: nn.Module (scripted here; where torch.jit.script fails, traced with
+    torch.jit.trace on example_inputs, and a note in memslim.report says why: the trace
+    specialises control flow to those inputs) or ScriptModule. example_inputs: forward's
     arguments for one recording run (shapes and dtypes only; the module's state and
     the global RNG are left as they were): a tuple or list of positional values
     (tensors, bools, ints, floats, None, strings, tuples/lists/dicts of tensors: what
@@ -78,7 +83,11 @@ def optimize(
         raise ValueError(f"memslim.optimize: pipeline must be a string, got {pipeline!r}")
     pass_list = _str_list("passes", passes or ())
     method_list = _str_list("methods", methods)
-    scripted = model if isinstance(model, torch.jit.ScriptModule) else torch.jit.script(model)
+    front: List[Decision] = []
+    if isinstance(model, torch.jit.ScriptModule):
+        scripted = model
+    else:
+        scripted, front = _script_or_trace(model, args, kwargs)
     if not hasattr(scripted, "_c"):
         raise TypeError(
             "memslim.optimize: expected an nn.Module or a scripted module, "
@@ -94,9 +103,52 @@ def optimize(
             kwargs,
             policy,
         )
+        records.lookup(optimized).last()[:0] = front
         records.lookup(optimized).last().extend(notes)
         return optimized
-    return _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy)
+    optimized = _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy)
+    records.lookup(optimized).last()[:0] = front
+    return optimized
+
+
+def _script_or_trace(model, args, kwargs):
+    """(ScriptModule, notes): torch.jit.script(model), or where that fails, torch.jit.trace
+    on the example inputs, with a note saying why and what a trace gives up. The trace's
+    forward run leaves the module's state (BatchNorm's running stats) and the global RNG
+    as they were, like optimize's own recording run."""
+    if not isinstance(model, torch.nn.Module):
+        return torch.jit.script(model), []
+    try:
+        return torch.jit.script(model), []
+    except Exception as e:  # the frontend's NotSupportedError, the compiler's RuntimeError...
+        failure = e
+    why = f"{type(failure).__name__}: " + (str(failure).strip().splitlines() or [""])[0].rstrip(":")
+    if not (args or kwargs):
+        raise RuntimeError(
+            "memslim.optimize: torch.jit.script cannot compile this module "
+            f"({why}); pass example_inputs and memslim.optimize traces it with "
+            "torch.jit.trace instead"
+        ) from failure
+    state = list(model.parameters()) + list(model.buffers())
+    saved = [t.detach().clone() for t in state]
+    devices = sorted({t.device.index or 0 for t in state if t.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(
+            model,
+            example_inputs=args if args else None,
+            example_kwarg_inputs=kwargs if kwargs else None,
+            check_trace=False,
+        )
+    with torch.no_grad():
+        for t, s in zip(state, saved):
+            t.copy_(s)
+    text = (
+        f"torch.jit.script failed ({why}); traced with torch.jit.trace on example_inputs "
+        "instead: the traced graph specialises control flow (Python branches and loops as "
+        "these inputs took them, Python values as constants) to these inputs"
+    )
+    return traced, [records.note("memslim.optimize", text)]
 
 
 def _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy):

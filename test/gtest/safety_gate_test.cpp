@@ -191,6 +191,38 @@ def forward(self, x):
   EXPECT_EQ(memslim::module_state_path(p.covers[0]->input(1)), "self.order");
 }
 
+TEST(SafetyGate, WriteToATensorAnOpMadeIsApartFromWildcards) {
+  // memcnn's downsampling `out += residual` after a coupling: `d` is a tensor
+  // neg made, yet once a chunk splits it AliasDb counts it among the
+  // wildcards with every attribute read, graph input and chunk piece. A write
+  // to it writes neither self.w, nor the graph input r, nor x.neg()'s pieces,
+  // nor the mul's output; a guarded d itself is written.
+  torch::jit::Module m("M");
+  m.register_parameter("w", torch::ones({}), false);
+  m.define(R"(
+def forward(self, x, r):
+    a, b = x.neg().chunk(2, 1)
+    y = a * self.w
+    d = r.neg()
+    d.add_(1)
+    c, e = d.chunk(2, 1)
+    return c * e + b + y
+)");
+  std::shared_ptr<Graph> g = m.get_method("forward").graph();
+  Remarks rm;
+  SafetyGate gate(g, "t", rm);
+  Proposal p = swap(g, find(g, "aten::mul"), "aten::mul");
+  p.guarded = {p.covers[0]->input(0), p.covers[0]->input(1), p.covers[0]->output(), g->inputs()[2]};
+  // (executor-chain-write, checked after it, refuses this toy graph for its own
+  // reason: the executor may group neg and add_ with the mul.)
+  auto first = gate.named_refusal(p);
+  EXPECT_TRUE(!first || first->rule != "write-after-guarded") << first->reason;
+  p.guarded.push_back(find(g, "aten::neg", 1)->output()); // d itself
+  auto why = gate.named_refusal(p);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->rule, "write-after-guarded");
+}
+
 TEST(SafetyGate, RemovedWriteMustBeUnobservable) {
   auto g = parse(R"IR(
 graph(%x : Tensor, %x2 : Tensor):

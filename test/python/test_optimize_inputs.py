@@ -230,7 +230,7 @@ class Stateful(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.lin = torch.nn.Linear(16, 16)
+        self.lin = torch.nn.Linear(16, 16, bias=False)  # (a bias before BN has no gradient)
         self.bn = torch.nn.BatchNorm1d(16)
         self.calls = 0
 
@@ -260,3 +260,43 @@ def test_recording_run_leaves_module_rng_and_stdout_alone(capfd):
     assert any("aten::gelu" in r and "unknown shape" not in r for r in memslim.report(opt)), (
         memslim.report(opt)
     )
+
+
+class VarArgs(torch.nn.Module):
+    """forward(*xin), as memcnn's InvertibleModuleWrapper writes it: TorchScript cannot
+    compile a variable number of arguments (NotSupportedError)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16, bias=False)  # (a bias before BN has no gradient)
+        self.bn = torch.nn.BatchNorm1d(16)
+
+    def forward(self, *xin):
+        h = self.bn(self.lin(xin[0]))
+        if len(xin) > 1:  # a Python branch: the trace keeps the one these inputs take
+            h = h + xin[1]
+        return F.gelu(h)
+
+
+def test_unscriptable_module_falls_back_to_trace_with_a_note():
+    m = VarArgs()
+    x = torch.randn(8, 16)
+    with pytest.raises(Exception, match="variable number of arguments"):
+        torch.jit.script(m)
+    state = {k: v.clone() for k, v in m.state_dict().items()}
+    rng = torch.get_rng_state()
+    opt = memslim.optimize(m, (x,))
+    # The trace's forward run left the module's state and the global RNG as they were.
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    assert torch.equal(torch.get_rng_state(), rng)
+    notes = [d for d in memslim.report(opt) if d.verdict == "note" and "trace" in d.text]
+    assert len(notes) == 1, list(memslim.report(opt))
+    assert "NotSupportedError" in notes[0].text and "specialises control flow" in notes[0].text
+    assert "memslim::batch_norm" in str(opt.graph)  # the passes ran on the trace
+    _grads_match(m, opt, x.clone().requires_grad_())
+
+
+def test_unscriptable_module_without_example_inputs_says_why():
+    with pytest.raises(RuntimeError, match="example_inputs.*torch.jit.trace"):
+        memslim.optimize(VarArgs())

@@ -10,7 +10,8 @@
 // read outside it, and what else they read (parameters, buffers, a mask,
 // module flags) depends on neither block input; and links them into chains:
 // block b's outputs are block b+1's inputs, directly or through
-// chunk(cat([y1, y2], d), 2, d) (RevNet's and RevViT's layout). A chain is
+// chunk(cat([y1, y2], d), 2, d) (RevNet's and RevViT's layout; memcnn's with
+// .contiguous() on each piece). A chain is
 // priced as the bytes its nodes make autograd keep against its two outputs,
 // and becomes memslim::coupling_chain (runtime/coupling_chain.cpp), which
 // rebuilds each block's inputs in backward (x1 = y1 - f, (y1 - t) / m,

@@ -1,0 +1,184 @@
+"""memcnn's RevNet-38 (issue 45): memslim.optimize on the plain network (memcnn's
+InvertibleModuleWrapper disabled) against eager and against memcnn's own wrapper
+(keep_input=False), at CIFAR sizes.
+
+The network is memcnn 1.5.2's `revnet38` experiment (memcnn/config/experiments.json):
+ResNet(RevBasicBlock, [3, 3, 3], channels [32, 32, 64, 112], strides [1, 1, 2, 2], a 3x3
+stem, no max-pool, batch_norm_fix off), 10 classes. memcnn's wrapper trains on torch 2.14
+only with a `.clone()` after the stem's ReLU (the wrapper frees its input's storage, which
+the ReLU keeps for its own backward); the same module serves the head's ReLU, where the
+copy changes nothing either.
+
+Two measures of what a forward leaves for backward: memslim.saved_bytes (storages autograd's
+saved-tensor hooks see) and the bytes of every tensor the forward made that is still alive
+after it (a dispatch mode's weak references; parameters and the input excluded): memcnn's
+wrapper keeps its tensors on `ctx`, where saved-tensor hooks do not see them, so only the
+second measure counts them. Gradients: max |a - b| / max |b| over the input and every
+parameter against eager (the wrapper disabled), fp32, one step; and fp64 for memslim; the
+two downsampling shortcuts' BN biases left out (a BatchNorm follows each: their gradient is
+zero: ~1e-8 in fp32, ~1e-16 in fp64, against >= 9e-3 for every other tensor; the cut
+is 1e-6 of the largest).
+Usage: bench/memcnn_revnet.py [--batch 8] [--out FILE] (needs `pip install memcnn==1.5.2`).
+"""
+
+import argparse
+import datetime
+import re
+import sys
+import warnings
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import memslim
+
+warnings.filterwarnings("ignore")
+
+
+def revnet38(wrapped: bool, dtype=torch.float32):
+    from memcnn.models.resnet import ResNet, RevBasicBlock
+    from memcnn.models.revop import InvertibleModuleWrapper
+
+    torch.manual_seed(0)
+    m = ResNet(
+        RevBasicBlock,
+        [3, 3, 3],
+        num_classes=10,
+        channels_per_layer=[32, 32, 64, 112],
+        strides=[1, 1, 2, 2],
+        init_max_pool=False,
+        init_kernel_size=3,
+        batch_norm_fix=False,
+    )
+    for mod in m.modules():
+        if isinstance(mod, InvertibleModuleWrapper):
+            mod.disable = not wrapped
+            mod.keep_input = False
+    if wrapped:
+        m.relu = ReluClone()
+    return m.to(dtype)
+
+
+class ReluClone(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x).clone()
+
+
+class _Alive(TorchDispatchMode):
+    """Weak references to every tensor an op makes while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.refs = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.refs.append(weakref.ref(t))
+        return out
+
+
+def alive_bytes(model, x) -> int:
+    """Bytes of the distinct storages the forward made that are alive after it (its
+    output held, the graph not yet run backward), the parameters and input excluded."""
+    skip = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    skip.add(x.untyped_storage().data_ptr())
+    mode = _Alive()
+    with mode:
+        out = model(x)
+    seen = {}
+    for r in mode.refs:
+        t = r()
+        if t is None:
+            continue
+        st = t.untyped_storage()
+        if st.data_ptr() and st.data_ptr() not in skip:
+            seen[st.data_ptr()] = st.nbytes()
+    out.float().sum().backward()
+    for p in model.parameters():
+        p.grad = None
+    return sum(seen.values())
+
+
+def grads(model, params, x):
+    xx = x.clone().requires_grad_()
+    model(xx).square().sum().backward()
+    out = [xx.grad] + [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    return out
+
+
+def max_rel(a, b):
+    """Over the gradients eager's own are not zero in: the downsampling shortcuts' BN biases
+    (a BatchNorm follows each, so their gradient is 0 and what is there is rounding noise)."""
+    top = max(float(q.abs().max()) for q in b)
+    return max(
+        float((p - q).abs().max() / q.abs().max())
+        for p, q in zip(a, b)
+        if float(q.abs().max()) > 1e-6 * top
+    )
+
+
+def chained(opt):
+    rs = [str(d) for d in memslim.report(opt) if d.pass_ == "invertible-couplings"]
+    n = [int(m.group(1)) for r in rs if (m := re.search(r"(\d+) additive couplings? -> ", r))]
+    kept = sum("kept coupling" in r for r in rs)
+    return n, kept
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    torch.manual_seed(1)
+    x = torch.randn(a.batch, 3, 32, 32)
+    eager = revnet38(False)
+    g_eager = grads(eager, list(eager.parameters()), x)
+    base = revnet38(False)
+    opt = memslim.optimize(base, (x,))
+    chains, kept = chained(opt)
+    g_opt = grads(opt, list(base.parameters()), x)
+    memcnn = revnet38(True)
+    g_memcnn = grads(memcnn, list(memcnn.parameters()), x)
+    xr = x.clone().requires_grad_()
+    rows = [
+        ("eager (wrapper disabled)", eager, g_eager),
+        ("memslim.optimize (wrapper disabled, traced)", opt, g_opt),
+        ("memcnn's wrapper (keep_input=False)", memcnn, g_memcnn),
+    ]
+    x64 = x.double()
+    e64, b64 = revnet38(False, torch.float64), revnet38(False, torch.float64)
+    o64 = memslim.optimize(b64, (x64,))
+    rel64 = max_rel(
+        grads(o64, list(b64.parameters()), x64), grads(e64, list(e64.parameters()), x64)
+    )
+    lines = [
+        f"memcnn 1.5.2 RevNet-38, {a.batch}x3x32x32 fp32, CPU; {datetime.date.today()}, "
+        f"torch {torch.__version__}",
+        "",
+        "| way | memslim.saved_bytes | alive after forward | grads vs eager (max rel) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, m, g in rows:
+        sb = memslim.saved_bytes(m, xr)
+        ab = alive_bytes(m, x)
+        lines.append(f"| {name} | {sb:,} | {ab:,} | {max_rel(g, g_eager):.1e} |")
+    lines += [
+        "",
+        f"memslim: couplings per chain {chains} ({sum(chains)} of 7 in chains, {kept} kept); "
+        f"fp64 gradients vs eager fp64: {rel64:.1e}",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
