@@ -76,19 +76,6 @@ bool fresh_tensor(const Value* v) {
   return true;
 }
 
-// The node that made `v`'s storage (fresh_tensor's), through views, chunk
-// pieces, in-place writes and a list's elements.
-const Node* maker(const Value* v) {
-  const Node* p = SavedTensorAnalysis::storage_root(v)->node();
-  return p->kind() == c10::prim::ListUnpack ? p->input(0)->node() : p;
-}
-
-// Whether `v`'s storage is one of the graph's inputs (not a loop's carried value).
-bool graph_input(const Value* v) {
-  const Node* p = SavedTensorAnalysis::storage_root(v)->node();
-  return p == p->owningGraph()->param_node();
-}
-
 // How a covered node writes: not at all (or only what the rewrite removes),
 // only module state a replaying rewrite replays, other values a replaying
 // rewrite replays (judged by replayed-write), or in a way the rewrite cannot
@@ -214,11 +201,9 @@ const GateCheck::WatchedSets& GateCheck::watched() {
 // attribute path; everything else by AliasDb (where attributes and graph
 // inputs are wildcards: conservative, and only those). A tensor an op made
 // (not a graph input, module state or a container's element, through views and
-// chunk pieces) is no module state, on either side of the write: AliasDb puts
-// list elements among the wildcards, so a BatchNorm's
-// num_batches_tracked.add_(1) "may write" every piece of a chunk (RevNet's x1,
-// x2), and a write to a conv's output that a chunk later splits "may write"
-// every parameter, without this.
+// chunk pieces) is no module state: AliasDb puts list elements among the
+// wildcards, so a BatchNorm's num_batches_tracked.add_(1) "may write" every
+// piece of a chunk (RevNet's x1, x2) without this.
 const Value* GateCheck::writes(Node* m, const GateWatched& w) {
   if (SavedTensorAnalysis::writes_nothing(m)) return nullptr;
   AliasDb& alias = gate_.alias();
@@ -242,22 +227,10 @@ const Value* GateCheck::writes(Node* m, const GateWatched& w) {
   }
   for (const Value* in : written) {
     const std::string path = module_state_path(in);
-    // A written tensor an op made is no module state either: memcnn's downsampling
-    // `out += residual` (out: a conv's output) writes no F / G weight of the chain
-    // before it, though AliasDb counts `out` among the wildcards once a later chunk
-    // takes it apart (list elements are wildcards) and every attribute read is one.
-    const bool made = path.empty() && fresh_tensor(in);
     for (const auto& [sp, v] : w.state)
-      if (path.empty() ? !made && alias.mayAlias(in, v) : same_or_nested_path(path, sp)) return v;
-    // Two tensors made by two different ops (each through views, chunk pieces
-    // and in-place writes back to its own maker) are two storages: memcnn's
-    // `out += residual` writes none of the chain's inputs (chunk pieces of the
-    // stem's output), though AliasDb's wildcards say each may be the other.
-    // A graph input is no tensor an op of the graph made either.
+      if (path.empty() ? alias.mayAlias(in, v) : same_or_nested_path(path, sp)) return v;
     for (const Value* v : w.plain)
-      if (alias.mayAlias(in, v) && (path.empty() || !fresh_tensor(v)) &&
-          !(made && (fresh_tensor(v) || graph_input(v)) && maker(in) != maker(v)))
-        return v;
+      if (alias.mayAlias(in, v) && (path.empty() || !fresh_tensor(v))) return v;
   }
   return nullptr;
 }

@@ -191,7 +191,9 @@ def forward(self, x):
   EXPECT_EQ(memslim::module_state_path(p.covers[0]->input(1)), "self.order");
 }
 
-TEST(SafetyGate, WriteToATensorAnOpMadeIsApartFromWildcards) {
+// Disabled with the rule it tests (reverted 2026-11-29: it let nn.TransformerEncoder's
+// output-saving-norms rewrites through with 4.2 MB less freed than priced, test_optimize.py).
+TEST(SafetyGate, DISABLED_WriteToATensorAnOpMadeIsApartFromWildcards) {
   // memcnn's downsampling `out += residual` after a coupling: `d` is a tensor
   // neg made, yet once a chunk splits it AliasDb counts it among the
   // wildcards with every attribute read, graph input and chunk piece. A write
