@@ -161,23 +161,9 @@ def _plan(aten, fakes, apply, ladder, plain, budget, skip, decisions, outcome, b
     options = dict(FUSED_RECOMPUTE)  # way 2 sets torch.compile's own
     # Probes tag and retag `aten` (each a recompile) and dry-run it: of the sources FX
     # keeps, only aten's last one is still used.
+    probes = _Probes(aten, fakes, skip, note, before, target, head, outcome)
     with functorch_config.patch(**FUSED_RECOMPUTE), _forget_fx_sources(aten):
-        return _meet_budget_fused(
-            aten,
-            fakes,
-            apply,
-            ladder,
-            plain,
-            budget,
-            skip,
-            note,
-            decisions,
-            before,
-            target,
-            head,
-            options,
-            outcome,
-        ), options
+        return _meet_budget_fused(probes, apply, ladder, plain, budget, decisions, options), options
 
 
 # Way 3's and way 1's ladder: the pieces ladder over the graph as Dynamo gave it.
@@ -254,26 +240,11 @@ class _Probes:
         return hi
 
 
-def _meet_budget_fused(
-    aten,
-    fakes,
-    apply,
-    ladder,
-    plain,
-    budget,
-    skip,
-    note,
-    decisions,
-    before,
-    target,
-    head,
-    options,
-    outcome,
-) -> bool:
+def _meet_budget_fused(probes, apply, ladder, plain, budget, decisions, options) -> bool:
     """_meet_budget's ways, under FUSED_RECOMPUTE; whether the graph was rewritten. Way
     2 sets `options` to torch.compile's own (TORCH_KNAPSACK and the fraction)."""
-    probes = _Probes(aten, fakes, skip, note, before, target, head, outcome)
-    fused = _partitioned_saved_bytes(aten, fakes, skip)
+    outcome = probes.outcome
+    fused = _partitioned_saved_bytes(probes.aten, probes.fakes, probes.skip)
     probes.reached.append((fused, "Inductor's partitioner re-running every fusible op"))
     measured = {0: fused}
     light = _light_end(probes, plain, measured)
