@@ -188,10 +188,12 @@ def _keep_rewrites(
     share=None,
     outcome=None,
     key=None,
+    value=None,
 ):
     """The pipeline's decisions on `aten` and whether to compile them: under a memory
     budget the planner's answer (memslim.budget; `share` and `outcome` as its), else
-    whether Inductor's partitioner keeps fewer bytes with the rewrites than without.
+    whether Inductor's partitioner keeps fewer bytes with the rewrites than without
+    (`value`: what the planner judges a plan by, ladder._meet_budget's).
     key: the graph's plan-cache key where the caller made it. Returns (decisions, rewrote,
     the partitioner options to compile with)."""
     budget = policy.get("memory_budget")
@@ -208,7 +210,18 @@ def _keep_rewrites(
         key = key or plan_cache.key(aten, skip, policy)
         with _dynamic_output_shapes(mode):
             rewrote, options = meet_compile_budget(
-                aten, fakes, apply, ladder, plain, budget, skip, decisions, share, outcome, key
+                aten,
+                fakes,
+                apply,
+                ladder,
+                plain,
+                budget,
+                skip,
+                decisions,
+                share,
+                outcome,
+                key,
+                value,
             )
         return decisions, rewrote, options
     if rewrote and needs_grad:
@@ -268,7 +281,7 @@ def backend(
     from . import compiled, inductor_guards
 
     policy = _policy.check("memslim backend", policy)
-    target = _target if policy.get("memory_budget") is not None else None
+    target = _target if _target is not None and _target.engaged(policy) else None
     _specialize_tensorified_floats(gm)  # before any record: Dynamo restarts the frame
     if not isinstance(records, list):
         records = compiled.graph_records(gm, records, backend)
@@ -307,6 +320,8 @@ def backend(
         why = f"graph compiled by Inductor unchanged: {type(e).__name__}: {e}"
         if policy.get("memory_budget") is not None:
             why += f" (memory_budget {policy['memory_budget']:g} not applied)"
+        elif target is not None:
+            why += " (peak_memory not applied: the model's predicted peak leaves this graph out)"
         warnings.warn("memslim: " + why)
         records.append(records_store.note("memslim-backend", why))
         _LOG.append(records[-1])
@@ -344,12 +359,25 @@ def _model_share(gm, example_inputs, target, records, policy, traced):
     def share(before):
         return target.graph_target(slot, before)
 
+    planned = target.graph_policy(policy)  # the budget the graph is planned under
+    value = target.graph_value(slot)  # None: saved bytes; a peak target's share of the peak
+
     at_floor = False
     for attempt in range(3):
         outcome = {}
         try:
             decisions, rewrote, options = _keep_rewrites(
-                aten, serial, mode, fakes, example_inputs, policy, True, share, outcome, key
+                aten,
+                serial,
+                mode,
+                fakes,
+                example_inputs,
+                planned,
+                True,
+                share,
+                outcome,
+                key,
+                value,
             )
             break
         except BudgetError as e:
@@ -357,7 +385,8 @@ def _model_share(gm, example_inputs, target, records, policy, traced):
             note = records_store.note("memory-budget", f"the graph's share not met: {e}")
             records.append(note)
             before = outcome.get("before")
-            if reach is None or before is None or reach >= before or attempt == 2:
+            unmodified = None if before is None else (value or int)(before)
+            if reach is None or before is None or reach >= unmodified or attempt == 2:
                 # Nothing shrinks it (or the best plan was not found again): unmodified.
                 outcome = {"before": before, "kept": before}
                 decisions, rewrote, options = [], False, {}
@@ -392,6 +421,8 @@ def compile(
     mode=None,
     options=None,
     on_unreachable: str = "error",
+    peak_memory=None,
+    optimizer=None,
     policy: dict,
 ):
     """torch.compile(model, backend="memslim") with memslim's policy keywords (every
@@ -406,7 +437,12 @@ def compile(
     The first training forward plans the model (it may run the forward again to
     re-plan, the generator and buffers restored). A target the model cannot meet raises
     BudgetError at the end of that forward, before any backward, naming the model's
-    smallest reachable figure; on_unreachable="warn" takes that plan and warns."""
+    smallest reachable figure; on_unreachable="warn" takes that plan and warns.
+    peak_memory: the training step's peak tensor memory instead (bytes, or a size such as
+    "6GB" / "6GiB"): the parameters, buffers, inputs, gradients and, with `optimizer`,
+    its state, plus what forward and backward allocate; the planner predicts the peak
+    from its dry runs (budget.model.StepPeak) and plans the saved bytes into what the
+    rest leaves; the report's "the model" record gives the predicted peak and its parts."""
     if mode is not None or options is not None:
         raise ValueError(
             "memslim.compile: mode/options are Inductor's; set them with "
@@ -419,10 +455,18 @@ def compile(
     if note is not None:  # before any graph: the model as memslim.compile found it
         graphs.add("memslim.compile (before tracing)", [note])
     target = None
-    if policy.get("memory_budget") is not None:
-        from .budget.model import ModelTarget
+    if peak_memory is not None and policy.get("memory_budget") is not None:
+        raise ValueError(
+            "memslim.compile: give memory_budget (saved bytes) or peak_memory (the step's "
+            "peak), not both"
+        )
+    if optimizer is not None and peak_memory is None:
+        raise ValueError("memslim.compile: optimizer= is read only with peak_memory=")
+    if policy.get("memory_budget") is not None or peak_memory is not None:
+        from .budget.model import ModelTarget, parse_bytes
 
-        target = ModelTarget(policy["memory_budget"], on_unreachable)
+        peak = parse_bytes(peak_memory) if peak_memory is not None else None
+        target = ModelTarget(policy.get("memory_budget"), on_unreachable, peak, optimizer)
         target.codes = graphs.codes  # the code objects to re-plan: Dynamo's for the graphs
     be = functools.partial(backend, strict=strict, records=graphs, _target=target, **policy)
     compiled = torch.compile(model, backend=be, fullgraph=fullgraph, dynamic=dynamic)

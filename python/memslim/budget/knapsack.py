@@ -40,7 +40,7 @@ TORCH_KNAPSACK = {k: True for k in FUSED_RECOMPUTE}
 KNAPSACK_GRID = 32
 
 
-def _torch_knapsack(aten, fakes, skip, frac, before, target, note):
+def _torch_knapsack(aten, fakes, skip, frac, before, target, note, fits=None):
     """Way 2 of _meet_budget: torch's own activation_memory_budget knapsack
     (partitioners.choose_saved_values_set: the "aggressive" min-cut, then a knapsack
     over the nodes its min-cut banned, convolutions and matrix products included, that
@@ -60,7 +60,9 @@ def _torch_knapsack(aten, fakes, skip, frac, before, target, note):
     keeps its default min-cut's bytes, its budget is inert (a note says so) and no
     smaller fraction is tried. `frac`: the user's fraction. Returns (fraction, measured
     bytes, bytes at the user's fraction), fraction None where no fraction meets the
-    target (then the bytes are those at the smallest fraction tried)."""
+    target (then the bytes are those at the smallest fraction tried). fits: whether a
+    dry run meets the target (None: its saved bytes at most `target`)."""
+    fits = fits or (lambda b: b <= target)
     from torch._functorch import config as functorch_config
 
     def keeps(f):
@@ -70,7 +72,7 @@ def _torch_knapsack(aten, fakes, skip, frac, before, target, note):
             return _partitioned_saved_bytes(aten, fakes, skip)
 
     got = keeps(frac)
-    if got <= target:
+    if fits(got):
         return frac, got, got
     if got >= before:
         # choose_saved_values_set returns the default min-cut at every fraction above 0
@@ -94,12 +96,12 @@ def _torch_knapsack(aten, fakes, skip, frac, before, target, note):
     if hi <= lo:
         return None, got, got
     lo_got = keeps(lo / KNAPSACK_GRID)
-    if lo_got > target:
+    if not fits(lo_got):
         return None, lo_got, got
     while hi - lo > 1:
         mid = (lo + hi) // 2
         mid_got = keeps(mid / KNAPSACK_GRID)
-        if mid_got <= target:
+        if fits(mid_got):
             lo, lo_got = mid, mid_got
         else:
             hi = mid

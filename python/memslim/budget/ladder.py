@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import BudgetError, budget_note, knapsack, plan_cache, target_bytes
 from .knapsack import FUSED_RECOMPUTE, TORCH_KNAPSACK
-from .measure import _forget_fx_sources, _partitioned_saved_bytes
+from .measure import Partition, _forget_fx_sources, _partitioned_saved_bytes
 
 
 def _meet_budget(
@@ -31,6 +31,7 @@ def _meet_budget(
     share=None,
     outcome=None,
     cache_key=None,
+    value=None,
 ):
     """memory_budget under torch.compile, measured on Inductor's own partition (a dry
     run, budget.measure; parameters excluded): the target is `budget` of what the partitioner
@@ -86,11 +87,20 @@ def _meet_budget(
     shared among its graphs, budget.model), where `budget` is the model's. outcome: a dict
     given the graph's figures: "before", "target" and "kept" (the measured bytes of the
     plan taken). cache_key: the graph's key in the plan cache (plan_cache.key; None: no
-    cache): a plan found there is replayed without a dry run, one made is stored."""
+    cache): a plan found there is replayed without a dry run, one made is stored.
+    value: what a plan is judged by against the target, a function of its dry run
+    (budget.measure.Partition); None: its saved bytes. A step-peak target
+    (budget.model.StepPeak) judges the graph's share of the step's predicted peak,
+    which is not monotone along a ladder (re-runs add working memory in backward):
+    there the walk finds the ladder's least value first (_Probes.walk)."""
     outcome = {} if outcome is None else outcome
 
     entry = plan_cache.lookup(cache_key) if cache_key else None
-    before = entry["before"] if entry else _partitioned_saved_bytes(aten, fakes, skip)
+    before = (
+        Partition.of(entry["before"], entry.get("profile"))
+        if entry
+        else _partitioned_saved_bytes(aten, fakes, skip)
+    )
     target = share(before) if share is not None else target_bytes(budget, before)
     outcome.update(before=before, target=target)
     if share is not None and not (budget <= 1 and target == target_bytes(budget, before)):
@@ -103,7 +113,18 @@ def _meet_budget(
     first = len(decisions)
     try:
         rewrote, options = _plan(
-            aten, fakes, apply, ladder, plain, budget, skip, decisions, outcome, before, target
+            aten,
+            fakes,
+            apply,
+            ladder,
+            plain,
+            budget,
+            skip,
+            decisions,
+            outcome,
+            before,
+            target,
+            value,
         )
     except BudgetError as e:
         if cache_key:
@@ -112,6 +133,8 @@ def _meet_budget(
         raise
     if cache_key:
         plan = dict(outcome, rewrote=rewrote, options=options, notes=_notes(decisions[first:]))
+        if isinstance(outcome.get("kept"), Partition):
+            plan["profile"] = outcome["kept"].profile()
         plan_cache.store(cache_key, before, sub, plan)
     return rewrote, options
 
@@ -136,12 +159,17 @@ def _replay(plan, aten, apply, ladder, plain, decisions, outcome):
         apply()
         if way == "ladder":
             ladder.tag(step)
-    outcome.update({k: v for k, v in plan.items() if k in ("kept", "way", "step")})
+    outcome.update({k: v for k, v in plan.items() if k in ("way", "step")})
+    if "kept" in plan:
+        outcome["kept"] = Partition.of(plan["kept"], plan.get("profile"))
     return plan["rewrote"], dict(plan["options"])
 
 
-def _plan(aten, fakes, apply, ladder, plain, budget, skip, decisions, outcome, before, target):
+def _plan(
+    aten, fakes, apply, ladder, plain, budget, skip, decisions, outcome, before, target, value
+):
     """_meet_budget's planning: the target met as it is, or the ways (dry runs)."""
+    value = value or int
 
     def note(text, before=None, after=None):
         decisions.append(budget_note(text, before, after))
@@ -151,8 +179,11 @@ def _plan(aten, fakes, apply, ladder, plain, budget, skip, decisions, outcome, b
     head = (
         f"budget {target:,} B of the {before:,} B Inductor's partitioner keeps for the "
         "unmodified graph (parameters excluded)"
+        if value is int
+        else f"the graph's share of the step's peak {target:,} B (unmodified: "
+        f"{value(before):,} B, saving {before:,} B for backward)"
     )
-    if before <= target:
+    if value(before) <= target:
         outcome["way"] = "as-is"
         note(head + ": met as it is, nothing rewritten", before, before)
         return False, {}
@@ -161,7 +192,7 @@ def _plan(aten, fakes, apply, ladder, plain, budget, skip, decisions, outcome, b
     options = dict(FUSED_RECOMPUTE)  # way 2 sets torch.compile's own
     # Probes tag and retag `aten` (each a recompile) and dry-run it: of the sources FX
     # keeps, only aten's last one is still used.
-    probes = _Probes(aten, fakes, skip, note, before, target, head, outcome)
+    probes = _Probes(aten, fakes, skip, note, before, target, head, outcome, value)
     with functorch_config.patch(**FUSED_RECOMPUTE), _forget_fx_sources(aten):
         return _meet_budget_fused(probes, apply, ladder, plain, budget, decisions, options), options
 
@@ -175,11 +206,15 @@ class _Probes:
     (its measured bytes cached per ladder), the records of the step taken, and `reached`,
     the smallest bytes each way reached (for BudgetError)."""
 
-    def __init__(self, aten, fakes, skip, note, before, target, head, outcome):
+    def __init__(self, aten, fakes, skip, note, before, target, head, outcome, value=int):
         self.aten, self.fakes, self.skip, self.note = aten, fakes, skip, note
         self.before, self.target, self.head = before, target, head
         self.outcome = outcome  # "way" and "step" of the plan taken (plan_cache replays them)
-        self.reached = []
+        self.value = value  # what a dry run is judged by (int: its saved bytes)
+        self.reached = []  # (value, how) of each way's smallest
+
+    def fits(self, measured) -> bool:
+        return self.value(measured) <= self.target
 
     @staticmethod
     def usable(lad) -> bool:
@@ -219,25 +254,45 @@ class _Probes:
         """The step of `lad` after `lo` to tag (None: it cannot reach the target; then
         the smallest it reaches is in `reached`); measured[lo] is known and over the
         target."""
-        target = self.target
         last = len(lad.steps) - 1
-        if lo >= last or self.measure(lad, last, measured) > target:
+        if lo >= last:
             lad.tag(0)
-            self.reached.append((measured[last], what))
             return None
-        hi = last  # measured[lo] > target >= measured[hi]
+        best = last if self.value is int else self.least(lad, lo, measured)
+        if not self.fits(self.measure(lad, best, measured)):
+            lad.tag(0)
+            self.reached.append((self.value(measured[best]), what))
+            return None
+        hi = best  # measured[lo] misses the target, measured[hi] meets it
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self.measure(lad, mid, measured) <= target:
+            if self.fits(self.measure(lad, mid, measured)):
                 hi = mid
             else:
                 lo = mid
         # Measured bytes need not fall at every step (a recomputed dropout keeps the
         # generator's state): the earliest step meeting the target next to the one found.
-        while hi > 1 and self.measure(lad, hi - 1, measured) <= target:
+        while hi > 1 and self.fits(self.measure(lad, hi - 1, measured)):
             hi -= 1
         self.take(lad, hi, measured, what)
         return hi
+
+    def least(self, lad, lo, measured) -> int:
+        """The step after `lo` with the least value, the values taken as falling and then
+        rising along the ladder (a step-peak's: saved bytes fall, the backward's re-runs
+        add working memory): a ternary search, about 2 log3(steps) dry runs."""
+        a, b = lo + 1, len(lad.steps) - 1
+
+        def v(k):
+            return self.value(self.measure(lad, k, measured))
+
+        while b - a > 2:
+            m1, m2 = a + (b - a) // 3, b - (b - a) // 3
+            if v(m1) <= v(m2):
+                b = m2
+            else:
+                a = m1
+        return min(range(a, b + 1), key=lambda k: (v(k), k))
 
 
 def _meet_budget_fused(probes, apply, ladder, plain, budget, decisions, options) -> bool:
@@ -245,7 +300,9 @@ def _meet_budget_fused(probes, apply, ladder, plain, budget, decisions, options)
     2 sets `options` to torch.compile's own (TORCH_KNAPSACK and the fraction)."""
     outcome = probes.outcome
     fused = _partitioned_saved_bytes(probes.aten, probes.fakes, probes.skip)
-    probes.reached.append((fused, "Inductor's partitioner re-running every fusible op"))
+    probes.reached.append(
+        (probes.value(fused), "Inductor's partitioner re-running every fusible op")
+    )
     measured = {0: fused}
     light = _light_end(probes, plain, measured)
     met = _fused_re_runs(probes, plain, light, measured)
@@ -271,7 +328,10 @@ def _light_end(probes, plain, measured) -> int:
         light = max(k for k, step in enumerate(plain.steps) if step.light)
         if light >= 1:
             probes.reached.append(
-                (probes.measure(plain, light, measured), "re-running norms and activations")
+                (
+                    probes.value(probes.measure(plain, light, measured)),
+                    "re-running norms and activations",
+                )
             )
     return light
 
@@ -281,8 +341,8 @@ def _fused_re_runs(probes, plain, light, measured):
     light end of `plain`, taken where they meet the target; whether the graph was
     rewritten, None where way 1 does not meet it."""
     fused = measured[0]
-    best = min((light, 0), key=lambda k: (measured[k], k))
-    if measured[best] > probes.target:
+    best = min((light, 0), key=lambda k: (probes.value(measured[k]), k))
+    if not probes.fits(measured[best]):
         return None
     if best == 0:
         if plain is not None:
@@ -316,10 +376,17 @@ def _torchs_knapsack(probes, budget, options, fused, light_bytes) -> bool:
     # ladders' recompute tags keep the generator's state).
     seeded = next((n for n in aten.graph.nodes if knapsack._draws_random_numbers(n)), None)
     user = budget if budget <= 1 else target / before  # the fraction torch.compile gets
+    if probes.value is not int:
+        # A share of the step's peak: the saved bytes it leaves with the unmodified
+        # graph's working memory, as a fraction (torch's knapsack takes one in [0, 1]).
+        implied = target - (probes.value(before) - before)
+        user = min(1.0, max(1.0 / knapsack.KNAPSACK_GRID, implied / max(before, 1)))
     frac, got, at_user = (
         (None, None, None)
         if seeded is not None
-        else knapsack._torch_knapsack(aten, probes.fakes, probes.skip, user, before, target, note)
+        else knapsack._torch_knapsack(
+            aten, probes.fakes, probes.skip, user, before, target, note, probes.fits
+        )
     )
     if seeded is not None:
         note(
@@ -328,7 +395,7 @@ def _torchs_knapsack(probes, budget, options, fused, light_bytes) -> bool:
         )
     if frac is None:
         if got is not None:
-            probes.reached.append((got, "torch's activation_memory_budget knapsack"))
+            probes.reached.append((probes.value(got), "torch's activation_memory_budget knapsack"))
         return False
     options.update(TORCH_KNAPSACK, activation_memory_budget=frac)
     lower = (
@@ -352,13 +419,13 @@ def _torchs_knapsack(probes, budget, options, fused, light_bytes) -> bool:
 def _with_pipeline(probes, apply, ladder, plain, decisions, budget, fused) -> bool:
     """Ways 4 and 5: the pipeline's rewrites alone, then the whole-block ladder over the
     graph they leave; True where one meets the target, else BudgetError."""
-    before, target, head = probes.before, probes.target, probes.head
+    before, head = probes.before, probes.head
     piped = fused
     if any(d.verdict == "rewrote" for d in decisions):
         apply()
         piped = _partitioned_saved_bytes(probes.aten, probes.fakes, probes.skip)
-        probes.reached.append((piped, "with the pipeline's rewrites"))
-    if piped <= target:
+        probes.reached.append((probes.value(piped), "with the pipeline's rewrites"))
+    if probes.fits(piped):
         probes.outcome["way"] = "pipeline"
         probes.note(head + f": met by the pipeline's rewrites (keeps {piped:,} B)", before, piped)
         return True
@@ -378,7 +445,7 @@ def _unreachable(probes, lad, budget) -> BudgetError:
     if not probes.reached:
         why = lad.why if lad is not None and lad.why else "no block to recompute"
         return _error(
-            before,
+            probes.value(before),
             f"memory_budget {budget:g} ({target:,} B of the unmodified partition's {before:,} B) "
             f"cannot be met: {why} ({lad.segments if lad is not None else 0} blocks found"
             + (f"; refused: {'; '.join(lad.refused[:3])}" if lad and lad.refused else "")

@@ -3,7 +3,8 @@
 What: _partitioned_saved_bytes (AOTAutograd traces the joint graph and Inductor's
 partition_fn splits it, no code generated; the backward's saved inputs counted as
 saved_tensors_hooks count them: _distinct_storage_bytes, each storage once, parameters'
-out), _forget_fx_sources (drops the sources FX keeps for the dry runs' throwaway modules)
+out; the figure is a Partition, an int that also carries the forward's and backward's
+live-bytes peaks the step-peak predictor reads: _live_peak), _forget_fx_sources (drops the sources FX keeps for the dry runs' throwaway modules)
 and _dynamic_output_shapes (the ShapeEnv setting the dry runs and the compile share).
 Why its own module: every figure the compile way's budget planner decides by (its target,
 each ladder probe, torch's knapsack, the chains' shares) is one of these dry runs.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import Optional, Sequence
 
 import torch
 
@@ -75,7 +77,135 @@ def _distinct_storage_bytes(vals, exclude=frozenset()) -> int:
     return total
 
 
-def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset()) -> int:
+class Partition(int):
+    """A dry run's saved bytes (the int) with what the step-peak predictor
+    (budget.model, peak_memory=) reads of the same partition: `fw_peak`, the forward
+    graph's highest live bytes (its saved tensors and outputs included, the graph's
+    inputs not); `bw_peak`, the backward's (its saved inputs and incoming gradients live
+    from its start, each freed after its last use, as AOTAutograd's backward clears
+    them); `outputs`, the forward's outputs that are not saved for backward; `grads`, the
+    parameters' gradients the backward makes. Arithmetic gives plain ints."""
+
+    fw_peak: int = 0
+    bw_peak: int = 0
+    outputs: int = 0
+    grads: int = 0
+
+    def profile(self) -> dict:
+        return {k: getattr(self, k) for k in ("fw_peak", "bw_peak", "outputs", "grads")}
+
+    @classmethod
+    def of(cls, saved: int, profile: Optional[dict] = None) -> "Partition":
+        p = cls(saved)
+        for k, v in (profile or {}).items():
+            setattr(p, k, int(v))
+        return p
+
+
+def _pointwise(node) -> bool:
+    t = node.target
+    return node.op == "call_function" and torch.Tag.pointwise in getattr(t, "tags", ())
+
+
+def _reduction(node) -> bool:
+    t = node.target
+    return node.op == "call_function" and torch.Tag.reduction in getattr(t, "tags", ())
+
+
+def _fused(node, outputs) -> bool:
+    """Whether Inductor leaves `node` unmaterialised (an approximation of its fusion):
+    a pointwise op that is no output and whose only user is a pointwise op or a
+    reduction, which compute it inline."""
+    if node in outputs or not _pointwise(node) or len(node.users) != 1:
+        return False
+    (user,) = node.users
+    return _pointwise(user) or _reduction(user)
+
+
+def _live_peak(graph: torch.fx.Graph, start: Sequence = (), resident=frozenset()) -> int:
+    """The highest bytes of live storages while `graph` runs in node order: the
+    placeholders in `start` live from the beginning (the backward's saved tensors and
+    incoming gradients), each storage freed after the last node reading it unless it is
+    an output or `resident` (the parameters', the module's inputs'); every other node's
+    value allocated when it runs, unless it views a live storage or Inductor fuses it
+    (_fused); a pointwise op's output takes the place of an input of its size that dies
+    there (Inductor's in-place buffer reuse). An estimate of Inductor's buffers, not a
+    count of them."""
+    out_node = next(iter(graph.find_nodes(op="output")), None)
+    outputs: set = set()
+    if out_node is not None:
+        torch.fx.node.map_arg(out_node.args, outputs.add)
+    start = set(start)
+    refs: dict = {}  # storage -> nodes holding it that are not dead yet
+    size: dict = {}  # storage -> bytes counted live (0: resident, fused or not counted)
+    held: dict = {}  # node -> the storages it holds
+    dying: dict = {}  # node -> the nodes whose last reader it is
+    last_use = {}
+    for n in graph.nodes:
+        for a in n.all_input_nodes:
+            last_use[a] = n
+    for a, n in last_use.items():
+        dying.setdefault(n, []).append(a)
+    live = peak = 0
+
+    def hold(node, key, nbytes):
+        nonlocal live
+        if key not in refs:
+            refs[key], size[key] = 0, nbytes
+            live += nbytes
+        refs[key] += 1
+        held.setdefault(node, []).append(key)
+
+    def release(n, inplace=None):
+        """Frees what dies at `n`; with `inplace` (bytes), only one storage of that size
+        held by a dying input alone: Inductor's kernel writes its output over it."""
+        nonlocal live
+        for a in dying.get(n, ()):
+            if a in outputs or a not in held:
+                continue
+            keys = held[a]
+            if inplace is not None:
+                if not (len(keys) == 1 and refs[keys[0]] == 1 and size[keys[0]] == inplace):
+                    continue
+            for key in held.pop(a):
+                refs[key] -= 1
+                if refs[key] == 0:
+                    live -= size.pop(key)
+                    del refs[key]
+            if inplace is not None:
+                return
+
+    for n in graph.nodes:
+        if n.op == "output":
+            break
+        val = n.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        for v in vals:
+            key = _storage(v)
+            if key is None:
+                continue
+            if n.op == "placeholder":
+                counted = n in start and key not in resident
+            else:
+                counted = not _fused(n, outputs)
+            nbytes = _storage_nbytes(v) if counted else 0
+            if nbytes and _pointwise(n):
+                release(n, nbytes)
+            hold(n, key, nbytes)
+        peak = max(peak, live)
+        release(n)
+    return max(peak, live)
+
+
+def _storage_nbytes(val) -> int:
+    try:
+        n = fx._hint(val.untyped_storage().nbytes())
+    except Exception:  # noqa: BLE001
+        n = None
+    return n if n is not None else _nbytes(val)
+
+
+def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset()) -> Partition:
     """What Inductor's partitioner keeps for backward on `graph`: AOTAutograd traces the
     joint graph and Inductor's partition_fn (its joint passes, then the min-cut
     rematerialization) splits it; no code is generated. The bytes of the backward
@@ -97,14 +227,12 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
             for n in joint.graph.find_nodes(op="placeholder")
             if n.name in skipped
         } - {None}
+        bw_inputs = list(bw.graph.find_nodes(op="placeholder"))
         box["bytes"] = _distinct_storage_bytes(
-            [
-                n.meta.get("val")
-                for n in bw.graph.find_nodes(op="placeholder")
-                if not n.name.startswith("tangents")
-            ],
+            [n.meta.get("val") for n in bw_inputs if not n.name.startswith("tangents")],
             params,
         )
+        box["profile"] = _profile(fw, bw, bw_inputs, params, skip)
         return fw, bw
 
     from torch._guards import detect_fake_mode
@@ -123,7 +251,37 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
             partition_fn=partition,
             decompositions=select_decomp_table(),
         )
-    return box.get("bytes", 0)
+    return Partition.of(box.get("bytes", 0), box.get("profile"))
+
+
+def _profile(fw, bw, bw_inputs, params, skip) -> dict:
+    """Partition's figures for the step-peak predictor (see Partition)."""
+    saved_names = {n.name for n in bw_inputs}
+    (fw_out,) = fw.graph.find_nodes(op="output")
+    fw_vals = fw_out.args[0] if isinstance(fw_out.args[0], (list, tuple)) else [fw_out.args[0]]
+    outputs = _distinct_storage_bytes(
+        [
+            a.meta.get("val")
+            for a in fw_vals
+            if isinstance(a, torch.fx.Node) and a.name not in saved_names
+        ],
+        params,
+    )
+    (bw_out,) = bw.graph.find_nodes(op="output")
+    grads_out = bw_out.args[0] if isinstance(bw_out.args[0], (list, tuple)) else [bw_out.args[0]]
+    grads = _distinct_storage_bytes(
+        [
+            a.meta.get("val")
+            for i, a in enumerate(grads_out)
+            if i in skip and isinstance(a, torch.fx.Node)
+        ]
+    )
+    return {
+        "fw_peak": _live_peak(fw.graph, resident=params),
+        "bw_peak": _live_peak(bw.graph, start=bw_inputs, resident=params),
+        "outputs": outputs,
+        "grads": grads,
+    }
 
 
 @contextlib.contextmanager

@@ -20,8 +20,15 @@ after it are seen:
   backward of the training step ran (on_unreachable="warn": the best plan, a warning).
 Graphs compiled after the model is settled (a new input shape, a recompile) take their
 slot's settled share, as a fraction of their own unmodified bytes.
+A peak target (peak_memory=, StepPeak) is the same machinery with the saved bytes' limit
+derived from the step's predicted peak: what no plan changes (the parameters, buffers,
+inputs, existing gradients and the optimizer's state: `resident`, counted at the first
+forward) plus, per graph in the order they run, the saved bytes of the graphs before it
+and its own forward's or backward's live peak (budget.measure.Partition, from the same
+dry runs), the backward's with the gradients of the graphs after it (predicted_peak).
 Why: a budget per graph failed a transformers GPT-2 whose loss graph could not shrink,
-while the model as a whole could meet the budget (issue 48).
+while the model as a whole could meet the budget (issue 48); users know their device's
+memory, not what Inductor's partitioner keeps (peak_memory=).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from . import BudgetError, budget_note, target_bytes
+from .measure import Partition
 
 
 @dataclass
@@ -48,6 +56,7 @@ class GraphPlan:
     kept: int
     at_floor: bool
     records: List = field(default_factory=list)
+    profile: Optional[dict] = None  # the plan's Partition.profile() (peak_memory=)
 
 
 class ModelTarget:
@@ -55,12 +64,19 @@ class ModelTarget:
 
     MAX_ROUNDS = 3  # forwards run in the first step: the first plus two re-plans
 
-    def __init__(self, budget: float, on_unreachable: str = "error"):
+    def __init__(
+        self,
+        budget: Optional[float],
+        on_unreachable: str = "error",
+        peak: Optional[int] = None,
+        optimizer=None,
+    ):
         if on_unreachable not in ("error", "warn"):
             raise ValueError(
                 f"memslim.compile: on_unreachable must be 'error' or 'warn', got {on_unreachable!r}"
             )
-        self.budget = budget
+        self.budget = budget  # None with a peak target
+        self.peak = StepPeak(peak, optimizer) if peak is not None else None
         self.on_unreachable = on_unreachable
         self.round: List[GraphPlan] = []  # graphs compiled in this round
         self.settled: Dict[Tuple, float] = {}  # slot -> fraction of its own bytes
@@ -71,8 +87,21 @@ class ModelTarget:
         self.active = False  # a round is running (the first forward, or a re-plan)
         self.verdict: Optional[str] = None
         self.model_key: Optional[str] = None  # plan_cache's key of the settled shares
+        self.grads_after: Dict[Tuple, int] = {}  # slot -> later graphs' gradients (peak)
 
     # -- the backend's side: one graph --------------------------------------------------
+
+    def engaged(self, policy: dict) -> bool:
+        """Whether the backend plans its graph under this target (memslim.compile sets a
+        peak target without a memory_budget in the policy)."""
+        return self.peak is not None or policy.get("memory_budget") is not None
+
+    def graph_policy(self, policy: dict) -> dict:
+        """The policy a graph is planned under: a peak target plans in bytes (its
+        graph_target share replaces the nominal budget, the peak itself)."""
+        if self.peak is None:
+            return policy
+        return dict(policy, memory_budget=float(self.peak.limit))
 
     def slot(self, gm, code) -> Tuple:
         """The graph's place in the model: the code Dynamo traced and how many graphs of
@@ -87,7 +116,8 @@ class ModelTarget:
             return
         from . import plan_cache
 
-        self.model_key = plan_cache.model_key(self.budget, cache_key)
+        budget = self.budget if self.peak is None else self.peak.key()
+        self.model_key = plan_cache.model_key(budget, cache_key)
         stored = plan_cache.lookup_model(self.model_key)
         if stored:
             self.shares = {_tuple(slot): b for slot, b in stored}
@@ -97,19 +127,47 @@ class ModelTarget:
         if not self.active:  # after the model is settled: its slot's fraction
             frac = self.settled.get(slot)
             if frac is None:
-                frac = self.budget if self.budget <= 1 else self._settled_fraction()
+                frac = (
+                    self.budget
+                    if self.budget is not None and self.budget <= 1
+                    else self._settled_fraction()
+                )
             return max(2, int(frac * before))
         if slot in self.shares:
             return self.shares[slot]
         kept = sum(g.kept for g in self.round)
+        if self.peak is not None:
+            # The graph's share of the peak, in graph_value's terms: what the step's
+            # peak leaves once the graphs before it hold their saved bytes.
+            return max(2, self.peak.limit - (self.peak.resident or 0) - kept)
         if self.budget <= 1:
             seen = sum(g.before for g in self.round) + before
             return max(2, int(self.budget * seen) - kept)
         return max(2, int(self.budget) - kept)
 
+    def graph_value(self, slot):
+        """What the graph's plans are judged by (ladder._meet_budget's `value`): None
+        (their saved bytes) for a budget; for a peak target, the graph's term of
+        StepPeak.predict without the saved bytes before it (graph_target leaves those
+        out of its share): the most of its forward's live peak with the outputs of the
+        graphs before it and its backward's with the gradients of the graphs after it
+        (as the round before found them; none in the first)."""
+        if self.peak is None:
+            return None
+        outs = sum((g.profile or _profile(g.kept))["outputs"] for g in self.round)
+        after = 0 if self.peak.grads_resident else self.grads_after.get(slot, 0)
+
+        def value(partition) -> int:
+            pr = _profile(partition)
+            return max(pr["fw_peak"] + outs, pr["bw_peak"] + after)
+
+        return value
+
     def add(self, slot, before, target, kept, at_floor, records) -> None:
         if self.active:
-            self.round.append(GraphPlan(slot, before, target, kept, at_floor, records))
+            self.round.append(
+                GraphPlan(slot, before, target, kept, at_floor, records, _profile(kept))
+            )
 
     def _settled_fraction(self) -> float:
         total = sum(g.before for g in self.round)
@@ -118,6 +176,9 @@ class ModelTarget:
     # -- the model's side: the end of a forward -----------------------------------------
 
     def _target(self) -> int:
+        """The saved bytes the round's graphs may keep together."""
+        if self.peak is not None:
+            return self.peak.saved_limit(self.round)
         return target_bytes(self.budget, sum(g.before for g in self.round))
 
     def settle(self) -> str:
@@ -131,6 +192,8 @@ class ModelTarget:
                 self.floors[g.slot] = g.kept
         if kept <= target:
             return "met"
+        if self.peak is not None:
+            return self._settle_peak()
         floor = sum(self.floors.get(g.slot, 0) for g in self.round)
         free = [g for g in self.round if g.slot not in self.floors]
         if not free or self.rounds >= self.MAX_ROUNDS:
@@ -149,6 +212,27 @@ class ModelTarget:
             self.shares[g.slot] = max(2, int(room * g.kept / held)) if held else 2
         return "replan"
 
+    def _settle_peak(self) -> str:
+        """settle() for a peak target the round missed: the next round's shares, each
+        graph's term of the prediction less the excess (a graph at its smallest keeps
+        it), with the outputs and gradients this round found around each graph."""
+        free = [g for g in self.round if g.slot not in self.floors]
+        if not free or self.rounds >= self.MAX_ROUNDS:
+            return "unreachable"
+        excess = self.peak.predict(self.round) - self.peak.limit
+        run, outs = 0, 0
+        for g in reversed(self.round):
+            self.grads_after[g.slot] = run
+            run += (g.profile or _profile(g.kept))["grads"]
+        self.shares = {}
+        for g in self.round:
+            pr = g.profile or _profile(g.kept)
+            after = 0 if self.peak.grads_resident else self.grads_after[g.slot]
+            term = max(pr["fw_peak"] + outs, pr["bw_peak"] + after)
+            self.shares[g.slot] = term if g.slot in self.floors else max(2, term - excess)
+            outs += pr["outputs"]
+        return "replan"
+
     def smallest(self) -> int:
         """The model's smallest figure known: each graph's floor where it reached one,
         else what it keeps (its floor is at most that)."""
@@ -161,6 +245,17 @@ class ModelTarget:
             f"graph {i}: {g.kept:,} of {g.before:,} B" + (" (its smallest)" if g.at_floor else "")
             for i, g in enumerate(self.round)
         )
+        if self.peak is not None:
+            least = self.peak.predict(self.round) - (
+                sum(g.kept for g in self.round) - self.smallest()
+            )
+            e = BudgetError(
+                f"peak_memory {self.peak.limit:,} B for the training step cannot be met: the "
+                f"smallest predicted peak found is {least:,} B ({self.peak.explain(self.round)}; "
+                f"{parts}); take that plan with memslim.compile(..., on_unreachable='warn')"
+            )
+            e.reachable = least
+            return e
         return BudgetError(
             f"memory_budget {self.budget:g} for the model ({target:,} B of the {total:,} B "
             f"its {len(self.round)} graph(s) keep unmodified) cannot be met: the smallest "
@@ -176,9 +271,15 @@ class ModelTarget:
 
         total = sum(g.before for g in self.round)
         kept = sum(g.kept for g in self.round)
+        what = (
+            f"memory_budget {self.budget:g}"
+            if self.peak is None
+            else f"peak_memory {self.peak.limit:,} B; predicted step peak "
+            f"{self.peak.predict(self.round):,} B: {self.peak.explain(self.round)}"
+        )
         text = (
             f"the model: {kept:,} B kept of the {total:,} B its {len(self.round)} graph(s) "
-            f"keep unmodified, target {self._target():,} B (memory_budget {self.budget:g}): "
+            f"keep unmodified, target {self._target():,} B ({what}): "
             + {
                 "met": "met",
                 "unreachable": "not met; the smallest reachable plan taken (on_unreachable='warn')",
@@ -192,6 +293,245 @@ class ModelTarget:
 
             shares = [[list(g.slot), g.kept if g.at_floor else g.target] for g in self.round]
             plan_cache.store_model(self.model_key, shares)
+
+
+def _profile(kept) -> dict:
+    """A plan's figures for the predictor: its Partition's, or the saved bytes alone
+    (a plan without a dry run's figures: its working memory taken as nothing more)."""
+    if isinstance(kept, Partition) and kept.bw_peak:
+        return kept.profile()
+    k = int(kept or 0)
+    return {"fw_peak": k, "bw_peak": k, "outputs": 0, "grads": 0}
+
+
+def parse_bytes(value, who: str = "memslim.compile") -> int:
+    """peak_memory's value in bytes: an int or float of bytes, or a string with a unit,
+    "6GB" (10^9), "6GiB" (2^30), "512MB", "512 MiB", "100kB", "4096" or "4096B"."""
+    import re
+
+    units = {
+        "": 1,
+        "b": 1,
+        "kb": 10**3,
+        "mb": 10**6,
+        "gb": 10**9,
+        "tb": 10**12,
+        "kib": 2**10,
+        "mib": 2**20,
+        "gib": 2**30,
+        "tib": 2**40,
+    }
+    if isinstance(value, bool):
+        value = None
+    if isinstance(value, (int, float)):
+        n = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", value)
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in units:
+            raise ValueError(
+                f"{who}: peak_memory {value!r} is not a size (bytes, or a number with one of "
+                "B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            )
+        n = float(m.group(1)) * units[unit]
+    else:
+        raise ValueError(f"{who}: peak_memory must be bytes or a size such as '6GB', got {value!r}")
+    if not n > 0 or n != n or n == float("inf"):
+        raise ValueError(f"{who}: peak_memory must be a positive size, got {value!r}")
+    return int(n)
+
+
+# Optimizer state per parameter, in parameters' sizes, where the optimizer has made none
+# yet (its first step makes it): torch.optim's own layouts.
+_STATE_SIZES = {
+    "Adam": lambda g: 3 if g.get("amsgrad") else 2,
+    "AdamW": lambda g: 3 if g.get("amsgrad") else 2,
+    "Adamax": lambda g: 2,
+    "NAdam": lambda g: 2,
+    "RAdam": lambda g: 2,
+    "Adagrad": lambda g: 1,
+    "Adadelta": lambda g: 2,
+    "RMSprop": lambda g: 1 + bool(g.get("momentum")) + bool(g.get("centered")),
+    "SGD": lambda g: 1 if g.get("momentum") else 0,
+}
+
+
+class StepPeak:
+    """A training step's peak target and its predictor (see the module's docstring)."""
+
+    def __init__(self, limit: int, optimizer=None):
+        self.limit = int(limit)
+        self.optimizer = optimizer
+        self.resident: Optional[int] = None  # bytes, set by begin()
+        self.parts: Dict[str, int] = {}
+        self.grads_resident = False  # every gradient exists before the step
+        self.correction = 0  # measured minus predicted, from the verifying step
+        self.measured: Optional[int] = None  # the verifying step's peak
+        self.predicted: Optional[int] = None  # the prediction it verified
+
+    def key(self) -> str:
+        return f"peak:{self.limit}:{self.resident}:{self.grads_resident}"
+
+    def begin(self, model, args, kwargs) -> None:
+        """What the step holds before its forward: counted once, at the first forward."""
+        if self.resident is not None:
+            return
+        seen = set()
+
+        def count(tensors) -> int:
+            total = 0
+            for t in tensors:
+                if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                    continue
+                st = t.untyped_storage()
+                k = (t.device, st.data_ptr())
+                if k in seen:
+                    continue
+                seen.add(k)
+                total += st.nbytes()
+            return total
+
+        params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+        buffers = list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+        trained = [p for p in params if p.requires_grad]
+        self.grads_resident = bool(trained) and all(p.grad is not None for p in trained)
+        parts = {
+            "parameters": count(params),
+            "buffers": count(buffers),
+            "inputs": count(list(args) + list(kwargs.values())),
+            "gradients": count([p.grad for p in params if p.grad is not None]),
+        }
+        if self.optimizer is not None:
+            state = self.optimizer.state
+            have = count(
+                v for st in state.values() for v in st.values() if isinstance(v, torch.Tensor)
+            )
+            coming = 0
+            for group in self.optimizer.param_groups:
+                per = _STATE_SIZES.get(type(self.optimizer).__name__)
+                n = per(group) if per is not None else 0
+                coming += n * sum(
+                    p.numel() * p.element_size()
+                    for p in group["params"]
+                    if p.requires_grad and p not in state
+                )
+            parts["optimizer state"] = have + coming
+        self.parts = parts
+        self.resident = sum(parts.values())
+
+    def predict(self, plans: List[GraphPlan]) -> int:
+        """The step's predicted peak with `plans` (the graphs in the order they run):
+        resident + the most of, per graph, (the forward) the saved bytes and outputs of
+        the graphs before it plus its forward's live peak, and (the backward, graphs in
+        reverse) the saved bytes of the graphs before it, the gradients of the graphs
+        after it (unless they existed before the step) and its backward's live peak."""
+        fwd = bwd = 0
+        saved = outs = 0
+        grads_after = [0] * len(plans)
+        run = 0
+        for i in range(len(plans) - 1, -1, -1):
+            grads_after[i] = run
+            run += (plans[i].profile or {}).get("grads", 0)
+        for i, g in enumerate(plans):
+            pr = g.profile or _profile(g.kept)
+            fwd = max(fwd, saved + outs + pr["fw_peak"])
+            later = 0 if self.grads_resident else grads_after[i]
+            bwd = max(bwd, saved + later + pr["bw_peak"])
+            saved += g.kept
+            outs += pr["outputs"]
+        return (self.resident or 0) + max(fwd, bwd) + self.correction
+
+    def saved_limit(self, plans: List[GraphPlan]) -> int:
+        """The saved bytes `plans` may keep together for the step to peak at the limit,
+        their working memory as it is: what they keep minus the predicted excess."""
+        return sum(g.kept for g in plans) - (self.predict(plans) - self.limit)
+
+    def explain(self, plans: List[GraphPlan]) -> str:
+        parts = ", ".join(f"{k} {v:,} B" for k, v in self.parts.items() if v)
+        saved = sum(g.kept for g in plans)
+        working = self.predict(plans) - (self.resident or 0) - saved - self.correction
+        text = f"{parts}; saved for backward {saved:,} B; working memory {working:,} B"
+        if self.measured is not None:
+            text += (
+                f"; measured {self.measured:,} B in a verifying forward and backward "
+                f"(predicted {self.predicted:,} B"
+                + (
+                    f", the prediction corrected by {self.correction:+,} B"
+                    if self.correction
+                    else ""
+                )
+                + ")"
+            )
+        return text
+
+    def verify(self, target: "ModelTarget", forward, args, kwargs, model, verdict) -> str:
+        """The round's plan, predicted within the limit, run: a forward and a backward
+        through its outputs (gradients of ones) with the step's peak measured (the CUDA
+        allocator's high-water mark, else the profiler's CPU memory events plus the
+        resident bytes). The parameters' gradients are set aside and put back, so the
+        step the user runs next starts as it would have. `verdict`: the prediction's
+        ("met" or "unreachable"). Returns "met" where the measure is within the limit;
+        else the prediction is corrected by the difference and the verdict is target's
+        on it ("replan" or "unreachable"; "unreachable" where it was)."""
+        predicted = self.predict(target.round)
+        params = [p for p in model.parameters()] if isinstance(model, torch.nn.Module) else []
+        grads = [(p, p.grad) for p in params]
+        for p in params:
+            p.grad = None
+        try:
+            measured = _measure_step(forward, args, kwargs, self.resident or 0)
+        finally:
+            for p, g in grads:
+                p.grad = g
+        if measured is None:  # nothing to differentiate: the prediction stands
+            return verdict
+        self.measured, self.predicted = measured, predicted
+        if measured <= self.limit:
+            return "met"
+        self.correction += measured - predicted
+        return target._settle_peak() if verdict == "met" else "unreachable"
+
+
+def _measure_step(forward, args, kwargs, resident: int) -> Optional[int]:
+    """The peak of forward(*args, **kwargs) and a backward through its outputs that
+    need gradients (gradients of ones); None where none does."""
+    from torch.utils._pytree import tree_leaves
+
+    devices = {
+        t.device
+        for t in tree_leaves((args, kwargs))
+        if isinstance(t, torch.Tensor) and t.device.type == "cuda"
+    }
+
+    def step():
+        out = forward(*args, **kwargs)
+        leaves = [
+            t
+            for t in tree_leaves(out)
+            if isinstance(t, torch.Tensor) and t.requires_grad and t.grad_fn is not None
+        ]
+        if not leaves:
+            return False
+        torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
+        return True
+
+    # Garbage of the planning forwards (a cycle holding saved tensors) freed during the
+    # measured step would count against it: the profiler counts from the step's start.
+    import gc
+
+    gc.collect()
+    if devices:
+        dev = next(iter(devices))
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        ran = step()
+        torch.cuda.synchronize(dev)
+        return torch.cuda.max_memory_allocated(dev) if ran else None
+    from ..probe import step_peak_bytes
+
+    box = {}
+    delta = step_peak_bytes(lambda: box.setdefault("ran", step()))
+    return resident + delta if box.get("ran") else None
 
 
 def _tuple(v):
@@ -231,6 +571,8 @@ def planned(forward, target: ModelTarget, model):
     def run(*args, **kwargs):
         if target.verdict is not None or not torch.is_grad_enabled():
             return forward(*args, **kwargs)
+        if target.peak is not None:
+            target.peak.begin(model, args, kwargs)
         restore = _snapshot(model, args, kwargs)
         while True:
             target.round, target.active = [], True
@@ -243,6 +585,19 @@ def planned(forward, target: ModelTarget, model):
             if verdict == "idle":
                 target.rounds -= 1
                 return out
+            if target.peak is not None and verdict in ("met", "unreachable"):
+                # A peak target is predicted: the plan is verified by a measured forward
+                # and backward (one predicted over the limit too: the prediction is an
+                # estimate, a refusal must not be), then the user's forward runs again
+                # from the same state.
+                del out
+                out = None
+                restore()
+                verdict = target.peak.verify(target, forward, args, kwargs, model, verdict)
+                restore()
+                if verdict == "met":
+                    target.close("met")
+                    return forward(*args, **kwargs)
             if verdict == "met":
                 target.close("met")
                 return out
@@ -253,7 +608,7 @@ def planned(forward, target: ModelTarget, model):
                     raise target.error()
                 warnings.warn("memslim: " + str(target.error()).split(";")[0] + ": best plan taken")
                 target.close("unreachable")
-                return out
+                return out if out is not None else forward(*args, **kwargs)
             del out  # re-plan: the first forward's saved tensors go before the next
             for g in target.round:
                 g.records.append(

@@ -6,7 +6,8 @@ MEMSLIM_PLAN_CACHE=0 to turn it off). The file's name is a hash of what the plan
 on: the graph as make_fx traced it (its code and every placeholder's shape, stride and
 dtype), the parameters' positions, the policy, torch's version and memslim's own
 (its planner's Python files and its C++ library, by content and size). It holds the
-unmodified partition's bytes ("before", which the target is computed from) and, per
+unmodified partition's bytes ("before", which the target is computed from; "profile",
+its live peaks for peak_memory='s predictor) and, per
 budget and target, the way the planner took (budget/ladder.py `_replay`), the bytes that
 plan keeps, its notes, or the error of a target no plan meets.
 Why: every figure the planner decides by is a dry-run partition (seconds each on a real
@@ -26,7 +27,7 @@ from typing import Optional
 
 import torch
 
-VERSION = 1  # of the file's layout
+VERSION = 2  # of the file's layout (2: the partitions' profiles)
 
 
 def _dir() -> Optional[Path]:
@@ -97,9 +98,12 @@ def store(k: str, before: int, sub: str, plan: dict) -> None:
         return
     try:
         d.mkdir(parents=True, exist_ok=True)
-        entry = lookup(k) or {"before": before, "plans": {}}
+        fresh = {"before": int(before), "plans": {}}
+        if hasattr(before, "profile"):  # budget.measure.Partition: the predictor's figures
+            fresh["profile"] = before.profile()
+        entry = lookup(k) or fresh
         if entry.get("before") != before:
-            entry = {"before": before, "plans": {}}
+            entry = fresh
         entry["plans"][sub] = plan
         tmp = d / f"{k}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(entry))

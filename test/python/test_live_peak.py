@@ -1,0 +1,57 @@
+"""budget.measure._live_peak, the step-peak predictor's liveness walk over a partition's graph.
+
+What: small graphs traced with fake tensors whose peak is known by hand: a pointwise op
+whose only user is pointwise is fused (no buffer), an extern op's output coexists with its
+inputs, a pointwise op writes over an input of its size that dies there (Inductor's
+in-place reuse), views share their base's storage, outputs stay live, `start`
+placeholders are live from the beginning and `resident` ones never count.
+Why: the peak target (memslim.compile(peak_memory=)) plans by these figures.
+"""
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from memslim.budget.measure import _live_peak, _storage
+
+KB16 = 64 * 64 * 4
+
+
+def _graph(f, *shapes):
+    return make_fx(f, tracing_mode="fake")(*[torch.randn(*s) for s in shapes]).graph
+
+
+def test_fused_pointwise_extern_and_in_place_reuse():
+    def f(x):
+        a = torch.relu(x)  # only user pointwise: fused into sin
+        b = torch.sin(a)  # read by mm: a buffer
+        c = torch.mm(b, b)  # b and c live together
+        return torch.cos(c)  # c dies here, same size: written over
+
+    assert _live_peak(_graph(f, (64, 64))) == 2 * KB16
+
+
+def test_views_share_and_outputs_stay_live():
+    def f(x):
+        b = torch.mm(x, x)
+        v = b.t()  # a view: no buffer
+        c = torch.mm(v, x)  # b (through v) and c
+        d = torch.mm(x, x)  # c is an output: b dead, c and d live
+        return c, d
+
+    assert _live_peak(_graph(f, (64, 64))) == 2 * KB16
+
+
+def test_start_placeholders_count_and_are_freed_resident_never():
+    def f(saved, grad, w):
+        g = torch.mm(grad, w)  # saved, grad, g live (w resident)
+        h = torch.mm(g, saved)  # saved, g, h (grad dead)
+        return h
+
+    graph = _graph(f, (64, 64), (64, 64), (64, 64))
+    ph = list(graph.find_nodes(op="placeholder"))
+    assert _live_peak(graph, start=ph[:2]) == 3 * KB16
+    # w live from the start too: saved, grad, w and g at the first mm.
+    assert _live_peak(graph, start=ph) == 4 * KB16
+    # w in start but resident (a parameter): as without it.
+    resident = {_storage(ph[2].meta["val"])}
+    assert _live_peak(graph, start=ph, resident=resident) == 3 * KB16
