@@ -198,6 +198,7 @@ def optimize(
     example_inputs: Optional[Iterable[Any]] = None,
     *,
     passes: Optional[Iterable[str]] = None,
+    peak_memory=None,
     policy: dict,
 ):
     """Rewrites `program` (an ExportedProgram or an aten-level GraphModule) in place
@@ -210,12 +211,20 @@ def optimize(
     Policy keywords as every entry point's (below); dropout_mask_bytes None means 0 here
     (eager autograd keeps dropout's float noise); the coupling options have no effect
     (couplings run under memslim.compile and memslim.optimize). memory_budget: refused here (ValueError): a budget
-    needs memslim.compile, whose planner applies blocks as Inductor's recompute tags.
+    needs memslim.compile, whose planner applies blocks as Inductor's recompute tags;
+    peak_memory likewise (a step's peak is planned by memslim.compile or measured by
+    memslim.optimize, which run the step).
     The rewritten ExportedProgram's `.module()` trains like the original; each
     rewritten node calls torch.ops.memslim.<op> with the aten op's arguments, and each
     recompute region is one torch.ops.memslim.recompute_region node (its inputs, the
     region's graph text) whose getitems replace the region's outputs.
     """
+    if peak_memory is not None:
+        raise ValueError(
+            "memslim.fx.optimize: peak_memory needs a training step to plan and measure, "
+            "which an exported program does not run here; use memslim.compile(model, "
+            "peak_memory=...) or memslim.optimize(model, example_inputs, peak_memory=...)"
+        )
     gm, exported = _graph_of(program)
     if example_inputs is not None and not exported:
         if any(n.op != "output" and "val" not in n.meta for n in gm.graph.nodes):

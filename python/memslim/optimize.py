@@ -19,7 +19,7 @@ import torch
 from . import _C
 from . import records
 from ._policy import policy_keywords
-from .budget import meet_script_budget
+from .budget import meet_script_budget, meet_script_peak
 from .records import Decision
 
 
@@ -57,6 +57,8 @@ def optimize(
     passes: Optional[Iterable[str]] = None,
     pipeline: str = "memslim-default",
     methods: Sequence[str] = ("forward",),
+    peak_memory=None,
+    optimizer=None,
     policy: dict,
 ):
     """Returns an optimized ScriptModule (savable with torch.jit.save).
@@ -77,7 +79,26 @@ def optimize(
     recomputed in backward (passes/jit/memory_budget.cpp), and the result is measured: a
     plan over the target is redone tighter (memslim.budget). RuntimeError when it cannot be met,
     naming the smallest reachable figure; memslim.report() says what was chosen.
+    peak_memory: the training step's peak tensor memory instead (bytes, or a size such
+    as "6GB"), with `optimizer`'s state counted where given: the step on example_inputs
+    is measured and the saved bytes planned into what the rest leaves
+    (budget.meet_script_peak); needs example_inputs.
     """
+    if peak_memory is not None:
+        from .budget.model import parse_bytes
+
+        if policy["memory_budget"] is not None:
+            raise ValueError(
+                "memslim.optimize: give memory_budget (saved bytes) or peak_memory (the "
+                "step's peak), not both"
+            )
+        peak_memory = parse_bytes(peak_memory, "memslim.optimize")
+        if example_inputs is None:
+            raise ValueError(
+                "memslim.optimize: peak_memory needs example_inputs (the step is measured)"
+            )
+    elif optimizer is not None:
+        raise ValueError("memslim.optimize: optimizer= is read only with peak_memory=")
     args, kwargs = _split_example_inputs(example_inputs)
     if not isinstance(pipeline, str):
         raise ValueError(f"memslim.optimize: pipeline must be a string, got {pipeline!r}")
@@ -93,6 +114,24 @@ def optimize(
             "memslim.optimize: expected an nn.Module or a scripted module, "
             f"got {type(model).__name__}"
         )
+    if peak_memory is not None:
+        if "forward" not in method_list:
+            raise ValueError(
+                "memslim.optimize: peak_memory plans the forward: methods must name it"
+            )
+        optimized, notes = meet_script_peak(
+            model,
+            scripted,
+            lambda p: _run(scripted, method_list, pass_list, pipeline, args, kwargs, p),
+            args,
+            kwargs,
+            policy,
+            peak_memory,
+            optimizer,
+        )
+        records.lookup(optimized).last()[:0] = front
+        records.lookup(optimized).last().extend(notes)
+        return optimized
     if policy["memory_budget"] is not None and (args or kwargs) and "forward" in method_list:
         # The budget planner's TorchScript way (budget.torchscript), held to measured bytes.
         optimized, notes = meet_script_budget(

@@ -121,6 +121,8 @@ def test_keywords_are_checked():
         memslim.compile(_model(), optimizer=torch.optim.SGD(_model().parameters(), lr=0.1))
     with pytest.raises(ValueError, match="is not a size"):
         memslim.compile(_model(), peak_memory="lots")
+    with pytest.raises(ValueError, match="memslim.fx.optimize: peak_memory needs a training step"):
+        memslim.fx.optimize(None, peak_memory="1GB")
 
 
 def _unmodified_peak(model, x) -> int:
@@ -210,3 +212,46 @@ def test_the_optimizers_state_is_counted_before_its_first_step():
     note = _model_note(ours)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     assert _figure(note, r"optimizer state ([\d,]+) B") == 2 * params, note
+
+
+class _Block(nn.Module):
+    def __init__(self, d=128, h=512):
+        super().__init__()
+        self.f = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, h), nn.GELU(), nn.Linear(h, d))
+
+    def forward(self, x):
+        return x + self.f(x)
+
+
+class _Scriptable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b = nn.Sequential(_Block(), _Block(), _Block())
+
+    def forward(self, x):
+        return F.mse_loss(self.b(x), torch.zeros_like(x))
+
+
+def test_memslim_optimize_meets_a_peak_by_measure_or_refuses_it():
+    from memslim.budget.torchscript import _step_peak
+
+    x = _x()
+    torch.manual_seed(0)
+    model = _Scriptable()
+    top = _step_peak(torch.jit.script(copy.deepcopy(model)), (x,), {}, _resident(model, x))
+    limit = int(0.9 * top)
+    m = copy.deepcopy(model)
+    ours = memslim.optimize(m, (x,), peak_memory=limit)
+    assert _step_peak(ours, (x,), {}, _resident(m, x)) <= limit
+    assert any(d.text.startswith("peak_memory") and ": met" in d.text for d in memslim.report(ours))
+    ref = copy.deepcopy(model)
+    ref(x).backward()
+    ours(x).backward()
+    for a, b in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+    with pytest.raises(RuntimeError, match=r"peak_memory [\d,]+ B for the training step") as e:
+        memslim.optimize(copy.deepcopy(model), (x,), peak_memory=_resident(model, x) + 1000)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="needs example_inputs"):
+        memslim.optimize(copy.deepcopy(model), peak_memory="1GB")

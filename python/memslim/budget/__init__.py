@@ -54,13 +54,14 @@ def piece_shares(target: int, chained: int, kept: Dict[str, int]):
 
 
 from .ladder import _meet_budget as meet_compile_budget  # noqa: E402
-from .torchscript import meet_script_budget  # noqa: E402
+from .torchscript import meet_script_budget, meet_script_peak  # noqa: E402
 
 __all__ = [
     "BudgetError",
     "budget_note",
     "meet_compile_budget",
     "meet_script_budget",
+    "meet_script_peak",
     "piece_shares",
     "target_bytes",
 ]

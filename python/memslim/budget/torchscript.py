@@ -1,6 +1,7 @@
 """The TorchScript way's memory budget: the C++ planner held to measured bytes.
 
-What: meet_script_budget, memslim.optimize's memory_budget. The planner
+What: meet_script_budget, memslim.optimize's memory_budget, and meet_script_peak, its
+peak_memory (the step's measured peak turned into a saved-bytes budget). The planner
 (passes/jit/memory_budget.cpp over the core's ladder) prices a graph with a static model of
 what autograd keeps; here the reference and each plan are measured (memslim.measure's
 saved_tensors_hooks), and the planner is asked again, tighter, while a plan measures over
@@ -87,4 +88,104 @@ def meet_script_budget(
     raise RuntimeError(
         f"memory_budget {budget:g} ({target:,} B of the unmodified model's {ref:,} B, measured) "
         f"not met after {_BUDGET_ATTEMPTS} plans: the last keeps {kept:,} B; " + "; ".join(notes)
+    )
+
+
+def _step_peak(module, args, kwargs, resident: int, warmup: int = 2):
+    """The peak of one training step of `module` (after `warmup` steps: a ScriptModule's
+    first calls run a profiling plan), measured as budget.model measures memslim.compile's
+    verifying step; gradients, buffers and the RNG put back as they were."""
+    from ..measure import _params_of, _run_backward, _tensors
+    from .model import _measure_step
+
+    params = _params_of(module)
+    grads = [p.grad for p in params]
+    buffers = (
+        [(b, b.detach().clone()) for b in module.buffers()]
+        if isinstance(module, torch.nn.Module)
+        else []
+    )
+    devices = sorted({t.device.index or 0 for t in _tensors(args, kwargs) if t.is_cuda})
+    try:
+        with torch.random.fork_rng(devices=devices):
+            for _ in range(warmup):
+                _run_backward(module(*args, **kwargs))
+            for p in params:
+                p.grad = None
+            return _measure_step(module, args, kwargs, resident)
+    finally:
+        for p, g in zip(params, grads):
+            p.grad = g
+        with torch.no_grad():
+            for b, v in buffers:
+                b.copy_(v)
+
+
+def meet_script_peak(
+    model, scripted, run: Callable[[dict], object], args, kwargs, policy: dict, peak, optimizer
+) -> Tuple[object, List[Decision]]:
+    """memslim.optimize's peak_memory: the training step's peak held to a measure.
+
+    The step on example_inputs is measured unmodified (the scripted module: its saved
+    bytes and its peak), what no plan changes counted (parameters, buffers, inputs,
+    gradients, the optimizer's state: budget.model.StepPeak), and the rest of the peak
+    beyond the saved bytes taken as the step's working memory. The saved bytes that
+    leave the peak at the limit are then the memory budget (meet_script_budget, in
+    bytes); the plan's step is measured, and where it peaks over the limit the budget
+    is lowered by the excess, at most _BUDGET_ATTEMPTS plans in all. RuntimeError
+    where no plan meets it, naming the smallest peak measured. Returns the optimized
+    module and the notes."""
+    from ..measure import saved_bytes_quietly
+    from .model import StepPeak
+
+    step = StepPeak(peak, optimizer)
+    step.begin(model, args, kwargs)
+    resident = step.resident or 0
+    top = _step_peak(scripted, args, kwargs, resident)
+    if top is None:
+        return run(dict(policy, memory_budget=None)), [
+            budget_note("peak_memory not measured: the model's outputs need no gradients")
+        ]
+    saved = saved_bytes_quietly(scripted, args, kwargs)
+    working = top - resident - saved
+    head = (
+        f"peak_memory {step.limit:,} B: the unmodified step peaks at {top:,} B "
+        f"({', '.join(f'{k} {v:,} B' for k, v in step.parts.items() if v)}; saved for "
+        f"backward {saved:,} B, working memory {working:,} B)"
+    )
+    if top <= step.limit:
+        optimized = run(dict(policy, memory_budget=None))
+        return optimized, [budget_note(head + ": met as it is", top, top)]
+    notes = [budget_note(head)]
+    target = step.limit - resident - working
+    best = top
+    for attempt in range(1, _BUDGET_ATTEMPTS + 1):
+        if target <= 1:
+            break
+        try:
+            optimized, budget_notes = meet_script_budget(
+                model, scripted, run, args, kwargs, dict(policy, memory_budget=float(target))
+            )
+        except RuntimeError as e:
+            notes.append(budget_note(f"plan {attempt}: saved bytes {target:,} B: {_first_line(e)}"))
+            break
+        got = _step_peak(optimized, args, kwargs, resident)
+        got = top if got is None else got
+        best = min(best, got)
+        notes.extend(budget_notes)
+        notes.append(
+            budget_note(
+                f"plan {attempt}: saved bytes at most {target:,} B -> measured step peak {got:,} B",
+                top,
+                got,
+            )
+        )
+        if got <= step.limit:
+            notes.append(budget_note(f"{head}: met, measured {got:,} B", top, got))
+            return optimized, notes
+        target -= got - step.limit
+    raise RuntimeError(
+        f"peak_memory {step.limit:,} B for the training step cannot be met: the smallest "
+        f"peak measured is {best:,} B (the unmodified step's {top:,} B; parameters, buffers, "
+        f"inputs and optimizer state {resident:,} B); " + "; ".join(d.text for d in notes[1:])
     )
