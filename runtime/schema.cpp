@@ -62,18 +62,6 @@ TORCH_LIBRARY(memslim, m) {
       "activation_dropout(Tensor self, str act, float[] params, float p, bool train, "
       "int instance=0) -> Tensor");
 
-  // A training dropout's draw alone (activation_dropout.cpp): aten's
-  // native_dropout(input, p, True) run for its keep-mask, which it returns.
-  // memslim's Inductor guard (python/memslim/inductor_guards.py) puts it in
-  // place of a native_dropout whose outputs are unused, so that the generator
-  // is drawn from in eager's order under fallback_random: one output, which
-  // Inductor keeps (the tag makes the op impure) and torch's order edge to it
-  // survives, where the edge to a dead native_dropout's two outputs did not.
-  m.def("dropout_draw(Tensor input, float p) -> Tensor", {at::Tag::nondeterministic_seeded});
-  // The same for an unused aten bernoulli(input, p) (an in-place dropout whose
-  // result nothing reads), which Inductor otherwise drops, draw and all.
-  m.def("bernoulli_draw(Tensor input, float p) -> Tensor", {at::Tag::nondeterministic_seeded});
-
   // A region of elementwise ops (what recompute-pointwise-regions cuts out), as
   // TorchScript IR text taking `inputs` in order and returning the outputs.
   // Autograd keeps only `inputs`; backward re-runs the region with grad and
@@ -166,4 +154,19 @@ TORCH_LIBRARY_FRAGMENT(memslim, m) {
       "Tensor target, int reduction, int ignore_index, float label_smoothing, "
       "ScalarType? logits_dtype, int chunk, Tensor lse, bool[3] output_mask) -> "
       "(Tensor, Tensor, Tensor)");
+}
+
+// The draws alone of an unused dropout (memslim's Inductor guard's ops).
+TORCH_LIBRARY_FRAGMENT(memslim, m) {
+  // A training dropout's draw alone (activation_dropout.cpp): aten's
+  // native_dropout(input, p, True) run for its keep-mask, which it returns.
+  // memslim's Inductor guard (python/memslim/inductor_guards.py) puts it in
+  // place of a native_dropout whose outputs are unused, so that the generator
+  // is drawn from in eager's order under fallback_random: one output, which
+  // Inductor keeps (the tag makes the op impure) and torch's order edge to it
+  // survives, where the edge to a dead native_dropout's two outputs did not.
+  m.def("dropout_draw(Tensor input, float p) -> Tensor", {at::Tag::nondeterministic_seeded});
+  // The same for an unused aten bernoulli(input, p) (an in-place dropout whose
+  // result nothing reads), which Inductor otherwise drops, draw and all.
+  m.def("bernoulli_draw(Tensor input, float p) -> Tensor", {at::Tag::nondeterministic_seeded});
 }
