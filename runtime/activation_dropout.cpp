@@ -10,6 +10,10 @@
 // y = out / scale (kept elements; dropped ones get zero gradient anyway).
 // Why: in nn.TransformerEncoderLayer dropout sits between GELU and linear2, so
 // swapping GELU alone frees nothing (dropout keeps float noise, GELU its input).
+// Also memslim::dropout_draw / bernoulli_draw: a dropout's draw alone (aten's
+// native_dropout's keep-mask, aten's bernoulli), which memslim's Inductor guard
+// puts in place of an unused dropout so that eager's draws survive Inductor in
+// eager's order (schema.cpp says why).
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/Functions.h>
@@ -133,6 +137,21 @@ at::Tensor activation_dropout_meta(const at::Tensor& x, c10::string_view act, at
   return at::empty_like(x);
 }
 
+// memslim::dropout_draw: aten's own dropout for its draw (every device draws as
+// aten does there); the keep-mask, bool.
+at::Tensor dropout_draw(const at::Tensor& x, double p) {
+  return std::get<1>(at::native_dropout(x, p, true));
+}
+
+at::Tensor dropout_draw_meta(const at::Tensor& x, double) {
+  return at::empty_like(x, x.options().dtype(at::kBool));
+}
+
+// memslim::bernoulli_draw: aten's bernoulli(input, p), its draws as aten's.
+at::Tensor bernoulli_draw(const at::Tensor& x, double p) { return at::bernoulli(x, p); }
+
+at::Tensor bernoulli_draw_meta(const at::Tensor& x, double) { return at::empty_like(x); }
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(memslim, Autograd, m) {
@@ -145,9 +164,13 @@ TORCH_LIBRARY_IMPL(memslim, CompositeExplicitAutograd, m) {
             bool train, int64_t /*instance*/) {
            return at::dropout(activation_with_autograd(x, spec_from(act, params)), p, train);
          });
+  m.impl("dropout_draw", TORCH_FN(dropout_draw));
+  m.impl("bernoulli_draw", TORCH_FN(bernoulli_draw));
 }
 TORCH_LIBRARY_IMPL(memslim, Meta, m) {
   m.impl("activation_dropout", TORCH_FN(activation_dropout_meta));
+  m.impl("dropout_draw", TORCH_FN(dropout_draw_meta));
+  m.impl("bernoulli_draw", TORCH_FN(bernoulli_draw_meta));
 }
 
 } // namespace memslim

@@ -155,3 +155,18 @@ TORCH_LIBRARY_FRAGMENT(memslim, m) {
       "ScalarType? logits_dtype, int chunk, Tensor lse, bool[3] output_mask) -> "
       "(Tensor, Tensor, Tensor)");
 }
+
+// The draws alone of an unused dropout (memslim's Inductor guard's ops).
+TORCH_LIBRARY_FRAGMENT(memslim, m) {
+  // A training dropout's draw alone (activation_dropout.cpp): aten's
+  // native_dropout(input, p, True) run for its keep-mask, which it returns.
+  // memslim's Inductor guard (python/memslim/inductor_guards.py) puts it in
+  // place of a native_dropout whose outputs are unused, so that the generator
+  // is drawn from in eager's order under fallback_random: one output, which
+  // Inductor keeps (the tag makes the op impure) and torch's order edge to it
+  // survives, where the edge to a dead native_dropout's two outputs did not.
+  m.def("dropout_draw(Tensor input, float p) -> Tensor", {at::Tag::nondeterministic_seeded});
+  // The same for an unused aten bernoulli(input, p) (an in-place dropout whose
+  // result nothing reads), which Inductor otherwise drops, draw and all.
+  m.def("bernoulli_draw(Tensor input, float p) -> Tensor", {at::Tag::nondeterministic_seeded});
+}

@@ -15,6 +15,18 @@ pattern. The rewrite moves alpha onto the other operand, add(p, q, alpha=k) ->
 add(p, mul(q, k)), only where p or q is an mm: Inductor itself lowers a non-unit alpha as
 that mul (on GPU as an fma, which is why other adds are left as they are), and the
 pattern then fuses mm + (k * c) into an addmm correctly or does not match.
+Second (fuzz seed 940132, 2026-11-29): under fallback_random (eager's RNG, the fuzz judge's
+mode) torch 2.14.1 orders the random ops by chaining each to the one before (post_grad's
+_chain_random_ops_for_ordering, control_deps), but the lowering points the edge at the
+earlier op's output buffers; a dropout whose result is unused (native_dropout, two outputs,
+both dead) loses them to the scheduler's dead-code pass, and prune_weak_deps drops the edge
+with them, so a fusion can run the next dropout's bernoulli_ first (plain torch.compile
+too: test_inductor_guards' strict xfail). Such a dropout becomes memslim::dropout_draw
+(aten's native_dropout run for its draw, returning the keep-mask): one output, which
+Inductor keeps for its tag (nondeterministic_seeded: impure), so the edge to it stays.
+A bernoulli draw in its place would not do: Inductor drops an unused bernoulli.p, draw and
+all (an in-place dropout whose result nothing reads: plain torch.compile too, 0.38 off on
+a 64-element case); such a bernoulli becomes memslim::bernoulli_draw, kept the same way.
 """
 
 import contextlib
@@ -60,18 +72,91 @@ def scale_add_alpha(graph: torch.fx.Graph) -> int:
     return count
 
 
+def _draws(node: torch.fx.Node) -> bool:
+    """Whether `node` draws from a random generator (aten's nondeterministic_seeded tag, the
+    ops torch's post-grad chain orders)."""
+    target = node.target
+    return (
+        node.op == "call_function"
+        and isinstance(target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded in target.tags
+    )
+
+
+def draw_dead_dropouts(graph: torch.fx.Graph) -> int:
+    """Under fallback_random, puts memslim::dropout_draw(input, p) (aten's native_dropout
+    run for its draw: the same draws on every device) in place of each training
+    aten.native_dropout whose outputs are unused and that another random op follows: one
+    output, kept by Inductor, so torch's order edge from the next random op to it stays;
+    and memslim::bernoulli_draw in place of each unused aten.bernoulli.p (an in-place
+    dropout nothing reads after), which Inductor would drop (module docstring). Returns
+    how many it rewrote."""
+    from torch._inductor import config
+
+    if not config.fallback_random:
+        return 0
+    count, later = 0, False
+    for node in reversed(list(graph.nodes)):
+        if not _draws(node):
+            continue
+        if later and node.target is aten.native_dropout.default and _unused(node):
+            count += _draw_alone(graph, node)
+        elif node.target is aten.bernoulli.p and not node.users:
+            count += _bernoulli_alone(graph, node)
+        later = True
+    return count
+
+
+def _bernoulli_alone(graph: torch.fx.Graph, node: torch.fx.Node) -> int:
+    x, p = (list(node.args) + [node.kwargs.get("p", 0.5)])[:2]
+    if node.kwargs.get("generator") is not None or not isinstance(p, (int, float)):
+        return 0
+    with graph.inserting_before(node):
+        draw = graph.call_function(torch.ops.memslim.bernoulli_draw.default, (x, float(p)))
+    draw.meta.update(node.meta)
+    graph.erase_node(node)
+    return 1
+
+
+def _unused(node: torch.fx.Node) -> bool:
+    """No user, or only getitems that have none (make_fx's graphs keep those)."""
+    import operator
+
+    return all(u.target is operator.getitem and not u.users for u in node.users)
+
+
+def _draw_alone(graph: torch.fx.Graph, node: torch.fx.Node) -> int:
+    args = list(node.args) + [node.kwargs.get(k) for k in ("input", "p", "train")[len(node.args) :]]
+    x, p, train = args[:3]
+    if train is not True or not isinstance(p, (int, float)) or not isinstance(x, torch.fx.Node):
+        return 0
+    with graph.inserting_before(node):
+        draw = graph.call_function(torch.ops.memslim.dropout_draw.default, (x, float(p)))
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)) and len(val) == 2:
+        draw.meta["val"] = val[1]  # the keep-mask, as native_dropout's second output
+    for key in ("stack_trace", "recompute", "ac_graph_id", "original_aten"):
+        if key in node.meta:
+            draw.meta[key] = node.meta[key]
+    for u in list(node.users):
+        graph.erase_node(u)
+    graph.erase_node(node)
+    return 1
+
+
 def _pass():
     """The CustomGraphPass (built on call: importing memslim does not import Inductor)."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    class ScaleAddAlpha(CustomGraphPass):
+    class Guards(CustomGraphPass):
         def __call__(self, graph: torch.fx.Graph) -> None:
             scale_add_alpha(graph)
+            draw_dead_dropouts(graph)
 
         def uuid(self):
-            return ("memslim-scale-add-alpha", 1)
+            return ("memslim-inductor-guards", 2)
 
-    return ScaleAddAlpha()
+    return Guards()
 
 
 def config_patches() -> dict:

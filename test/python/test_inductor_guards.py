@@ -11,6 +11,7 @@ still run.
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import memslim
@@ -114,3 +115,84 @@ def test_compile_keeps_eager_results_beside_the_addmm_pattern(mm_first):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(model.w.grad, want_grad, rtol=1e-5, atol=1e-5)
     assert len(user.calls) == 2  # the user's pass still runs, on forward and backward
+
+
+# Fuzz seed 940132 (2026-11-29): under fallback_random (the fuzz judge's and torch's accuracy
+# runs' eager RNG), a dropout whose result is unused still draws its mask in eager; torch
+# 2.14.1 chains the random ops (control_deps) for Inductor's scheduler, but the edge to
+# native_dropout points at its two outputs, which the scheduler removes as dead, and with them
+# the edge: the next dropout's bernoulli_ may then draw first (a fusion moved the dead
+# dropout's input after it). Plain torch.compile too (the strict xfail below).
+class _DeadDropout(torch.nn.Module):
+    def forward(self, x, y):
+        a = torch.erf(x) * 0.5
+        F.dropout(a, 0.5, training=True)  # unused: eager draws its mask first
+        v = a * y
+        F.dropout(v, 0.1, training=True, inplace=True)
+        return v
+
+
+class _DeadInplaceDropout(torch.nn.Module):
+    def forward(self, x, y):
+        a = torch.erf(x) * 0.5
+        b = a * 2
+        F.dropout(b, 0.5, training=True, inplace=True)  # b never read: Inductor drops the draw
+        return F.dropout(a * y, 0.1, training=True)
+
+
+def _dead_dropout_run(fn):
+    from torch._inductor import config as inductor_config
+
+    x, y = torch.randn(64, generator=torch.Generator().manual_seed(0)), torch.ones(64)
+    torch._dynamo.reset()
+    with inductor_config.patch(fallback_random=True, fx_graph_cache=False):
+        torch.manual_seed(0)
+        return fn(x, y)
+
+
+@pytest.mark.xfail(strict=True, reason="torch 2.14.1 loses a dead dropout's draw or its order")
+@pytest.mark.parametrize("model", [_DeadDropout, _DeadInplaceDropout])
+def test_plain_compile_loses_a_dead_dropouts_draw(model):
+    m = model()
+    want = _dead_dropout_run(m)
+    torch.testing.assert_close(_dead_dropout_run(torch.compile(m)), want)
+
+
+@pytest.mark.parametrize("model", [_DeadDropout, _DeadInplaceDropout])
+def test_compile_keeps_a_dead_dropouts_draw_first(model):
+    m = model()
+    want = _dead_dropout_run(m)
+    torch.testing.assert_close(_dead_dropout_run(memslim.compile(m, strict=True)), want)
+    y = torch.ones(64, requires_grad=True)  # and the training graph
+    got = _dead_dropout_run(lambda a, _: memslim.compile(m, strict=True)(a, y))
+    torch.testing.assert_close(got, want)
+
+
+def _three_dropouts(x, y):
+    a = torch.erf(x) * 0.5
+    aten.native_dropout.default(a, 0.5, True)  # unused: becomes a draw
+    v = aten.native_dropout.default(a * y, 0.1, True)  # used: left
+    aten.native_dropout.default(v[0], 0.3, True)  # unused, but the last draw: left
+    return v[0]
+
+
+@pytest.mark.parametrize("fallback_random", [True, False])
+def test_only_unused_training_dropouts_before_a_draw_become_draws(fallback_random):
+    from torch._inductor import config as inductor_config
+
+    x, y = torch.randn(64), torch.randn(64)
+    gm = make_fx(_three_dropouts, tracing_mode="fake")(x, y)
+    assert len(gm.graph.find_nodes(op="call_function", target=aten.native_dropout.default)) == 3
+    with inductor_config.patch(fallback_random=fallback_random):
+        n = inductor_guards.draw_dead_dropouts(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    target = torch.ops.memslim.dropout_draw.default
+    draws = list(gm.graph.find_nodes(op="call_function", target=target))
+    assert n == len(draws) == (1 if fallback_random else 0)
+    if fallback_random:  # p as it was; its value native_dropout's keep-mask's
+        assert draws[0].args[1] == 0.5 and draws[0].meta["val"].dtype == torch.bool
+        torch.manual_seed(0)
+        want = _three_dropouts(x, y)
+        torch.manual_seed(0)
+        torch.testing.assert_close(gm(x, y), want)  # the same draws, in the same order

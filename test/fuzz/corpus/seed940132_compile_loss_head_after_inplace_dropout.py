@@ -2,7 +2,9 @@
 # memslim.compile without a budget (MEMSLIM_FUZZ_COMPILE_BUDGET=none) w2's gradient is 1.59 off eager
 # (fuzz judge, fallback_random, the second call); memslim.optimize, torch.export + memslim.fx and
 # memslim-opt pass. v3 is written in place by a dropout before the loss head reads it; the
-# forward is 0.2 off where the inputs require grad. fuse-loss-head keeps such heads now.
+# forward was 0.2 off where the inputs require grad: Inductor drew the unused dropout v4's
+# mask after the in-place one's (torch 2.14.1 loses the order edge to an unused
+# native_dropout; memslim.inductor_guards keeps it, 2026-11-29).
 # features: act:hardsigmoid dropout dtype_float32 hand_gelu hand_split inplace_write linear loss_head method method:hand_gelu mode_train view_reshape
 import math
 
