@@ -11,8 +11,8 @@ tensors: parameters, buffers, inputs; plus the highest sum of live CPU allocatio
 forward and backward, the profiler's memory events), whether it is at or under the target,
 the planner's predicted peak (before its verifying step) and its error against the
 measure, the verifying step's own measure, the first step's wall time (compiles included;
-the machine's load noted in the results) and the gradients' largest relative difference
-to eager's.
+the machine's load noted in the results) and the gradients' largest difference to eager's
+over the model's largest gradient.
 Why: issue 48 asks for peak targets met and monotone, and a predictor within 10% of the
 profiler's measure; this is where both are measured.
 """
@@ -149,11 +149,11 @@ def grads_of(model, fn, args, kwargs, loss_of):
 
 
 def worst(got, ref):
-    return max(
-        ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
-        for a, b in zip(got, ref)
-        if a is not None and b is not None
-    )
+    """The largest gradient difference over the model's largest gradient (a per-tensor
+    ratio is noise where the exact gradient is 0: a convolution's bias before a norm)."""
+    pairs = [(a, b) for a, b in zip(got, ref) if a is not None and b is not None]
+    scale = max(b.abs().max().item() for _, b in pairs) or 1.0
+    return max((a - b).abs().max().item() for a, b in pairs) / scale
 
 
 def run_model(name, fractions):
