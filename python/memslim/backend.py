@@ -297,7 +297,9 @@ def backend(
             decisions, rewrote, options = _keep_rewrites(
                 aten, serial, mode, fakes, example_inputs, policy, needs_grad
             )
-            if rewrote and needs_grad and sixteen_bit.sixteen_bit(aten):
+            # Kept or left to Inductor as a whole: in 16-bit, each pass again on its own.
+            planned = any(d.verdict == "rewrote" for d in decisions)
+            if planned and needs_grad and not options and sixteen_bit.sixteen_bit(aten):
                 pruned = sixteen_bit.keep_paying_passes(
                     gm, example_inputs, policy, _compile_passes(), decisions
                 )

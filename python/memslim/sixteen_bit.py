@@ -2,11 +2,13 @@
 
 What: `keep_paying_passes`, run by the torch.compile backend (without a memory budget) on a
 graph that holds 16-bit floating tensors (torch.autocast, or a model cast to bf16 / fp16)
-once the whole pipeline's rewrites were kept (Inductor's partitioner keeps fewer bytes with
-them than without): each pass that rewrote a site is left out in turn, on a fresh trace of
-the graph, and where Inductor's partitioner then keeps no more bytes than with it, the pass
-stays out of the graph; its sites get a `kept` record saying so, and one note per graph
-gives both figures.
+after the whole pipeline's rewrites were judged (kept where Inductor's partitioner keeps
+fewer bytes with them, else the graph left to Inductor): each pass that rewrote a site is
+left out in turn, on a fresh trace of the graph, and where Inductor's partitioner then keeps
+no more bytes than with it, the pass stays out of the graph; its sites get a `kept` record
+saying so, and one note per graph gives both figures. What is left is compiled where it
+keeps fewer bytes than the unmodified graph (a subset of a pipeline that lost as a whole
+can pay).
 Why: the core prices a site by what the graph's ops keep, and a graph traced above autocast
 does not show autocast's casts: a linear reading a float32 norm output keeps autocast's
 bf16 copy, not the output, so output-saving-norms there keeps the float32 output on top
