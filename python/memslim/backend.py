@@ -22,7 +22,8 @@ If memslim fails on a graph, the graph is compiled by Inductor unchanged and a
 warning says why (strict=True, or MEMSLIM_STRICT=1 as the tests set, raises).
 Beside it: budget/ (the memory-budget planner: partition dry runs, torch's knapsack,
 memslim's ladders), chains.py (the graph split around coupling chains), cache_keys.py
-(Inductor's cache keys for recompute tags).
+(Inductor's cache keys for recompute tags), sixteen_bit.py (in a bf16 / fp16 graph, each
+rewriting pass kept only where Inductor then keeps fewer bytes with it).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from .budget import BudgetError, budget_note, meet_compile_budget
 from .budget.measure import _dynamic_output_shapes, _partitioned_saved_bytes
 from .cache_keys import _keyed_by_tags
 from .chains import _compile_with_chains
-from . import _policy
+from . import _policy, sixteen_bit
 from . import records as records_store
 from ._policy import policy_keywords
 from .records import Decision
@@ -309,6 +310,14 @@ def backend(
             decisions, rewrote, options = _keep_rewrites(
                 aten, serial, mode, fakes, example_inputs, policy, needs_grad
             )
+            # Kept or left to Inductor as a whole: in 16-bit, each pass again on its own.
+            planned = any(d.verdict == "rewrote" for d in decisions)
+            if planned and needs_grad and not options and sixteen_bit.sixteen_bit(aten):
+                pruned = sixteen_bit.keep_paying_passes(
+                    gm, example_inputs, policy, _compile_passes(), decisions
+                )
+                if pruned is not None:
+                    aten, mode, fakes, decisions, rewrote = pruned
     except BudgetError as e:
         records.append(records_store.note("memory-budget", f"unreachable: {e}"))
         raise

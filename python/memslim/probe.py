@@ -52,6 +52,8 @@ class Row:
     ratio: Optional[float] = None
     grad_diff: Optional[float] = None  # to eager's, relative L2, the worst tensor
     grad_excess: Optional[float] = None  # error vs fp64 / (GRAD_FACTOR x eager's + GRAD_TOL)
+    # each gradient's ||g - g64|| / ||g64|| against the float64 run (empty without one)
+    grad_errors: Dict[str, float] = field(default_factory=dict)
     first_step_s: Optional[float] = None
     notes: List[str] = field(default_factory=list)  # the records' notes, and the way's own
     records: Optional[list] = None  # memslim's decision records (None: a way without memslim)
@@ -299,6 +301,22 @@ def grad_excess(got, eager, exact) -> Optional[float]:
     )
 
 
+def error_ratio_to_eager(row: "Row", eager: "Row", floor: float = 2.0**-10) -> Optional[float]:
+    """The worst tensor's error against the float64 run over eager's own error on that
+    tensor (each at least `floor`: a gradient eager gets to 1e-6 is judged at the floor,
+    not at 1e-6): above 2, a way moved a gradient beyond twice eager's rounding. The
+    floor's default, 2^-10, is a quarter of bf16's unit roundoff (2^-8): the bar for
+    16-bit autocast runs, where eager's own error is ~1e-3-1e-2. None without a float64
+    run; inf where the gradients' names differ."""
+    if not row.grad_errors or not eager.grad_errors:
+        return None
+    if set(row.grad_errors) != set(eager.grad_errors):
+        return float("inf")
+    return max(
+        (e / max(eager.grad_errors[n], floor) for n, e in row.grad_errors.items()), default=0.0
+    )
+
+
 def _fp64_grads(model: torch.nn.Module, init, batch, loss_fn) -> Optional[Dict[str, torch.Tensor]]:
     """Step 1's gradients of the model in float64 (no autocast), or None where it cannot
     run in float64."""
@@ -381,6 +399,8 @@ def probe(
                 eager_grads = grads
             row.grad_diff = grad_difference(grads, eager_grads)
             row.grad_excess = grad_excess(grads, eager_grads, exact)
+            if exact is not None and set(grads) == set(exact):
+                row.grad_errors = {n: _rel(grads[n], x) for n, x in exact.items()}
             opt.step()
             for i in range(1, steps):
                 step(i=i)
