@@ -153,3 +153,28 @@ def test_dropout_under_a_budget_keeps_the_forwards_mask():
     dpre = (out != 0).float() * 2 * torch.ops.aten.gelu_backward(torch.ones_like(pre), pre)
     torch.testing.assert_close(x.grad, dpre @ model.lin.weight.detach(), atol=1e-5, rtol=1e-5)
     assert any("torch's knapsack (way 2) not tried" in d.text for d in memslim.report(ours))
+
+
+def test_the_first_forward_measures_what_the_graphs_save(monkeypatch):
+    """The dry runs' figures are checked against saved_tensors_hooks in the planning
+    forward: the model record gives the measure (here the planner's figure to the byte),
+    and a plan whose graphs save more than their dry runs count is not met: the excess is
+    taken off the target, and where no plan covers it the error says so."""
+    from memslim.budget import model as model_target
+
+    x, y = _inputs()
+    ours = memslim.compile(_model(), memory_budget=0.6, strict=True)
+    ours(x, y).backward()
+    note = [d.text for d in memslim.report(ours) if d.text.startswith("the model:")][-1]
+    said = int(note.split("the compiled graphs saved ")[1].split(" B")[0].replace(",", ""))
+    assert said == memslim.saved_bytes(ours, x, y, warmup=0), note
+
+    real = model_target._CompiledSaved.bytes
+    monkeypatch.setattr(model_target._CompiledSaved, "bytes", lambda self: real(self) + 2**24)
+    torch._dynamo.reset()
+    ours = memslim.compile(_model(), memory_budget=0.6, strict=True)
+    with pytest.raises(BudgetError, match="beyond the dry runs' figures"):
+        ours(x, y)
+    assert any(
+        d.text.startswith("measured: the compiled graphs saved") for d in memslim.report(ours)
+    )
