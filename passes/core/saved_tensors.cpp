@@ -256,7 +256,7 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::s
     const NodeRef u = use.user;
     if (except.count(u)) continue;
     if (surely && g.owner(u) != where) continue;
-    if (keeps_input(g, u, use.index) && !keeps_copy_of_input(g, u, use.index)) {
+    if (keeps_input(g, u, use.index) && !(surely && keeps_copy_of_input(g, u, use.index))) {
       if (who) *who = g.kind(u);
       return true;
     }
