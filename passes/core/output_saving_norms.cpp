@@ -81,7 +81,8 @@ NormDecision decide_output_saving_norm(const GraphView& g, NodeRef n, const Cost
   const saved::NodeSet self{n};
   std::string x_by, y_by;
   const bool x_else = saved::kept_by_other(g, x, self, &x_by);
-  const bool y_else = saved::kept_by_other(g, y, self, &y_by);
+  // The output costs nothing only where a reader surely keeps its bytes anyway.
+  const bool y_else = saved::kept_by_other(g, y, self, &y_by, /*surely=*/true);
   const int64_t aten = norm_input_keeps(g, n, x_else, *xb, *n_el, *dt);
   const int64_t ours = y_else ? 0 : *yb;
   d.price = {aten, ours, info.added_work};

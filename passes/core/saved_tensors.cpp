@@ -229,7 +229,17 @@ bool is_module_state(const GraphView& g, ValueRef v) {
   return false;
 }
 
-bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::string* who) {
+bool keeps_copy_of_input(const GraphView& g, NodeRef user, size_t index) {
+  const std::string k = g.kind(user);
+  if (index != 0 || (k != "aten::linear" && k != "aten::matmul")) return false;
+  if (k == "aten::matmul" && (g.num_inputs(user) < 2 || g.rank(g.input(user, 1)).value_or(3) > 2))
+    return false;
+  const ValueRef x = g.input(user, 0);
+  return g.rank(x).value_or(0) >= 3 && g.contiguous(x) == false;
+}
+
+bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::string* who,
+                   bool surely) {
   if (is_module_state(g, v)) {
     if (who) *who = "the module (a parameter or buffer)";
     return true;
@@ -239,10 +249,14 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::s
     if (who) *who = g.kind(p);
     return true;
   }
+  // Where `v` is made: a reader in another block (an If's branch, a loop's
+  // body) may not run.
+  const NodeRef where = p ? g.owner(p) : NodeRef{};
   for (const Use& use : g.uses(v)) {
     const NodeRef u = use.user;
     if (except.count(u)) continue;
-    if (keeps_input(g, u, use.index)) {
+    if (surely && g.owner(u) != where) continue;
+    if (keeps_input(g, u, use.index) && !(surely && keeps_copy_of_input(g, u, use.index))) {
       if (who) *who = g.kind(u);
       return true;
     }
@@ -252,16 +266,17 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::s
     // kept, unless it is returned.
     if (g.kind(u) == "prim::TupleConstruct" && g.num_outputs(u) == 1) {
       for (const Use& tu : g.uses(g.output(u, 0))) {
+        if (surely && g.owner(tu.user) != where) continue;
         const std::string tk = g.kind(tu.user);
         if (tk == "prim::TupleUnpack" && use.index < g.num_outputs(tu.user)) {
-          if (kept_by_other(g, g.output(tu.user, use.index), except, who)) return true;
+          if (kept_by_other(g, g.output(tu.user, use.index), except, who, surely)) return true;
           continue;
         }
         if (tk == "prim::TupleIndex" && g.num_inputs(tu.user) > 1 && g.num_outputs(tu.user) == 1) {
           const auto i = g.constant(g.input(tu.user, 1));
           if (i && i->isInt()) {
             if (i->toInt() == int64_t(use.index) &&
-                kept_by_other(g, g.output(tu.user, 0), except, who))
+                kept_by_other(g, g.output(tu.user, 0), except, who, surely))
               return true;
             continue;
           }
@@ -282,7 +297,7 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::s
         return true;
       }
       if (use.index < g.num_outputs(owner) &&
-          kept_by_other(g, g.output(owner, use.index), except, who))
+          kept_by_other(g, g.output(owner, use.index), except, who, surely))
         return true;
       continue;
     }
@@ -296,7 +311,7 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::s
         (use.index == 0 && g.autograd() == GraphView::Autograd::Eager && returns_input(g, u))) {
       for (size_t o = 0; o < g.num_outputs(u); ++o) {
         const ValueRef out = g.output(u, o);
-        if (g.is_tensor(out) && kept_by_other(g, out, except, who)) return true;
+        if (g.is_tensor(out) && kept_by_other(g, out, except, who, surely)) return true;
       }
     }
   }

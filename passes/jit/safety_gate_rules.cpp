@@ -76,6 +76,30 @@ bool fresh_tensor(const Value* v) {
   return true;
 }
 
+// The node that surely made `v`'s storage, through views, chunk pieces, in-place
+// writes and a list's elements; null where no one op surely did: an If's output
+// (a branch may yield another tensor; storage_root follows one branch), or an
+// op whose result may be its input though its schema declares none (type_as,
+// which TorchScript's peephole folds to its input where the types match;
+// dropouts storage_root follows already).
+const Node* sole_maker(const Value* v) {
+  bool branch = false;
+  const Node* p = SavedTensorAnalysis::storage_root(v, nullptr, nullptr, &branch)->node();
+  if (branch) return nullptr;
+  if (p->kind() == c10::prim::ListUnpack) p = p->input(0)->node();
+  if (p->kind() == c10::aten::type_as) return nullptr;
+  return p;
+}
+
+// Whether `v` is surely a tensor one op of the graph made (fresh_tensor, one maker).
+bool made_by_an_op(const Value* v) { return sole_maker(v) && fresh_tensor(v); }
+
+// Whether `v`'s storage is surely one of the graph's inputs (not a loop's carried value).
+bool graph_input(const Value* v) {
+  const Node* p = sole_maker(v);
+  return p && p == p->owningGraph()->param_node();
+}
+
 // How a covered node writes: not at all (or only what the rewrite removes),
 // only module state a replaying rewrite replays, other values a replaying
 // rewrite replays (judged by replayed-write), or in a way the rewrite cannot
@@ -201,9 +225,11 @@ const GateCheck::WatchedSets& GateCheck::watched() {
 // attribute path; everything else by AliasDb (where attributes and graph
 // inputs are wildcards: conservative, and only those). A tensor an op made
 // (not a graph input, module state or a container's element, through views and
-// chunk pieces) is no module state: AliasDb puts list elements among the
-// wildcards, so a BatchNorm's num_batches_tracked.add_(1) "may write" every
-// piece of a chunk (RevNet's x1, x2) without this.
+// chunk pieces) is no module state, on either side of the write: AliasDb puts
+// list elements among the wildcards, so a BatchNorm's
+// num_batches_tracked.add_(1) "may write" every piece of a chunk (RevNet's x1,
+// x2), and a write to a conv's output that a chunk later splits "may write"
+// every parameter, without this.
 const Value* GateCheck::writes(Node* m, const GateWatched& w) {
   if (SavedTensorAnalysis::writes_nothing(m)) return nullptr;
   AliasDb& alias = gate_.alias();
@@ -227,10 +253,22 @@ const Value* GateCheck::writes(Node* m, const GateWatched& w) {
   }
   for (const Value* in : written) {
     const std::string path = module_state_path(in);
+    // A written tensor an op made is no module state either: memcnn's downsampling
+    // `out += residual` (out: a conv's output) writes no F / G weight of the chain
+    // before it, though AliasDb counts `out` among the wildcards once a later chunk
+    // takes it apart (list elements are wildcards) and every attribute read is one.
+    const bool made = path.empty() && made_by_an_op(in);
     for (const auto& [sp, v] : w.state)
-      if (path.empty() ? alias.mayAlias(in, v) : same_or_nested_path(path, sp)) return v;
+      if (path.empty() ? !made && alias.mayAlias(in, v) : same_or_nested_path(path, sp)) return v;
+    // Two tensors made by two different ops (each through views, chunk pieces
+    // and in-place writes back to its own maker) are two storages: memcnn's
+    // `out += residual` writes none of the chain's inputs (chunk pieces of the
+    // stem's output), though AliasDb's wildcards say each may be the other.
+    // A graph input is no tensor an op of the graph made either.
     for (const Value* v : w.plain)
-      if (alias.mayAlias(in, v) && (path.empty() || !fresh_tensor(v))) return v;
+      if (alias.mayAlias(in, v) && (path.empty() || !fresh_tensor(v)) &&
+          !(made && (made_by_an_op(v) || graph_input(v)) && sole_maker(in) != sole_maker(v)))
+        return v;
   }
   return nullptr;
 }

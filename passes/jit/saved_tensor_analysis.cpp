@@ -128,10 +128,12 @@ bool SavedTensorAnalysis::may_fold_to_input(const Node* n) {
 // `through_dropout` (if given) says whether the way passed such a dropout: an
 // alias AliasDb cannot see.
 const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dropout,
-                                               std::vector<const Node*>* dropouts) {
+                                               std::vector<const Node*>* dropouts,
+                                               bool* through_branch) {
   static const c10::Symbol pieces[] = {c10::aten::chunk, c10::aten::split, c10::aten::unbind,
                                        c10::Symbol::fromQualString("aten::split_with_sizes")};
   if (through_dropout) *through_dropout = false;
+  if (through_branch) *through_branch = false;
   for (;;) {
     const Node* p = v->node();
     const bool dropout = may_return_input(p); // a fresh mask's output is its own
@@ -156,6 +158,7 @@ const Value* SavedTensorAnalysis::storage_root(const Value* v, bool* through_dro
             b->outputs()[i]->type()->cast<c10::TensorType>())
           outer = b->outputs()[i];
       if (outer) {
+        if (through_branch) *through_branch = true;
         v = outer;
         continue;
       }

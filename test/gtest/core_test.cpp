@@ -15,6 +15,7 @@
 #include "core_test_util.h"
 #include "memslim/core/functionalize.h"
 #include "memslim/core/output_saving.h"
+#include "memslim/core/output_saving_norms.h"
 #include "memslim/core/recompute_regions.h"
 #include "memslim/core/saved_tensors.h"
 #include "memslim/fx/fx_front_end.h"
@@ -421,6 +422,97 @@ TEST(Core, RunFxReplacesARegionByOneOpBeforeItsFirstReader) {
   EXPECT_EQ(kinds, (std::vector<std::string>{"prim::Param", "aten::linear", "prim::ListConstruct",
                                              memslim::kRecomputeRegionOp, "aten::linear",
                                              "prim::Return"}));
+}
+
+// A layer norm whose output y is read by `reader` (TorchScript IR lines using
+// %y, %w, %c), as a JitGraphView; the norm's output-saving decision.
+struct NormSite {
+  std::shared_ptr<torch::jit::Graph> graph = std::make_shared<torch::jit::Graph>();
+  std::unique_ptr<memslim::JitGraphView> view;
+  memslim::NodeRef norm;
+  memslim::ValueRef y;
+  explicit NormSite(const std::string& reader) {
+    torch::jit::parseIR(R"IR(
+graph(%x : Float(8, 4, 16, strides=[64, 16, 1], device=cpu),
+      %w : Float(16, 16, strides=[16, 1], device=cpu),
+      %c : bool):
+  %none : NoneType = prim::Constant()
+  %eps : float = prim::Constant[value=1.0000000000000001e-05]()
+  %f : bool = prim::Constant[value=0]()
+  %zero : int = prim::Constant[value=0]()
+  %one : int = prim::Constant[value=1]()
+  %shape : int[] = prim::Constant[value=[16]]()
+  %s : Float(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::add(%x, %x, %one)
+  %y : Float(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::layer_norm(%s, %shape, %none, %none, %eps, %f)
+)IR" + reader,
+                        graph.get());
+    view = std::make_unique<memslim::JitGraphView>(graph);
+    norm = node_named_in(*view, "aten::layer_norm");
+    for (auto n : view->nodes())
+      if (view->kind(n) == "aten::layer_norm") y = view->output(n, 0);
+  }
+  static memslim::NodeRef node_named_in(const memslim::GraphView& g, const std::string& kind) {
+    for (auto n : g.nodes())
+      if (g.kind(n) == kind) return n;
+    return {};
+  }
+  bool kept(bool surely) const {
+    return memslim::saved::kept_by_other(*view, y, {norm}, nullptr, surely);
+  }
+  memslim::NormDecision decide() const {
+    return memslim::decide_output_saving_norm(*view, norm, {});
+  }
+};
+
+TEST(Core, LinearKeepsACopyOfANonContiguousInput) {
+  // nn.MultiheadAttention (batch_first) projects `query.transpose(1, 0)`: a 3-D
+  // non-contiguous view, which linear folds to 2-D by a copying reshape and
+  // keeps that copy, none of the norm output's bytes (test_optimize.py's
+  // TransformerEncoder: 1 MiB per layer priced free and kept). It may keep the
+  // view itself (a DifferentiableGraph's linear), so it is no sure keeper. A
+  // contiguous view is kept as the norm output's own storage.
+  NormSite t(R"IR(
+  %q : Float(4, 8, 16, strides=[16, 64, 1], device=cpu) = aten::transpose(%y, %zero, %one)
+  %o : Float(4, 8, 16, strides=[128, 16, 1], device=cpu) = aten::linear(%q, %w, %none)
+  return (%o))IR");
+  EXPECT_TRUE(memslim::saved::keeps_copy_of_input(
+      *t.view, NormSite::node_named_in(*t.view, "aten::linear"), 0));
+  EXPECT_TRUE(t.kept(false));
+  EXPECT_FALSE(t.kept(true));
+  EXPECT_EQ(t.decide().decision.verdict, Decision::Verdict::Kept);
+  NormSite v(R"IR(
+  %sz : int[] = prim::Constant[value=[32, 16]]()
+  %q : Float(32, 16, strides=[16, 1], device=cpu) = aten::view(%y, %sz)
+  %o : Float(32, 16, strides=[16, 1], device=cpu) = aten::linear(%q, %w, %none)
+  %o2 : Float(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::linear(%y, %w, %none)
+  return (%o, %o2))IR");
+  EXPECT_FALSE(memslim::saved::keeps_copy_of_input(
+      *v.view, NormSite::node_named_in(*v.view, "aten::linear"), 0));
+  EXPECT_TRUE(v.kept(false));
+  EXPECT_TRUE(v.kept(true));
+  EXPECT_TRUE(v.decide().rewrite()) << v.decide().decision.text;
+}
+
+TEST(Core, NormOutputKeptOnlyInABranchIsNotKeptAnyway) {
+  // nn.TransformerEncoder's last norm output: its only keeper is the
+  // nested-tensor branch's to_padded_tensor, which a training step never runs
+  // (measured: the output-saving norm there kept 1 MiB more). Any reader counts
+  // for "kept by another"; for "kept anyway, so free to keep", only readers
+  // that run whenever y is made.
+  NormSite b(R"IR(
+  %r : Tensor = prim::If(%c)
+    block0():
+      %o : Float(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::linear(%y, %w, %none)
+      -> (%o)
+    block1():
+      -> (%y)
+  return (%r))IR");
+  EXPECT_TRUE(b.kept(false));
+  EXPECT_FALSE(b.kept(true));
+  const auto d = b.decide();
+  EXPECT_EQ(d.decision.verdict, Decision::Verdict::Kept);
+  EXPECT_NE(d.decision.text.find("output not saved by any consumer"), std::string::npos)
+      << d.decision.text;
 }
 
 } // namespace

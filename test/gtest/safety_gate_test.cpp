@@ -191,9 +191,7 @@ def forward(self, x):
   EXPECT_EQ(memslim::module_state_path(p.covers[0]->input(1)), "self.order");
 }
 
-// Disabled with the rule it tests (reverted 2026-11-29: it let nn.TransformerEncoder's
-// output-saving-norms rewrites through with 4.2 MB less freed than priced, test_optimize.py).
-TEST(SafetyGate, DISABLED_WriteToATensorAnOpMadeIsApartFromWildcards) {
+TEST(SafetyGate, WriteToATensorAnOpMadeIsApartFromWildcards) {
   // memcnn's downsampling `out += residual` after a coupling: `d` is a tensor
   // neg made, yet once a chunk splits it AliasDb counts it among the
   // wildcards with every attribute read, graph input and chunk piece. A write
@@ -220,6 +218,65 @@ def forward(self, x, r):
   auto first = gate.named_refusal(p);
   EXPECT_TRUE(!first || first->rule != "write-after-guarded") << first->reason;
   p.guarded.push_back(find(g, "aten::neg", 1)->output()); // d itself
+  auto why = gate.named_refusal(p);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->rule, "write-after-guarded");
+}
+
+TEST(SafetyGate, WriteToAnIfOutputIsNoWriteToATensorAnOpMade) {
+  // The rule above needs the written tensor's one maker: `t` is d or e by the
+  // branch taken (storage_root follows one branch, d's), so a write to it may
+  // write the guarded e, which another op (exp) made. AliasDb says so; the
+  // gate agrees (the rule as first written took d's maker and let it through).
+  torch::jit::Module m("M");
+  m.register_parameter("w", torch::ones({}), false);
+  m.define(R"(
+def forward(self, x, r, c: bool):
+    a, b = x.neg().chunk(2, 1)
+    y = a * self.w
+    d = r.neg()
+    e = r.exp()
+    if c:
+        t = d
+    else:
+        t = e
+    t.add_(1)
+    p, q = t.chunk(2, 1)
+    return p * q + b + y + e
+)");
+  std::shared_ptr<Graph> g = m.get_method("forward").graph();
+  Remarks rm;
+  SafetyGate gate(g, "t", rm);
+  Proposal p = swap(g, find(g, "aten::mul"), "aten::mul");
+  p.guarded = {p.covers[0]->input(0), p.covers[0]->input(1), p.covers[0]->output(),
+               find(g, "aten::exp")->output()};
+  auto why = gate.named_refusal(p);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->rule, "write-after-guarded");
+  EXPECT_NE(why->reason.find("aten::add_ later writes"), std::string::npos) << why->reason;
+}
+
+TEST(SafetyGate, WriteToATypeAsResultMayWriteItsInput) {
+  // type_as returns its input where the types match (TorchScript's peephole
+  // folds it so), though its schema declares a new tensor: u may be the graph
+  // input r, and a chunk puts u among AliasDb's wildcards with r. No tensor
+  // "an op made" there: the write to u is a write to a guarded r.
+  torch::jit::Module m("M");
+  m.register_parameter("w", torch::ones({}), false);
+  m.define(R"(
+def forward(self, x, r):
+    a, b = x.neg().chunk(2, 1)
+    y = a * self.w
+    u = r.type_as(x)
+    u.add_(1)
+    p, q = u.chunk(2, 1)
+    return p * q + b + y
+)");
+  std::shared_ptr<Graph> g = m.get_method("forward").graph();
+  Remarks rm;
+  SafetyGate gate(g, "t", rm);
+  Proposal p = swap(g, find(g, "aten::mul"), "aten::mul");
+  p.guarded = {p.covers[0]->input(0), p.covers[0]->input(1), p.covers[0]->output(), g->inputs()[2]};
   auto why = gate.named_refusal(p);
   ASSERT_TRUE(why);
   EXPECT_EQ(why->rule, "write-after-guarded");

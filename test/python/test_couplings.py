@@ -453,13 +453,6 @@ class MemcnnRevNet(torch.nn.Module):
         return self.fc(torch.relu(x).mean((2, 3)))
 
 
-_GATE_REVERTED = pytest.mark.xfail(
-    strict=True,
-    reason="the gate rule taking memcnn's chains (a write to a tensor an op made is apart from AliasDb's wildcards) was reverted: it let nn.TransformerEncoder's output-saving-norms through with 4.2 MB less freed than priced (test_optimize.py)",
-)
-
-
-@_GATE_REVERTED
 @pytest.mark.parametrize("wrap", [True, False], ids=["traced", "scripted"])
 def test_memcnn_style_revnet_chains_every_coupling_fp64(wrap):
     """Every coupling in one chain per stage: BatchNorm's running-stat and
@@ -485,7 +478,6 @@ def test_memcnn_style_revnet_chains_every_coupling_fp64(wrap):
     assert int(dict(base.named_buffers())["stem.1.num_batches_tracked"]) == 2
 
 
-@_GATE_REVERTED
 def test_memcnn_style_revnet_fp32_gradients_and_bytes():
     x = torch.randn(4, 3, 16, 16)
     ref, opt, base = pair(MemcnnRevNet, x)

@@ -25,11 +25,30 @@ using NodeSet = std::unordered_set<NodeRef, NodeRefHash>;
 bool keeps_input(const GraphView& g, NodeRef user, size_t index);
 // Whether `producer` keeps its (tensor) output for backward.
 bool keeps_output(const GraphView& g, NodeRef producer);
-// Some node outside `except` keeps `v` (as an input, or its producer as its
-// output), or keeps a view of it or the If output it is returned as; `who`
-// receives that node's kind for remarks.
+// Some node outside `except` keeps `v`'s storage (as an input, or its producer
+// as its output), or keeps a view of it or the If output it is returned as;
+// `who` receives that node's kind for remarks. `surely`: only readers that
+// surely keep `v`'s own bytes count: none in an If's branch or a loop's body
+// below `v`'s block (nn.TransformerEncoder's last norm output is read by the
+// nested-tensor branch's to_padded_tensor, which a training step never runs),
+// none that may keep a copy instead (keeps_copy_of_input): what pricing "kept
+// anyway, so keeping it costs nothing" needs. Without it (whether aten's op
+// keeps bytes another may keep too) any reader counts.
 bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except,
-                   std::string* who = nullptr);
+                   std::string* who = nullptr, bool surely = false);
+// Whether `user` may keep a copy of its input `index` rather than that tensor:
+// aten::linear / matmul (with a matrix) fold a >= 3-D input to 2-D with
+// reshape, which copies a non-contiguous one (torch's should_fold folds
+// whenever the weight requires grad; mm then keeps the copy).
+// nn.MultiheadAttention's in_proj on `query.transpose(1, 0)` (batch_first)
+// keeps such a copy, not the norm output it reads (measured with
+// saved_tensors_hooks: a (1024, 256) _unsafe_view of a new storage). Only
+// "may": TorchScript's executor, where it puts the linear in a
+// DifferentiableGraph, keeps the input itself (its symbolic gradient reshapes
+// in backward); and judged by contiguity where the front end knows it, a
+// non-contiguous input whose leading dims still fold to a view (a slice of the
+// last dim) is counted too.
+bool keeps_copy_of_input(const GraphView& g, NodeRef user, size_t index);
 // Whether `n`'s output is a view of (shares storage with) its input `index`,
 // by its schema's alias annotations (view, reshape, transpose, select...).
 bool is_view_of_input(const GraphView& g, NodeRef n, size_t index);

@@ -56,10 +56,11 @@ class SavedTensorAnalysis {
   // (which may return their input), ops the peephole pass may fold to their
   // input (may_fold_to_input) and If outputs a branch yields from outside. `through_dropout` (if
   // given) says whether the way passed such a dropout: an alias AliasDb cannot see; `dropouts` (if
-  // given) receives those dropout nodes.
+  // given) receives those dropout nodes; `through_branch` (if given) whether it passed an If
+  // output (then `v` may be another branch's tensor instead).
   static const torch::jit::Value* storage_root(
       const torch::jit::Value* v, bool* through_dropout = nullptr,
-      std::vector<const torch::jit::Node*>* dropouts = nullptr);
+      std::vector<const torch::jit::Node*>* dropouts = nullptr, bool* through_branch = nullptr);
   // Whether `n` draws random numbers: torch's list (aten ops only, which is all
   // Node::isNondeterministic reads) and memslim's fused dropout.
   static bool draws_random(const torch::jit::Node* n);
