@@ -339,8 +339,7 @@ def backend(
     records.extend(decisions)
     guards = inductor_guards.config_patches()  # Inductor's own passes kept right
     # A peak target measures the first step: the backward compiled now, with the forward,
-    # so its compile's allocations are not in the measured step (transformers' GPT-2:
-    # 16 MiB more measured with the backward compiled lazily inside it).
+    # so whatever its compile allocates is not in the measured step.
     eager_bw = {"force_non_lazy_backward_lowering": True} if target and target.peak else {}
     with functorch_config.patch(
         **eager_bw, **options
