@@ -88,7 +88,6 @@ class ModelTarget:
         self.verdict: Optional[str] = None
         self.model_key: Optional[str] = None  # plan_cache's key of the settled shares
         self.grads_after: Dict[Tuple, int] = {}  # slot -> later graphs' gradients (peak)
-        self.unseen = 0  # saved bytes measured beyond the dry runs' figures (a budget)
         self.saved_measured: Optional[int] = None  # the last round's, by saved_tensors_hooks
 
     # -- the backend's side: one graph --------------------------------------------------
@@ -178,36 +177,30 @@ class ModelTarget:
     # -- the model's side: the end of a forward -----------------------------------------
 
     def _target(self) -> int:
-        """The saved bytes the round's graphs may keep together, less what the graphs
-        were measured to save beyond their dry runs' figures (`unseen`)."""
+        """The saved bytes the round's graphs may keep together."""
         if self.peak is not None:
             return self.peak.saved_limit(self.round)
-        # What the graphs save beyond their dry runs is saved unmodified too (Inductor's
-        # copies of convolution weights): a fraction is of both, and both count in it.
-        total = sum(g.before for g in self.round) + self.unseen
-        return target_bytes(self.budget, total) - self.unseen
+        return target_bytes(self.budget, sum(g.before for g in self.round))
 
-    def measured(self, saved: int) -> str:
-        """A budget's round that met its target by the dry runs' figures, against what
-        saved_tensors_hooks counted the compiled graphs saving in its forward (`saved`):
-        "met", or where more was saved than the dry runs count, that excess taken off
-        the target and settle()'s verdict on it."""
-        kept = sum(g.kept for g in self.round)
+    def measured(self, saved: int) -> None:
+        """A budget's round met by the dry runs' figures, against what saved_tensors_hooks
+        counted the compiled graphs saving in its forward (`saved`): where that is over
+        the target, a record and a warning say so. Not a re-plan: on small graphs the
+        excess (10 KB of 158 KB in test_compile_budget.py, a coupling graph's 121 KB) is
+        not yet understood, and a re-plan on it refused budgets that trained before."""
         self.saved_measured = saved
-        if saved <= self._target():
-            return "met"
-        self.unseen = max(self.unseen, saved - kept)
+        target = self._target()
+        if saved <= target:
+            return
+        kept = sum(g.kept for g in self.round)
+        text = (
+            f"measured: the compiled graphs saved {saved:,} B in the planning forward "
+            f"(saved_tensors_hooks), over the target {target:,} B: {saved - kept:,} B more "
+            "than the dry runs count"
+        )
         for g in self.round:
-            g.records.append(
-                budget_note(
-                    f"measured: the compiled graphs saved {saved:,} B in the forward "
-                    f"(saved_tensors_hooks), {saved - kept:,} B more than the dry runs count; "
-                    "the target lowered by that for the next round",
-                    kept,
-                    saved,
-                )
-            )
-        return self.settle()
+            g.records.append(budget_note(text, kept, saved))
+        warnings.warn("memslim: memory_budget " + text)
 
     def settle(self) -> str:
         """After a round's forward: "met", "replan" (shares set for another round) or
@@ -278,8 +271,8 @@ class ModelTarget:
         return sum(self.floors.get(g.slot, g.kept) for g in self.round)
 
     def error(self) -> BudgetError:
-        total = sum(g.before for g in self.round) + self.unseen
-        target = self._target() + self.unseen
+        total = sum(g.before for g in self.round)
+        target = self._target()
         parts = "; ".join(
             f"graph {i}: {g.kept:,} of {g.before:,} B" + (" (its smallest)" if g.at_floor else "")
             for i, g in enumerate(self.round)
@@ -295,16 +288,11 @@ class ModelTarget:
             )
             e.reachable = least
             return e
-        if self.unseen:
-            parts += (
-                f"; measured in the forward: {self.saved_measured:,} B saved, {self.unseen:,} B "
-                "beyond the dry runs' figures"
-            )
         return BudgetError(
             f"memory_budget {self.budget:g} for the model ({target:,} B of the {total:,} B "
             f"its {len(self.round)} graph(s) keep unmodified) cannot be met: the smallest "
-            f"reachable found is {self.smallest() + self.unseen:,} B "
-            f"({(self.smallest() + self.unseen) / max(total, 1):.3f} "
+            f"reachable found is {self.smallest():,} B "
+            f"({self.smallest() / max(total, 1):.3f} "
             f"of the unmodified; {parts}); take that plan with "
             "memslim.compile(..., on_unreachable='warn')"
         )
@@ -314,8 +302,8 @@ class ModelTarget:
         self.verdict = verdict
         self.settled = {g.slot: (g.kept / g.before if g.before else 1.0) for g in self.round}
 
-        total = sum(g.before for g in self.round) + self.unseen
-        kept = sum(g.kept for g in self.round) + self.unseen
+        total = sum(g.before for g in self.round)
+        kept = sum(g.kept for g in self.round)
         what = (
             f"memory_budget {self.budget:g}"
             + (
@@ -330,7 +318,7 @@ class ModelTarget:
         )
         text = (
             f"the model: {kept:,} B kept of the {total:,} B its {len(self.round)} graph(s) "
-            f"keep unmodified, target {self._target() + self.unseen:,} B ({what}): "
+            f"keep unmodified, target {self._target():,} B ({what}): "
             + {
                 "met": "met",
                 "unreachable": "not met; the smallest reachable plan taken (on_unreachable='warn')",
@@ -710,8 +698,8 @@ def planned(forward, target: ModelTarget, model):
             if verdict == "met" and saved is not None:
                 # The dry runs' figures against what the graphs saved: a plan whose
                 # graphs save more than the partitions say (resnet18_gelu at 0.5: 45.6 MB
-                # measured, 1.56 MB planned) is not met.
-                verdict = target.measured(saved.bytes())
+                # measured, 1.56 MB planned) is said so, not met silently.
+                target.measured(saved.bytes())
             if verdict == "idle":
                 target.rounds -= 1
                 return out
