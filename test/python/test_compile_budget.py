@@ -279,7 +279,9 @@ def test_budget_met_as_it_is_rewrites_nothing():
     torch._dynamo.reset()
     ours = memslim.compile(model, memory_budget=1.0, strict=True)
     _step(ours, x)
-    notes = _budget_notes(ours)
+    # The planning forward's measure may add its own record (this model's graph saves
+    # 10,080 B beyond its dry run's 158,080 B: docs/facts.md); the plan's notes say met.
+    notes = [d for d in _budget_notes(ours) if not d.text.startswith("measured:")]
     assert notes and all("met as it is, nothing rewritten" in d.text for d in notes)
 
 
