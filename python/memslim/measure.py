@@ -9,6 +9,7 @@ parameter gradients and buffers are restored afterwards.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Dict, Iterable
 
 import torch
@@ -51,14 +52,28 @@ class _SavedRecorder:
         return t
 
 
-def _measure(model: Callable, inputs, warmup: int, kwargs=None):
-    kwargs = kwargs or {}
+@contextlib.contextmanager
+def _state_kept(model):
+    """The model's parameters' gradients and its buffers as they were after the block
+    (measuring steps train; the user's module must not see them)."""
     params = _params_of(model)
     saved_grads = [p.grad for p in params]
     buffers = []
     if isinstance(model, torch.nn.Module):
         buffers = [(b, b.detach().clone()) for b in model.buffers()]
     try:
+        yield params
+    finally:
+        for p, g in zip(params, saved_grads):
+            p.grad = g
+        with torch.no_grad():
+            for b, v in buffers:
+                b.copy_(v)
+
+
+def _measure(model: Callable, inputs, warmup: int, kwargs=None):
+    kwargs = kwargs or {}
+    with _state_kept(model) as params:
         for _ in range(warmup):
             _run_backward(model(*inputs, **kwargs))
         rec = _SavedRecorder(params)
@@ -66,12 +81,6 @@ def _measure(model: Callable, inputs, warmup: int, kwargs=None):
             out = model(*inputs, **kwargs)
         del out
         return rec
-    finally:
-        for p, g in zip(params, saved_grads):
-            p.grad = g
-        with torch.no_grad():
-            for b, v in buffers:
-                b.copy_(v)
 
 
 def saved_bytes(model: Callable, *inputs, warmup: int = 2) -> int:

@@ -114,39 +114,27 @@ def optimize(
             "memslim.optimize: expected an nn.Module or a scripted module, "
             f"got {type(model).__name__}"
         )
+
+    def run(p):
+        return _run(scripted, method_list, pass_list, pipeline, args, kwargs, p)
+
+    notes: List[Decision] = []
     if peak_memory is not None:
         if "forward" not in method_list:
             raise ValueError(
                 "memslim.optimize: peak_memory plans the forward: methods must name it"
             )
+        # The step's peak, held to measure (budget.torchscript.meet_script_peak).
         optimized, notes = meet_script_peak(
-            model,
-            scripted,
-            lambda p: _run(scripted, method_list, pass_list, pipeline, args, kwargs, p),
-            args,
-            kwargs,
-            policy,
-            peak_memory,
-            optimizer,
+            model, scripted, run, args, kwargs, policy, peak_memory, optimizer
         )
-        records.lookup(optimized).last()[:0] = front
-        records.lookup(optimized).last().extend(notes)
-        return optimized
-    if policy["memory_budget"] is not None and (args or kwargs) and "forward" in method_list:
+    elif policy["memory_budget"] is not None and (args or kwargs) and "forward" in method_list:
         # The budget planner's TorchScript way (budget.torchscript), held to measured bytes.
-        optimized, notes = meet_script_budget(
-            model,
-            scripted,
-            lambda p: _run(scripted, method_list, pass_list, pipeline, args, kwargs, p),
-            args,
-            kwargs,
-            policy,
-        )
-        records.lookup(optimized).last()[:0] = front
-        records.lookup(optimized).last().extend(notes)
-        return optimized
-    optimized = _run(scripted, method_list, pass_list, pipeline, args, kwargs, policy)
+        optimized, notes = meet_script_budget(model, scripted, run, args, kwargs, policy)
+    else:
+        optimized = run(policy)
     records.lookup(optimized).last()[:0] = front
+    records.lookup(optimized).last().extend(notes)
     return optimized
 
 

@@ -69,11 +69,7 @@ def _distinct_storage_bytes(vals, exclude=frozenset()) -> int:
         if key is None or key in exclude or key in seen:
             continue
         seen.add(key)
-        try:
-            n = fx._hint(v.untyped_storage().nbytes())
-        except Exception:  # noqa: BLE001
-            n = None
-        total += n if n is not None else _nbytes(v)
+        total += _storage_nbytes(v)
     return total
 
 

@@ -95,30 +95,16 @@ def _step_peak(module, args, kwargs, resident: int, warmup: int = 2):
     """The peak of one training step of `module` (after `warmup` steps: a ScriptModule's
     first calls run a profiling plan), measured as budget.model measures memslim.compile's
     verifying step; gradients, buffers and the RNG put back as they were."""
-    from ..measure import _params_of, _run_backward, _tensors
+    from ..measure import _run_backward, _state_kept, _tensors
     from .model import _measure_step
 
-    params = _params_of(module)
-    grads = [p.grad for p in params]
-    buffers = (
-        [(b, b.detach().clone()) for b in module.buffers()]
-        if isinstance(module, torch.nn.Module)
-        else []
-    )
     devices = sorted({t.device.index or 0 for t in _tensors(args, kwargs) if t.is_cuda})
-    try:
-        with torch.random.fork_rng(devices=devices):
-            for _ in range(warmup):
-                _run_backward(module(*args, **kwargs))
-            for p in params:
-                p.grad = None
-            return _measure_step(module, args, kwargs, resident)
-    finally:
-        for p, g in zip(params, grads):
-            p.grad = g
-        with torch.no_grad():
-            for b, v in buffers:
-                b.copy_(v)
+    with _state_kept(module) as params, torch.random.fork_rng(devices=devices):
+        for _ in range(warmup):
+            _run_backward(module(*args, **kwargs))
+        for p in params:
+            p.grad = None
+        return _measure_step(module, args, kwargs, resident)
 
 
 def meet_script_peak(
