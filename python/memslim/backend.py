@@ -28,6 +28,7 @@ rewriting pass kept only where Inductor then keeps fewer bytes with it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
@@ -254,7 +255,23 @@ def _keep_rewrites(
     return decisions, rewrote, {}
 
 
-def backend(
+def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """The torch.compile backend (registered as "memslim"): _backend with the user's
+    saved_tensors_hooks deferred while it traces, partitions and compiles, as AOTAutograd
+    defers them (a hook of the user's, CPU offloading or a counter, would otherwise run on
+    memslim's fake tensors: one that reads data_ptr made every graph fall back)."""
+    with _user_hooks_deferred():
+        return _backend(gm, example_inputs, **kwargs)
+
+
+def _user_hooks_deferred():
+    import torch._dynamo.utils
+
+    hooks = getattr(torch._dynamo.utils, "_disable_saved_tensors_hooks_during_tracing", None)
+    return hooks() if hooks is not None else contextlib.nullcontext()
+
+
+def _backend(
     gm: torch.fx.GraphModule,
     example_inputs,
     *,

@@ -196,3 +196,81 @@ def test_only_unused_training_dropouts_before_a_draw_become_draws(fallback_rando
         want = _three_dropouts(x, y)
         torch.manual_seed(0)
         torch.testing.assert_close(gm(x, y), want)  # the same draws, in the same order
+
+
+# Saved inputs as they are: under layout optimisation (always on the CPU with mkldnn)
+# Inductor returns a channels-last copy of each forward output that feeds a convolution,
+# the convolution's weight among them, kept until backward (resnet18 with GELU, 8 x 3 x
+# 32 x 32: 44 MB of weight copies beside 3 MB of activations, 2026-11-29).
+class _TwoConvs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.b = torch.nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(F.gelu(self.a(x)))
+
+
+def _saved_weight_copies(model, m, x):
+    """(saved tensors shaped as a weight but in storages of their own, gradients)."""
+    params = {p.untyped_storage().data_ptr() for p in m.parameters()}
+    shapes = {tuple(p.shape) for p in m.parameters() if p.dim() == 4}
+    copies = []
+
+    def pack(t):
+        if tuple(t.shape) in shapes and t.untyped_storage().data_ptr() not in params:
+            copies.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        grads = torch.autograd.grad(model(x).square().sum(), list(m.parameters()))
+    return copies, grads
+
+
+def test_plain_compile_keeps_copies_of_convolution_weights():
+    m, x = _TwoConvs(), torch.randn(2, 3, 8, 8)
+    torch._dynamo.reset()
+    copies, _ = _saved_weight_copies(torch.compile(m), m, x)
+    assert sorted(copies) == [(16, 3, 3, 3), (16, 16, 3, 3)]  # why the guard exists
+
+
+@pytest.mark.parametrize("budget", [None, 0.5])
+def test_compile_saves_convolution_weights_not_copies(budget):
+    m, x = _TwoConvs(), torch.randn(2, 3, 8, 8)
+    _, want = _saved_weight_copies(m, m, x)
+    torch._dynamo.reset()
+    model = memslim.compile(m, strict=True, memory_budget=budget)
+    copies, got = _saved_weight_copies(model, m, x)
+    assert copies == []
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_keep_inputs_as_they_are_marks_only_inputs_returned():
+    gm = make_fx(lambda w, x: (x * 2, w, x), tracing_mode="fake")(torch.randn(4), torch.randn(4))
+    out = gm.graph.find_nodes(op="output")[0]
+    out.meta["original_output_strides"] = [(1,), (1,), (1,)]
+    out.meta["user_visible_output_idxs"] = [0]
+    assert inductor_guards.keep_inputs_as_they_are(gm.graph) == 2
+    assert out.meta["user_visible_output_idxs"] == [0, 1, 2]
+    del out.meta["user_visible_output_idxs"]  # not set by compile_fx: nothing to do
+    assert inductor_guards.keep_inputs_as_they_are(gm.graph) == 0
+
+
+def test_a_users_saved_tensors_hooks_do_not_run_while_memslim_compiles():
+    """A hook of the user's that reads data_ptr (CPU offloading, a counter) ran on
+    memslim's fake tensors while the backend traced: every graph fell back to Inductor."""
+    m, x = _TwoConvs(), torch.randn(2, 3, 8, 8)
+    packed = []
+
+    def pack(t):
+        packed.append(t.untyped_storage().data_ptr())
+        return t
+
+    torch._dynamo.reset()
+    model = memslim.compile(m, strict=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x).sum().backward()
+    assert packed  # the compiled function's saves, at run time
