@@ -105,7 +105,7 @@ def test_budget_counts_the_chains_and_is_met():
     # The target is 0.3 of what Inductor's partitioner keeps for the unmodified graph.
     target, whole = (int(w.replace(",", "")) for w in re.findall(r"([\d,]+) B", plan[0].text)[:2])
     assert target == int(0.3 * whole) and whole > 0.5 * memslim.saved_bytes(ref, x)
-    assert kept <= target, (kept, target)
+    assert 0 < kept <= target, (kept, target)  # 0: the budget's measure hid the saves
 
 
 def test_export_front_end_refuses_invertible_couplings_by_name():

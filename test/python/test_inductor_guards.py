@@ -259,18 +259,22 @@ def test_keep_inputs_as_they_are_marks_only_inputs_returned():
     assert inductor_guards.keep_inputs_as_they_are(gm.graph) == 0
 
 
-def test_a_users_saved_tensors_hooks_do_not_run_while_memslim_compiles():
+@pytest.mark.parametrize("budget", [None, 0.5])
+def test_a_users_saved_tensors_hooks_see_the_first_steps_saves(budget):
     """A hook of the user's that reads data_ptr (CPU offloading, a counter) ran on
-    memslim's fake tensors while the backend traced: every graph fell back to Inductor."""
+    memslim's fake tensors while the backend traced: every graph fell back to Inductor.
+    Under a budget the planning forward's own measuring hooks hid every save from the
+    user's (hooks are a stack, the top one packs)."""
     m, x = _TwoConvs(), torch.randn(2, 3, 8, 8)
-    packed = []
-
-    def pack(t):
-        packed.append(t.untyped_storage().data_ptr())
-        return t
-
     torch._dynamo.reset()
-    model = memslim.compile(m, strict=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(x).sum().backward()
-    assert packed  # the compiled function's saves, at run time
+    model = memslim.compile(m, strict=True, memory_budget=budget)
+    for _ in range(2):  # the compiling, planning step and the next
+        packed = []
+
+        def pack(t):
+            packed.append(t.untyped_storage().data_ptr())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(x).sum().backward()
+        assert packed  # the compiled function's saves, at run time

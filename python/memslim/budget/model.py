@@ -582,6 +582,15 @@ def _sharded(model) -> bool:
     return any(hasattr(p, "_local_tensor") or hasattr(p, "device_mesh") for p in params)
 
 
+def _users_hooks() -> bool:
+    """Whether saved_tensors_hooks of the user's are active (CPU offloading, a counter):
+    the planning forward's measure is not made under them. Hooks are a stack whose top
+    alone packs, so the measure's own hooks would hide every tensor from the user's
+    (memslim.saved_bytes counted 0 B for a coupling RevNet under a budget, 2026-11-29)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return top is not None and top(True) is not None
+
+
 def _key(t):
     """measure._storage_key, None where the storage cannot be read."""
     from ..measure import _storage_key
@@ -685,7 +694,8 @@ def planned(forward, target: ModelTarget, model):
         while True:
             target.round, target.active = [], True
             target.rounds += 1
-            saved = _CompiledSaved(model) if target.peak is None and not _sharded(model) else None
+            measure = target.peak is None and not _sharded(model) and not _users_hooks()
+            saved = _CompiledSaved(model) if measure else None
             try:
                 if saved is None:
                     out = forward(*args, **kwargs)
