@@ -46,7 +46,10 @@ def _gelu(m: nn.Module) -> nn.Module:
 
 
 MODELS = {
-    "resnet18_gelu 8x3x32x32": (lambda: _gelu(torchvision.models.resnet18(num_classes=10)), (8, 3, 32, 32)),
+    "resnet18_gelu 8x3x32x32": (
+        lambda: _gelu(torchvision.models.resnet18(num_classes=10)),
+        (8, 3, 32, 32),
+    ),
     "resnet18 32x3x64x64": (lambda: torchvision.models.resnet18(num_classes=10), (32, 3, 64, 64)),
     "resnet50 8x3x64x64": (lambda: torchvision.models.resnet50(num_classes=10), (8, 3, 64, 64)),
 }
@@ -86,7 +89,10 @@ def run(name, reps):
         saved = memslim.saved_bytes(c, x)
         first = time.perf_counter() - t
         grads = torch.autograd.grad(c(x).square().mean(), list(m.parameters()))
-        diff = max(((g - r).abs().max() / r.abs().max().clamp_min(1e-30)).item() for g, r in zip(grads, ref))
+        diff = max(
+            ((g - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
+            for g, r in zip(grads, ref)
+        )
         m.zero_grad(set_to_none=True)
         peak = step_peak_bytes(lambda c=c: _step(c, x))
         m.zero_grad(set_to_none=True)
@@ -112,7 +118,9 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     day = datetime.date.today().isoformat()
     lines = [
         f"# Convolution weights saved as they are ({day}, commit {commit}, torch {torch.__version__}, "
