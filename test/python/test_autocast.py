@@ -111,26 +111,10 @@ BASELINE = {
     "optimize": "torch.jit.script",
 }
 
-# Known wrong, by (model, way, check): strict, so a fix shows up as XPASS.
-_ACT_LINEAR = (
-    "memslim::act_linear (fuse-activation-consumer) has no Autocast kernel "
-    "(runtime/autocast_ops.cpp has gated_linear's and linear_cross_entropy's only): the "
-    "exported program's op runs its linear in bf16 under autocast and its backward, "
-    "outside autocast, meets float32 saved tensors (test_act_consumer_ops.py's xfail)"
-)
-_CAST_AS_VIEW = (
-    "TorchScript's autocast pass puts aten::_autocast_to_reduced_precision between the "
-    "activation (GELU, SiLU) and the next linear; its schema says `Tensor(a) -> Tensor(a)`, "
-    "so the core's kept_by_other (passes/core/saved_tensors.cpp, is_view_of_input) takes "
-    "the cast for a view and prices memslim's output as kept by the linear: the rewrite "
-    "keeps the float32 output and its bits where the linear keeps a bf16 copy (the MLP: "
-    "priced -507,904 B, measured +17,624 B against the scripted module)"
-)
-KNOWN = {
-    ("mlp", "export", "runs"): _ACT_LINEAR,
-    ("mlp", "optimize", "saved"): _CAST_AS_VIEW,
-    ("tiny_decoder", "optimize", "saved"): _CAST_AS_VIEW,
-}
+# Known wrong, by (model, way, check): strict, so a fix shows up as XPASS. Empty since
+# act_linear / act_conv*d got their Autocast kernels (runtime/autocast_ops.cpp) and the
+# core stopped taking a cast to another dtype for a view (saved::is_view_of_input).
+KNOWN: dict = {}
 
 
 @functools.lru_cache(maxsize=None)
