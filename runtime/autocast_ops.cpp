@@ -105,8 +105,8 @@ struct Autocast {
                                            c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymInt,
                                            c10::string_view, at::ArrayRef<double>)>();
     const at::Tensor cw = cast(w);
-    return op.call(act_input(h, act, cw), cw, cast(b), stride, padding, dilation,
-                   std::move(groups), act, params);
+    return op.call(act_input(h, act, cw), cw, cast(b), stride, padding, dilation, std::move(groups),
+                   act, params);
   }
 };
 

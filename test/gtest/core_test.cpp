@@ -523,8 +523,8 @@ TEST(Core, AutocastCastToAnotherDtypeIsACopy) {
   %q : Float(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::_autocast_to_full_precision(%y, %no, %yes)
   %o : Float(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::linear(%q, %w, %none)
   return (%o))IR");
-  const auto s = same.view->producer(
-      same.view->input(NormSite::node_named_in(*same.view, "aten::linear"), 0));
+  const auto s =
+      same.view->producer(same.view->input(NormSite::node_named_in(*same.view, "aten::linear"), 0));
   EXPECT_FALSE(memslim::saved::casts_to_another_dtype(*same.view, s));
   EXPECT_TRUE(memslim::saved::is_view_of_input(*same.view, s, 0));
   EXPECT_TRUE(same.kept(true));
