@@ -7,7 +7,10 @@ recomputed), but gelu's gradients on dense fp32 / fp64 CPU tensors: there the
 backward recomputes gelu and its derivative in one pass of the kernels library
 (act_with_derivative), aten's formulas (fp32: its erf form), held to aten's own
 error against fp64; saved bytes hold h, not act(h); opcheck; torch.compile with
-dynamic shapes; double backward raises.
+dynamic shapes; double backward raises. Under CPU bf16 autocast (backward outside
+it): aten's output bit for bit, gradients within twice aten bf16's distance to fp64,
+h kept instead of autocast's bf16 copy of act(h), opcheck, float64 h refused as aten
+refuses it.
 """
 
 import pytest
