@@ -14,6 +14,10 @@
 // conv -> norm -> act -> conv keeps one tensor, for every activation, ReLU
 // included, and without inverting anything.
 // Double backward is not supported (a create_graph backward raises).
+// Dtypes: act(h) is computed in h's dtype and cast to the weight's where they
+// differ, as autocast casts a linear / conv's input: the op's Autocast kernels
+// (autocast_ops.cpp) pass h as the model made it and autocast's copies of the
+// weight and bias, so a bf16 step keeps h and recomputes act(h)'s bf16 copy.
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/Functions.h>
@@ -113,8 +117,15 @@ struct ConsumerCall {
   bool has_bias = true; // an absent bias travels as an empty tensor (see norm_ops.cpp)
 };
 
-at::Tensor consumer_forward(const at::Tensor& a, const at::Tensor& w, const at::Tensor& b,
+// act(h) as the consumer reads it: cast to the weight's dtype where it differs
+// (autocast's cast of a linear / conv input; h stays as the model made it).
+at::Tensor consumer_input(const at::Tensor& a, const at::Tensor& w) {
+  return a.scalar_type() == w.scalar_type() ? a : a.to(w.scalar_type());
+}
+
+at::Tensor consumer_forward(const at::Tensor& act_h, const at::Tensor& w, const at::Tensor& b,
                             const ConsumerCall& c) {
+  const at::Tensor a = consumer_input(act_h, w);
   const std::optional<at::Tensor> bias = b.defined() ? std::optional<at::Tensor>(b) : std::nullopt;
   switch (c.spatial) {
     case 0:
@@ -168,24 +179,28 @@ struct ActConsumerFunction : public torch::autograd::Function<ActConsumerFunctio
       std::tie(a, da) = *ad;
     else
       a = act_recompute(h, act, params);
+    // The consumer's input: act(h) in the weight's dtype (a copy under autocast).
+    const at::Tensor ac = consumer_input(a, w);
     at::Tensor ga, gw, gb;
     if (spatial == 0) {
       const int64_t out_f = w.size(0);
       const at::Tensor g2 = g.reshape({-1, out_f});
       if (need_h) ga = g.matmul(w);
-      if (need_w) gw = g2.t().mm(a.reshape({-1, a.size(-1)}));
+      if (need_w) gw = g2.t().mm(ac.reshape({-1, ac.size(-1)}));
       if (need_b) gb = g2.sum(0);
     } else {
       std::vector<c10::SymInt> zeros(spatial, 0);
       std::optional<std::vector<c10::SymInt>> bias_sizes;
       if (has_bias) bias_sizes = ctx->saved_data["bias_sizes"].toSymIntVector();
       auto [gi, gww, gbb] = at::convolution_backward_symint(
-          g, a, w, bias_sizes ? at::OptionalSymIntArrayRef(*bias_sizes) : std::nullopt,
+          g, ac, w, bias_sizes ? at::OptionalSymIntArrayRef(*bias_sizes) : std::nullopt,
           ctx->saved_data["stride"].toSymIntVector(), ctx->saved_data["padding"].toSymIntVector(),
           ctx->saved_data["dilation"].toSymIntVector(), false, zeros,
           ctx->saved_data["groups"].toSymInt(), {need_h, need_w, need_b});
       ga = gi, gw = gww, gb = gbb;
     }
+    // The cast's backward: act(h)'s gradient in h's dtype, as autograd casts it.
+    if (ga.defined() && ga.scalar_type() != h.scalar_type()) ga = ga.to(h.scalar_type());
     at::Tensor gh =
         !need_h ? at::Tensor()
         : da.defined()

@@ -48,6 +48,8 @@ const std::set<std::string> kKeepsNothing = {
     "aten::feature_dropout",
     "aten::alpha_dropout",
     "aten::to",
+    "aten::_autocast_to_reduced_precision", // TorchScript's autocast casts: the
+    "aten::_autocast_to_full_precision",    // gradient is cast back, nothing kept
     "aten::detach",
     "aten::clone",
     "aten::zeros_like",
@@ -256,7 +258,8 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::s
     const NodeRef u = use.user;
     if (except.count(u)) continue;
     if (surely && g.owner(u) != where) continue;
-    if (keeps_input(g, u, use.index) && !(surely && keeps_copy_of_input(g, u, use.index))) {
+    if (keeps_input(g, u, use.index) && !keeps_cast_copy_of_input(g, u, use.index) &&
+        !(surely && keeps_copy_of_input(g, u, use.index))) {
       if (who) *who = g.kind(u);
       return true;
     }
@@ -318,7 +321,36 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except, std::s
   return false;
 }
 
+bool keeps_cast_copy_of_input(const GraphView& g, NodeRef user, size_t index) {
+  const std::string k = g.kind(user);
+  // autocast's lower-precision ops among those keeping their inputs (not mul / div).
+  if (!kKeepsAll.count(k) && k != "aten::addmm") return false;
+  if (k == "aten::mul" || k == "aten::div") return false;
+  if (!g.num_outputs(user) || index >= g.num_inputs(user)) return false;
+  const ValueRef in = g.input(user, index);
+  if (!g.is_tensor(in)) return false;
+  const auto from = g.dtype(in);
+  const auto to = g.dtype(g.output(user, 0));
+  return from && to && *from != *to && (*to == at::kBFloat16 || *to == at::kHalf) &&
+         c10::isFloatingType(*from);
+}
+
+bool casts_to_another_dtype(const GraphView& g, NodeRef n) {
+  const std::string k = g.kind(n);
+  if (k != "aten::_autocast_to_reduced_precision" && k != "aten::_autocast_to_full_precision" &&
+      k != "aten::to")
+    return false;
+  if (!g.num_inputs(n) || !g.num_outputs(n)) return false;
+  const auto from = g.dtype(g.input(n, 0));
+  const auto to = g.dtype(g.output(n, 0));
+  return from && to && *from != *to;
+}
+
 bool is_view_of_input(const GraphView& g, NodeRef n, size_t index) {
+  return may_alias_input(g, n, index) && !(index == 0 && casts_to_another_dtype(g, n));
+}
+
+bool may_alias_input(const GraphView& g, NodeRef n, size_t index) {
   const c10::FunctionSchema* s = g.schema(n);
   if (!s || s->returns().empty() || index >= s->arguments().size()) return false;
   const c10::AliasInfo* out = s->returns()[0].alias_info();

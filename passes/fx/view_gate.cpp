@@ -24,7 +24,7 @@ ValueRef ViewGate::storage_root(ValueRef v) const {
   for (int guard = 0; guard < 100000; ++guard) {
     const NodeRef p = g_.producer(v);
     if (!p || g_.is_input(v) || g_.num_inputs(p) == 0) return v;
-    if (saved::is_view_of_input(g_, p, 0) || may_return_input(g_, p) ||
+    if (saved::may_alias_input(g_, p, 0) || may_return_input(g_, p) ||
         saved::returns_written_first(g_.schema(p))) {
       v = g_.input(p, 0);
       continue;

@@ -53,7 +53,7 @@ bool SavedTensorAnalysis::kept_by_other(const Value* v,
 }
 
 bool SavedTensorAnalysis::is_view_of_input(const Node* n, size_t index) {
-  return saved::is_view_of_input(view(), JitGraphView::ref(n), index);
+  return saved::may_alias_input(view(), JitGraphView::ref(n), index);
 }
 
 namespace {

@@ -9,15 +9,14 @@ no more bytes than with it, the pass stays out of the graph; its sites get a `ke
 saying so, and one note per graph gives both figures. What is left is compiled where it
 keeps fewer bytes than the unmodified graph (a subset of a pipeline that lost as a whole
 can pay).
-Why: the core prices a site by what the graph's ops keep, and a graph traced above autocast
-does not show autocast's casts: a linear reading a float32 norm output keeps autocast's
-bf16 copy, not the output, so output-saving-norms there keeps the float32 output on top
-(a decoder block in bf16: 31,744 B more than without the pass, while the pipeline as a whole
-still freed bytes). A 16-bit rewrite is also slower than Inductor's fused re-run
-(bench/results/op_speed*.md; bench/results/autocast_bf16_2026-11-29.md), so one that buys
-no bytes is a loss. The cost model's fix (autocast's casts seen at the consumers) is C++
-(passes/core/saved_tensors.cpp); this measures instead, and only 16-bit graphs pay the
-dry runs.
+Why: a 16-bit rewrite is slower than Inductor's fused re-run (bench/results/op_speed*.md;
+bench/results/autocast_bf16_2026-11-29.md), so one that frees nothing beyond Inductor's
+own plan (fuse-gated-mlp in a bf16 decoder block) is a loss, which the core's price cannot
+see. What autocast's casts do to a site the price now tells (passes/core/saved_tensors.cpp:
+a 16-bit linear / conv keeps its cast copy of a float32 input), so a pass the price
+refuses there (output-saving-norms on a float32 norm before a linear: 31,744 B more under
+Inductor when it was priced as free) rewrites nothing and costs no dry run. Only 16-bit
+graphs pay the dry runs.
 """
 
 from __future__ import annotations
@@ -98,9 +97,8 @@ def keep_paying_passes(gm, example_inputs, policy, passes: List[str], decisions)
     left = any(d.verdict == "rewrote" for d in plan) and after < before
     for p, n, with_it, without in dropped:
         cost = (
-            "it adds bytes here: in a graph traced above autocast the core does not see "
-            "autocast's casts, and a consumer it prices as keeping a value keeps a 16-bit "
-            "copy of it"
+            "it adds bytes here: Inductor's partitioner keeps more with it than the core's "
+            "price of its sites says"
             if without < with_it
             else "it frees nothing beyond Inductor's own plan, and its 16-bit kernels add time"
         )

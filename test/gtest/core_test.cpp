@@ -493,6 +493,67 @@ TEST(Core, LinearKeepsACopyOfANonContiguousInput) {
   EXPECT_TRUE(v.decide().rewrite()) << v.decide().decision.text;
 }
 
+TEST(Core, AutocastCastToAnotherDtypeIsACopy) {
+  // TorchScript's autocast pass casts the norm output to bf16 for the linear:
+  // `_autocast_to_reduced_precision(Tensor(a) self, ...) -> Tensor(a)` says
+  // alias because a same-dtype cast returns its input, but Float -> BFloat16
+  // is a new tensor: the linear keeps the copy, nobody keeps y (the MLP's GELU
+  // before fc2 was priced -507,904 B and measured +17,624 B). The gate's alias
+  // rules still see a possible alias.
+  const std::string cast = R"IR(
+  %no : bool = prim::Constant[value=0]()
+  %yes : bool = prim::Constant[value=1]()
+  %bf : int = prim::Constant[value=15]()
+  %wb : BFloat16(16, 16, strides=[16, 1], device=cpu) = aten::_autocast_to_reduced_precision(%w, %no, %yes, %bf, %bf)
+)IR";
+  NormSite copy(cast + R"IR(
+  %q : BFloat16(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::_autocast_to_reduced_precision(%y, %no, %yes, %bf, %bf)
+  %o : BFloat16(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::linear(%q, %wb, %none)
+  return (%o))IR");
+  const auto c = NormSite::node_named_in(*copy.view, "aten::linear");
+  const auto q = copy.view->producer(copy.view->input(c, 0));
+  EXPECT_TRUE(memslim::saved::casts_to_another_dtype(*copy.view, q));
+  EXPECT_FALSE(memslim::saved::is_view_of_input(*copy.view, q, 0));
+  EXPECT_TRUE(memslim::saved::may_alias_input(*copy.view, q, 0));
+  EXPECT_FALSE(copy.kept(false));
+  EXPECT_FALSE(copy.kept(true));
+  // A no-op cast (the value already bf16, or a Float -> Float one) returns its
+  // input: the linear keeps y's own storage.
+  NormSite same(cast + R"IR(
+  %q : Float(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::_autocast_to_full_precision(%y, %no, %yes)
+  %o : Float(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::linear(%q, %w, %none)
+  return (%o))IR");
+  const auto s =
+      same.view->producer(same.view->input(NormSite::node_named_in(*same.view, "aten::linear"), 0));
+  EXPECT_FALSE(memslim::saved::casts_to_another_dtype(*same.view, s));
+  EXPECT_TRUE(memslim::saved::is_view_of_input(*same.view, s, 0));
+  EXPECT_TRUE(same.kept(true));
+}
+
+TEST(Core, A16BitLinearKeepsItsCastCopyOfAFloatInput) {
+  // A graph traced above autocast (torch.compile, torch.export) shows no casts:
+  // the linear reads the float32 norm output and makes bf16. It keeps
+  // autocast's bf16 copy, not y: y is kept by nobody, and output-saving-norms
+  // would keep the float32 y on top (a decoder block: +31,744 B under Inductor).
+  NormSite b(R"IR(
+  %o : BFloat16(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::linear(%y, %w, %none)
+  return (%o))IR");
+  const auto lin = NormSite::node_named_in(*b.view, "aten::linear");
+  EXPECT_TRUE(memslim::saved::keeps_input(*b.view, lin, 0));
+  EXPECT_TRUE(memslim::saved::keeps_cast_copy_of_input(*b.view, lin, 0));
+  EXPECT_FALSE(b.kept(false));
+  EXPECT_FALSE(b.kept(true));
+  EXPECT_FALSE(b.decide().rewrite()) << b.decide().decision.text;
+  // In float32 it keeps y itself.
+  NormSite f(R"IR(
+  %o : Float(8, 4, 16, strides=[64, 16, 1], device=cpu) = aten::linear(%y, %w, %none)
+  return (%o))IR");
+  EXPECT_FALSE(memslim::saved::keeps_cast_copy_of_input(
+      *f.view, NormSite::node_named_in(*f.view, "aten::linear"), 0));
+  EXPECT_TRUE(f.kept(true));
+  EXPECT_TRUE(f.decide().rewrite()) << f.decide().decision.text;
+}
+
 TEST(Core, NormOutputKeptOnlyInABranchIsNotKeptAnyway) {
   // nn.TransformerEncoder's last norm output: its only keeper is the
   // nested-tensor branch's to_padded_tensor, which a training step never runs

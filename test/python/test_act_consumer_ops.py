@@ -7,7 +7,10 @@ recomputed), but gelu's gradients on dense fp32 / fp64 CPU tensors: there the
 backward recomputes gelu and its derivative in one pass of the kernels library
 (act_with_derivative), aten's formulas (fp32: its erf form), held to aten's own
 error against fp64; saved bytes hold h, not act(h); opcheck; torch.compile with
-dynamic shapes; double backward raises.
+dynamic shapes; double backward raises. Under CPU bf16 autocast (backward outside
+it): aten's output bit for bit, gradients within twice aten bf16's distance to fp64,
+h kept instead of autocast's bf16 copy of act(h), opcheck, float64 h refused as aten
+refuses it.
 """
 
 import pytest
@@ -213,28 +216,99 @@ def test_double_backward_raises():
         torch.autograd.grad(y.sum(), h, create_graph=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memslim::act_linear has no Autocast kernel: under CPU "
-    "autocast its forward runs the linear in bf16 (aten's autocast inside the op) "
-    "and its backward, run outside autocast as training loops do, meets fp32 "
-    "saved tensors. Found by the probe (python -m memslim ... --dtype bf16, "
-    "torch.export way); the bf16 issue (autocast end to end) owns the fix.",
-)
-def test_act_linear_under_autocast_backward_outside_autocast():
-    torch.manual_seed(0)
-    h = torch.randn(8, 32, requires_grad=True)
-    w = torch.randn(4, 32, requires_grad=True)
-    b = torch.randn(4, requires_grad=True)
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+# (consumer, aten form of consumer(act(h)), op call, h's shape, w's shape)
+_AUTOCAST_CONSUMERS = {
+    "linear": (F.linear, lambda h, w, b, a, p: M.act_linear(h, w, b, a, p), (16, 32), (8, 32)),
+    "conv2d": (
+        lambda x, w, b: F.conv2d(x, w, b, 1, 1),
+        lambda h, w, b, a, p: M.act_conv2d(h, w, b, [1, 1], [1, 1], [1, 1], 1, a, p),
+        (2, 4, 6, 6),
+        (3, 4, 3, 3),
+    ),
+    "conv1d": (
+        lambda x, w, b: F.conv1d(x, w, b, 2),
+        lambda h, w, b, a, p: M.act_conv1d(h, w, b, [2], [0], [1], 1, a, p),
+        (2, 4, 9),
+        (3, 4, 3),
+    ),
+}
+
+
+@pytest.mark.parametrize("consumer", sorted(_AUTOCAST_CONSUMERS))
+@pytest.mark.parametrize("act", ["gelu", "silu", "relu", "softplus"])
+@pytest.mark.parametrize("h_dtype", [torch.float32, torch.bfloat16])
+def test_under_autocast_as_aten_runs_it(consumer, act, h_dtype):
+    """Under CPU bf16 autocast, backward outside it (as training loops run it): the
+    op computes act(h) in h's dtype and the consumer in bf16 (autocast's casts of its
+    input, weight and bias), as aten's consumer(act(h)) does under autocast: the same
+    output (dtype and values), and gradients of h's, the weight's and the bias's dtype
+    within twice aten bf16's own distance to a float64 run of the same step."""
+    aten_c, ours_c, hs, ws = _AUTOCAST_CONSUMERS[consumer]
+    f, params = ACTS[act]
+    g = torch.Generator().manual_seed(0)
+    h0, w0, b0 = torch.randn(hs, generator=g), torch.randn(ws, generator=g), torch.randn(ws[0])
+    h0 = h0.to(h_dtype)
+
+    def step(fn, dtype=None, autocast=True):
+        ins = [t.detach().to(dtype or t.dtype).requires_grad_(True) for t in (h0, w0, b0)]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            y = fn(*ins)
+        (y.double().sin().sum()).backward()
+        return y, [t.grad for t in ins]
+
+    ref_y, ref_g = step(lambda h, w, b: aten_c(f(h), w, b), torch.float64, autocast=False)
+    aten_y, aten_g = step(lambda h, w, b: aten_c(f(h), w, b))
+    ours_y, ours_g = step(lambda h, w, b: ours_c(h, w, b, act, params))
+    assert ours_y.dtype == aten_y.dtype == torch.bfloat16
+    torch.testing.assert_close(ours_y, aten_y, rtol=0, atol=0)
+    for name, o, a, r in zip("hwb", ours_g, aten_g, ref_g):
+        assert o.dtype == a.dtype, name
+        bar = max(2 * _rel(a, r), 2**-10)
+        assert _rel(o, r) <= bar, (name, _rel(o, r), _rel(a, r))
+
+
+def test_under_autocast_keeps_h_not_the_bf16_copy_of_act_h():
+    """aten keeps h (silu's input) and autocast's bf16 copy of silu(h) (the linear's
+    input); the op keeps h and recomputes the copy in backward."""
+    h = torch.randn(64, 32, requires_grad=True)
+    w = torch.randn(16, 32, requires_grad=True)
+
+    def run(fn):
+        def go(t):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return fn(t)
+
+        return memslim.saved_bytes(go, h)
+
+    aten = run(lambda t: F.linear(F.silu(t), w))
+    ours = run(lambda t: M.act_linear(t, w, None, "silu", []))
+    assert aten - ours == 64 * 32 * 2, (aten, ours)
+
+
+def test_opcheck_under_autocast():
+    x, w, b = (
+        torch.randn(2, 4, 7, 7, requires_grad=True),
+        torch.randn(3, 4, 3, 3, requires_grad=True),
+        torch.randn(3, requires_grad=True),
+    )
+    h, lw = torch.randn(5, 8, requires_grad=True), torch.randn(6, 8, requires_grad=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ref = torch.nn.functional.linear(torch.nn.functional.silu(h), w, b)
-    ref.float().sum().backward()  # aten: fine
-    want = [t.grad.clone() for t in (h, w, b)]
-    for t in (h, w, b):
-        t.grad = None
+        torch.library.opcheck(M.act_conv2d, (x, w, b, [1, 1], [1, 1], [1, 1], 1, "silu", []))
+        torch.library.opcheck(M.act_linear, (h, lw, None, "gelu_tanh", []))
+        torch.library.opcheck(M.act_linear, (h.bfloat16(), lw, None, "gelu", []))
+
+
+def test_under_autocast_a_float64_input_meets_a_bf16_weight_as_aten_does():
+    """Autocast leaves float64 alone and casts the float32 weight: aten's linear then
+    raises on the mixed dtypes, and so does the op (it does not cast the float64 h)."""
+    h = torch.randn(4, 8, dtype=torch.float64)
+    w = torch.randn(3, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ours = torch.ops.memslim.act_linear(h, w, b, "silu", [])
-    ours.float().sum().backward()  # raises: BFloat16 != float
-    for t, g in zip((h, w, b), want):
-        assert t.grad.dtype == g.dtype
-        torch.testing.assert_close(t.grad, g, rtol=2e-2, atol=2e-2)
+        with pytest.raises(RuntimeError):
+            F.linear(F.gelu(h), w)
+        with pytest.raises(RuntimeError, match="autocast casts neither"):
+            M.act_linear(h, w, None, "gelu", [])

@@ -49,9 +49,28 @@ bool kept_by_other(const GraphView& g, ValueRef v, const NodeSet& except,
 // non-contiguous input whose leading dims still fold to a view (a slice of the
 // last dim) is counted too.
 bool keeps_copy_of_input(const GraphView& g, NodeRef user, size_t index);
+// Whether `user` keeps a copy of its input `index` in another dtype, never
+// that tensor: a matrix product or conv (linear, matmul, mm, conv*, ...) whose
+// output is bf16 / fp16 while the input is another floating dtype keeps
+// autocast's 16-bit copy of it (a graph traced above autocast shows the op
+// reading the float32 value; its output's dtype tells). Sure, unlike
+// keeps_copy_of_input's "may": the op cannot compute in 16-bit from a float32
+// operand without the cast.
+bool keeps_cast_copy_of_input(const GraphView& g, NodeRef user, size_t index);
 // Whether `n`'s output is a view of (shares storage with) its input `index`,
-// by its schema's alias annotations (view, reshape, transpose, select...).
+// by its schema's alias annotations (view, reshape, transpose, select...),
+// less the casts whose schema says `Tensor(a) -> Tensor(a)` because a cast to
+// the same dtype returns its input: one to another dtype (the known dtypes of
+// input and output differ: TorchScript's autocast casts, aten::to) is a new
+// tensor. What pricing reads; the safety rules read may_alias_input.
 bool is_view_of_input(const GraphView& g, NodeRef n, size_t index);
+// Whether `n`'s output may share storage with its input `index`, by the
+// schema's alias annotations alone (a cast counts: at run time it may be a
+// no-op). What the safety rules (writes through aliases) read.
+bool may_alias_input(const GraphView& g, NodeRef n, size_t index);
+// Whether `n` is a dtype cast whose output's known dtype differs from its
+// input's (so it made a new tensor).
+bool casts_to_another_dtype(const GraphView& g, NodeRef n);
 // Whether a schema writes its first argument in place and returns it
 // (`Tensor(a!) self -> Tensor(a!)`).
 bool returns_written_first(const c10::FunctionSchema* s);

@@ -35,8 +35,11 @@ class SavedTensorAnalysis {
                             const std::unordered_set<const torch::jit::Node*>& except,
                             std::string* who = nullptr);
 
-  // Whether `n`'s output is a view of (shares storage with) its input `index`,
-  // by its schema's alias annotations (view, reshape, transpose, select...).
+  // Whether `n`'s output may be a view of (share storage with) its input
+  // `index`, by its schema's alias annotations (view, reshape, transpose,
+  // select..., and casts, which return their input when the dtype matches):
+  // saved::may_alias_input, what the gate's alias checks read. Pricing reads
+  // saved::is_view_of_input, for which a cast to another dtype is a copy.
   static bool is_view_of_input(const torch::jit::Node* n, size_t index);
   // Whether `n` may return its input itself although its schema declares no
   // alias: dropout and its variants return `input` when not training or p == 0
