@@ -169,9 +169,7 @@ def test_probe_of_a_user_factory_prints_the_table(tmp_path, monkeypatch, capsys)
     assert os.getcwd() == str(tmp_path)
 
 
-def test_bf16_autocast_probe_judges_every_way_against_float64(
-    tmp_path, monkeypatch, capsys
-):
+def test_bf16_autocast_probe_judges_every_way_against_float64(tmp_path, monkeypatch, capsys):
     (tmp_path / "userfactory16.py").write_text(
         textwrap.dedent("""
         import torch
