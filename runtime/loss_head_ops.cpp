@@ -31,12 +31,14 @@
 //===----------------------------------------------------------------------===//
 #include <ATen/Functions.h>
 #include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <algorithm>
 
+#include "memslim/kernels/launch.h"
 #include "memslim/plain_cpu.h"
 
 namespace memslim {
@@ -71,13 +73,10 @@ at::ScalarType logits_type(const at::Tensor& input, const LceCall& c) {
   return c.logits_dtype.value_or(input.scalar_type());
 }
 
-// One chunk's logits as the model computes them: linear in the input's dtype,
-// then the model's cast.
-at::Tensor chunk_logits(const at::Tensor& hc, const at::Tensor& w, const at::Tensor& b,
-                        const LceCall& c) {
-  at::Tensor z = at::linear(hc, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt);
-  if (c.logits_dtype && *c.logits_dtype != z.scalar_type()) z = z.to(*c.logits_dtype);
-  return z;
+// One chunk's logits as the model computes them: linear in the input's dtype
+// (the model's cast, if any, applied by the caller).
+at::Tensor chunk_linear(const at::Tensor& hc, const at::Tensor& w, const at::Tensor& b) {
+  return at::linear(hc, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt);
 }
 
 void check_args(const at::Tensor& input, const at::Tensor& w, const at::Tensor& target,
@@ -151,17 +150,11 @@ Grads grads_for(const Rows& r, const at::Tensor& w, const at::Tensor& b, std::ar
   return g;
 }
 
-// One chunk's logits' gradient, in opmath, per row: scale * (softmax - (1 -
-// eps) * one-hot - eps / vocab), from `gz` = scale * softmax (the caller's,
-// written in place); then linear's backward on the chunk in the linear's
-// dtype. Rows whose log-sum-exp is not finite get NaN from the caller's
-// scale, ignored ones too (aten's log_softmax backward multiplies their NaN
-// softmax by zero).
-void chunk_backward(const Rows& r, const at::Tensor& w, at::Tensor gz, const at::Tensor& scale,
-                    int64_t s, int64_t n, double eps, Grads& out) {
-  gz.scatter_add_(1, r.safe_t.narrow(0, s, n).unsqueeze(1), (scale * -(1.0 - eps)).unsqueeze(1));
-  if (eps > 0) gz.sub_((scale * (eps / static_cast<double>(r.vocab))).unsqueeze(1));
-  const at::Tensor gl = gz.to(r.h.scalar_type());
+// linear's backward on one chunk of the logits' gradient `gl` (the linear's
+// dtype): the input's rows of the gradient, and the weight's and bias's
+// gradients accumulated in place.
+void linear_backward_chunk(const Rows& r, const at::Tensor& w, const at::Tensor& gl, int64_t s,
+                           int64_t n, Grads& out) {
   const at::Tensor hc = r.h.narrow(0, s, n);
   if (out.gh.defined()) {
     at::Tensor rows_out = out.gh.narrow(0, s, n);
@@ -174,6 +167,66 @@ void chunk_backward(const Rows& r, const at::Tensor& w, at::Tensor gz, const at:
       out.gw.addmm_(gl.t(), hc);
   }
   if (out.gb.defined()) out.gb.add_(gl.sum(0, false, r.op));
+}
+
+// One chunk's logits' gradient, in opmath, per row: scale * (softmax - (1 -
+// eps) * one-hot - eps / vocab), from `gz` = scale * softmax (the caller's,
+// written in place); then linear's backward on the chunk in the linear's
+// dtype. Rows whose log-sum-exp is not finite get NaN from the caller's
+// scale, ignored ones too (aten's log_softmax backward multiplies their NaN
+// softmax by zero).
+void chunk_backward(const Rows& r, const at::Tensor& w, at::Tensor gz, const at::Tensor& scale,
+                    int64_t s, int64_t n, double eps, Grads& out) {
+  gz.scatter_add_(1, r.safe_t.narrow(0, s, n).unsqueeze(1), (scale * -(1.0 - eps)).unsqueeze(1));
+  if (eps > 0) gz.sub_((scale * (eps / static_cast<double>(r.vocab))).unsqueeze(1));
+  linear_backward_chunk(r, w, gz.to(r.h.scalar_type()), s, n, out);
+}
+
+// Whether a chunk's rows go through kernels/' softmax_rows_cpu: real CPU
+// logits, contiguous, stored in fp32 or bf16 with fp32 math, and the model's
+// cast (if any) to fp32 (a cast down would round the logits first), on a
+// vector build of the loops.
+bool rows_kernel(const at::Tensor& z, const Rows& r) {
+  const auto zd = z.scalar_type();
+  return plain_cpu(z) && z.is_contiguous() && r.op == at::kFloat &&
+         (zd == at::kFloat || zd == at::kBFloat16) && (r.zt == zd || r.zt == at::kFloat) &&
+         kernels::cpu_loops_vectorised();
+}
+
+// The kernel's scratch and arguments for one call of the op.
+struct RowsPass {
+  at::Tensor tl, scale, lse, picked, zsum; // targets as int64, per-row fp32 values
+  double eps = 0;
+};
+
+RowsPass rows_pass_for(const Rows& r, const at::Tensor& scale, const at::Tensor& lse,
+                       const at::Tensor& zsum, double eps) {
+  RowsPass p;
+  p.tl = r.safe_t.to(at::kLong).contiguous();
+  p.scale = scale.defined() ? scale.to(at::kFloat).contiguous() : at::Tensor();
+  p.lse = lse;
+  p.picked = at::empty({r.rows}, r.h.options().dtype(at::kFloat));
+  p.zsum = zsum;
+  p.eps = eps;
+  return p;
+}
+
+// Rows [s, s + n) of the op through the kernel, `z` their logits (the linear's
+// output, the model's cast to fp32 folded in): their log-sum-exp, picked logit
+// and logits' sum into p's rows; with a scale, z becomes the logits' gradient.
+void rows_pass(at::Tensor& z, const Rows& r, RowsPass& p, int64_t s, int64_t n) {
+  kernels::SoftmaxRowsArgs a;
+  a.z = z.data_ptr();
+  a.vocab = r.vocab;
+  a.target = p.tl.data_ptr<int64_t>() + s;
+  a.scale = p.scale.defined() ? p.scale.data_ptr<float>() + s : nullptr;
+  a.eps = static_cast<float>(p.eps);
+  a.lse = p.lse.data_ptr<float>() + s;
+  a.picked = p.picked.data_ptr<float>() + s;
+  a.zsum = p.zsum.defined() ? p.zsum.data_ptr<float>() + s : nullptr;
+  const auto dt =
+      z.scalar_type() == at::kBFloat16 ? kernels::DType::BFloat16 : kernels::DType::Float;
+  at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) { kernels::softmax_rows_cpu(dt, a, b, e); });
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> finish(Grads g, const at::Tensor& input,
@@ -225,10 +278,24 @@ Forward lce_forward(const at::Tensor& input, const at::Tensor& w, const at::Tens
   const bool grads = mask[0] || mask[1] || mask[2];
   const at::Tensor scale = grads ? row_scale(at::ones({}, opts), r, c) : at::Tensor();
   f.grads = grads_for(r, w, b, mask);
+  std::optional<RowsPass> kp;
   for (int64_t s = 0; s < r.rows; s += r.step) {
     const int64_t n = std::min(r.step, r.rows - s);
+    at::Tensor z = chunk_linear(r.h.narrow(0, s, n), w, b);
+    if (rows_kernel(z, r)) {
+      if (!kp) kp = rows_pass_for(r, scale, f.lse, smooth, c.smoothing);
+      rows_pass(z, r, *kp, s, n);
+      const at::Tensor lse_c = f.lse.narrow(0, s, n);
+      nll.narrow(0, s, n).copy_((lse_c - kp->picked.narrow(0, s, n)).add_(lse_c - lse_c));
+      // -sum_j log_softmax(z)_j = vocab * lse - sum_j z_j
+      if (smooth.defined()) smooth.narrow(0, s, n).neg_().add_(lse_c * r.vocab);
+      if (grads) linear_backward_chunk(r, w, z, s, n, f.grads);
+      continue;
+    }
     // zf: a temporary of this chunk (z itself in opmath), overwritten below.
-    at::Tensor zf = chunk_logits(r.h.narrow(0, s, n), w, b, c).to(r.op);
+    if (c.logits_dtype && *c.logits_dtype != z.scalar_type()) z = z.to(*c.logits_dtype);
+    at::Tensor zf = z.to(r.op);
+    z.reset();
     const at::Tensor picked = zf.gather(1, r.safe_t.narrow(0, s, n).unsqueeze(1)).squeeze(1);
     if (smooth.defined()) smooth.narrow(0, s, n).copy_(zf.sum(1).neg_());
     // exp(z - max) once: the log-sum-exp and, scaled, the softmax.
@@ -256,11 +323,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lce_backward(
   const Rows r = rows_of(input, w, target, c, lse.scalar_type());
   const at::Tensor scale = row_scale(grad, r, c);
   Grads g = grads_for(r, w, b, mask);
+  std::optional<RowsPass> kp;
   for (int64_t s = 0; s < r.rows; s += r.step) {
     const int64_t n = std::min(r.step, r.rows - s);
+    at::Tensor z = chunk_linear(r.h.narrow(0, s, n), w, b);
+    if (rows_kernel(z, r)) { // the log-sum-exp again, from the same logits: the forward's
+      if (!kp) kp = rows_pass_for(r, scale, at::empty_like(lse), at::Tensor(), c.smoothing);
+      rows_pass(z, r, *kp, s, n);
+      linear_backward_chunk(r, w, z, s, n, g);
+      continue;
+    }
+    if (c.logits_dtype && *c.logits_dtype != z.scalar_type()) z = z.to(*c.logits_dtype);
     const at::Tensor lse_c = lse.narrow(0, s, n);
     const at::Tensor sc = scale.narrow(0, s, n) + (lse_c - lse_c);
-    at::Tensor zf = chunk_logits(r.h.narrow(0, s, n), w, b, c).to(r.op);
+    at::Tensor zf = z.to(r.op);
+    z.reset();
     chunk_backward(r, w, zf.sub_(lse_c.unsqueeze(1)).exp_().mul_(sc.unsqueeze(1)), sc, s, n,
                    c.smoothing, g);
   }
