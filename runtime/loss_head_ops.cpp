@@ -58,15 +58,24 @@ struct LceCall {
   int64_t chunk = 0;
 };
 
-// The rows of one chunk: `chunk` when given, else as many as keep a chunk's
-// logits near 4 Mi elements (16 MiB in fp32), but at least 128 rows: fewer
-// make the head's matmuls slow (vocab 128,256 at 32 rows: 1.98x Inductor's
-// step; bench/results/loss_head_*.md).
-int64_t rows_per_chunk(int64_t rows, int64_t vocab, int64_t chunk) {
+// The rows of one chunk: `chunk` when given, else from the cost of chunking.
+// The op holds the weight's gradient (vocab x d, fp32 accumulation) whatever
+// the chunk; a chunk adds rows x vocab logits (`logit_bytes` each) to it. The
+// work chunking adds is per chunk and the size of the weight (each chunk's
+// matmuls stream W twice and the weight's gradient in and out once: 16 vocab
+// d B), so it falls as 1 / rows while the chunk's bytes grow with rows, both in
+// proportion to vocab. The rule: a chunk's logits are 30% of the weight
+// gradient's bytes, rows = 0.3 * d * 4 / logit_bytes (a multiple of 16): the
+// step's peak is the weight's gradient plus 30%, vocab 32,000 or 128,256 alike
+// (d 512 fp32: 144 rows, 0.44x Inductor's peak at 1,024 tokens). The added
+// traffic is then 16 B per 0.375 * rows flops of the head (54 flop/B at 144
+// rows), above a CPU's balance, so in principle hidden; measured, MKL's
+// matmuls of so few rows run slower (bench/results/loss_head_2026-11-29b.md).
+int64_t rows_per_chunk(int64_t rows, int64_t d, int64_t logit_bytes, int64_t chunk) {
   const int64_t n = std::max<int64_t>(rows, 1);
   if (chunk > 0) return std::min(chunk, n);
-  const int64_t by_bytes = (int64_t{1} << 22) / std::max<int64_t>(vocab, 1);
-  return std::min(std::max<int64_t>(by_bytes, 128), n);
+  const int64_t by_cost = (3 * d * 4 / (10 * std::max<int64_t>(logit_bytes, 1))) / 16 * 16;
+  return std::min(std::max<int64_t>(by_cost, 16), n);
 }
 
 at::ScalarType logits_type(const at::Tensor& input, const LceCall& c) {
@@ -118,8 +127,13 @@ Rows rows_of(const at::Tensor& input, const at::Tensor& w, const at::Tensor& tar
   r.t = target.reshape({-1});
   r.rows = r.h.size(0);
   r.vocab = w.size(0);
-  r.step = rows_per_chunk(r.rows, r.vocab, c.chunk);
   r.zt = logits_type(input, c);
+  // the chunk's logits as held: the linear's dtype where the rows kernel reads
+  // them (fp32 or bf16), else the logits' opmath copy
+  const at::ScalarType held = input.scalar_type() == at::kBFloat16 && op == at::kFloat
+                                  ? at::kBFloat16
+                                  : at::promoteTypes(input.scalar_type(), op);
+  r.step = rows_per_chunk(r.rows, r.h.size(1), c10::elementSize(held), c.chunk);
   r.op = op;
   r.valid = r.t != c.ignore_index;
   r.safe_t = r.t.masked_fill(r.valid.logical_not(), 0);

@@ -102,6 +102,7 @@ def _as_close_as_aten(h, w, b, t, reduction, smoothing, chunk, gif):
         assert torch.equal(a.isnan(), b_.isnan())
         assert torch.equal(a.isinf(), b_.isinf())
         ok = b_.isfinite() & c.isfinite()
+        c = c.detach()
         scale = float(c[ok].abs().max()) if ok.any() else 0.0
         e_op = float((a[ok].double() - c[ok]).abs().max()) if ok.any() else 0.0
         e_aten = float((b_[ok].double() - c[ok]).abs().max()) if ok.any() else 0.0
