@@ -70,12 +70,14 @@ struct LceCall {
 // (d 512 fp32: 144 rows, 0.44x Inductor's peak at 1,024 tokens). The added
 // traffic is then 16 B per 0.375 * rows flops of the head (54 flop/B at 144
 // rows), above a CPU's balance, so in principle hidden; measured, MKL's
-// matmuls of so few rows run slower (bench/results/loss_head_2026-11-29b.md).
+// matmuls of so few rows run slower (bench/results/loss_head_2026-11-29b.md),
+// hence a floor of 128 rows (vocab 128,256 at 32 rows ran 1.98x Inductor's
+// step; GPT-2's d 256 would give 64 rows: 16 chunks of 1,024 tokens).
 int64_t rows_per_chunk(int64_t rows, int64_t d, int64_t logit_bytes, int64_t chunk) {
   const int64_t n = std::max<int64_t>(rows, 1);
   if (chunk > 0) return std::min(chunk, n);
   const int64_t by_cost = (3 * d * 4 / (10 * std::max<int64_t>(logit_bytes, 1))) / 16 * 16;
-  return std::min(std::max<int64_t>(by_cost, 16), n);
+  return std::min(std::max<int64_t>(by_cost, 128), n);
 }
 
 at::ScalarType logits_type(const at::Tensor& input, const LceCall& c) {
