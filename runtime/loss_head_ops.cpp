@@ -130,12 +130,15 @@ Rows rows_of(const at::Tensor& input, const at::Tensor& w, const at::Tensor& tar
   r.rows = r.h.size(0);
   r.vocab = w.size(0);
   r.zt = logits_type(input, c);
-  // the chunk's logits as held: the linear's dtype where the rows kernel reads
-  // them (fp32 or bf16), else the logits' opmath copy
-  const at::ScalarType held = input.scalar_type() == at::kBFloat16 && op == at::kFloat
-                                  ? at::kBFloat16
-                                  : at::promoteTypes(input.scalar_type(), op);
-  r.step = rows_per_chunk(r.rows, r.h.size(1), c10::elementSize(held), c.chunk);
+  // a chunk's bytes per logit: the linear's output where the rows kernel reads
+  // it in place (fp32, bf16) and, for a 16-bit weight, the fp32 copy of the
+  // logits' gradient its fp32 weight-gradient accumulation reads; else the
+  // logits' opmath copy beside the linear's output
+  const int64_t in_bytes = c10::elementSize(input.scalar_type());
+  const int64_t held = input.scalar_type() == at::kBFloat16 && op == at::kFloat
+                           ? in_bytes + (w.scalar_type() != op ? 4 : 0)
+                           : in_bytes + (input.scalar_type() != op ? c10::elementSize(op) : 0);
+  r.step = rows_per_chunk(r.rows, r.h.size(1), held, c.chunk);
   r.op = op;
   r.valid = r.t != c.ignore_index;
   r.safe_t = r.t.masked_fill(r.valid.logical_not(), 0);
