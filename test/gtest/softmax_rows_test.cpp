@@ -28,7 +28,7 @@ void check_rows(int64_t V, float spread) {
   std::normal_distribution<float> dist(0.0f, spread);
   std::vector<float> zf(R * V);
   for (auto& v : zf) v = dist(rng);
-  zf[2 * V + V / 2] = NAN;     // row 2: NaN
+  zf[2 * V + V / 2] = NAN;      // row 2: NaN
   zf[3 * V + V - 1] = INFINITY; // row 3: +inf
   std::vector<S> z(R * V);
   for (int64_t i = 0; i < R * V; ++i) z[i] = store<S>(zf[i]);
