@@ -31,12 +31,14 @@
 //===----------------------------------------------------------------------===//
 #include <ATen/Functions.h>
 #include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <algorithm>
 
+#include "memslim/kernels/launch.h"
 #include "memslim/plain_cpu.h"
 
 namespace memslim {
@@ -56,28 +58,36 @@ struct LceCall {
   int64_t chunk = 0;
 };
 
-// The rows of one chunk: `chunk` when given, else as many as keep a chunk's
-// logits near 4 Mi elements (16 MiB in fp32), but at least 128 rows: fewer
-// make the head's matmuls slow (vocab 128,256 at 32 rows: 1.98x Inductor's
-// step; bench/results/loss_head_*.md).
-int64_t rows_per_chunk(int64_t rows, int64_t vocab, int64_t chunk) {
+// The rows of one chunk: `chunk` when given, else from the cost of chunking.
+// The op holds the weight's gradient (vocab x d, fp32 accumulation) whatever
+// the chunk; a chunk adds rows x vocab logits (`logit_bytes` each) to it. The
+// work chunking adds is per chunk and the size of the weight (each chunk's
+// matmuls stream W twice and the weight's gradient in and out once: 16 vocab
+// d B), so it falls as 1 / rows while the chunk's bytes grow with rows, both in
+// proportion to vocab. The rule: a chunk's logits are 30% of the weight
+// gradient's bytes, rows = 0.3 * d * 4 / logit_bytes (a multiple of 16): the
+// step's peak is the weight's gradient plus 30%, vocab 32,000 or 128,256 alike
+// (d 512 fp32: 144 rows, 0.44x Inductor's peak at 1,024 tokens). The added
+// traffic is then 16 B per 0.375 * rows flops of the head (54 flop/B at 144
+// rows), above a CPU's balance, so in principle hidden; measured, MKL's
+// matmuls of so few rows run slower (bench/results/loss_head_2026-11-29b.md),
+// hence a floor of 128 rows (vocab 128,256 at 32 rows ran 1.98x Inductor's
+// step; GPT-2's d 256 would give 64 rows: 16 chunks of 1,024 tokens).
+int64_t rows_per_chunk(int64_t rows, int64_t d, int64_t logit_bytes, int64_t chunk) {
   const int64_t n = std::max<int64_t>(rows, 1);
   if (chunk > 0) return std::min(chunk, n);
-  const int64_t by_bytes = (int64_t{1} << 22) / std::max<int64_t>(vocab, 1);
-  return std::min(std::max<int64_t>(by_bytes, 128), n);
+  const int64_t by_cost = (3 * d * 4 / (10 * std::max<int64_t>(logit_bytes, 1))) / 16 * 16;
+  return std::min(std::max<int64_t>(by_cost, 128), n);
 }
 
 at::ScalarType logits_type(const at::Tensor& input, const LceCall& c) {
   return c.logits_dtype.value_or(input.scalar_type());
 }
 
-// One chunk's logits as the model computes them: linear in the input's dtype,
-// then the model's cast.
-at::Tensor chunk_logits(const at::Tensor& hc, const at::Tensor& w, const at::Tensor& b,
-                        const LceCall& c) {
-  at::Tensor z = at::linear(hc, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt);
-  if (c.logits_dtype && *c.logits_dtype != z.scalar_type()) z = z.to(*c.logits_dtype);
-  return z;
+// One chunk's logits as the model computes them: linear in the input's dtype
+// (the model's cast, if any, applied by the caller).
+at::Tensor chunk_linear(const at::Tensor& hc, const at::Tensor& w, const at::Tensor& b) {
+  return at::linear(hc, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt);
 }
 
 void check_args(const at::Tensor& input, const at::Tensor& w, const at::Tensor& target,
@@ -119,8 +129,16 @@ Rows rows_of(const at::Tensor& input, const at::Tensor& w, const at::Tensor& tar
   r.t = target.reshape({-1});
   r.rows = r.h.size(0);
   r.vocab = w.size(0);
-  r.step = rows_per_chunk(r.rows, r.vocab, c.chunk);
   r.zt = logits_type(input, c);
+  // a chunk's bytes per logit: the linear's output where the rows kernel reads
+  // it in place (fp32, bf16) and, for a 16-bit weight, the fp32 copy of the
+  // logits' gradient its fp32 weight-gradient accumulation reads; else the
+  // logits' opmath copy beside the linear's output
+  const int64_t in_bytes = c10::elementSize(input.scalar_type());
+  const int64_t held = input.scalar_type() == at::kBFloat16 && op == at::kFloat
+                           ? in_bytes + (w.scalar_type() != op ? 4 : 0)
+                           : in_bytes + (input.scalar_type() != op ? c10::elementSize(op) : 0);
+  r.step = rows_per_chunk(r.rows, r.h.size(1), held, c.chunk);
   r.op = op;
   r.valid = r.t != c.ignore_index;
   r.safe_t = r.t.masked_fill(r.valid.logical_not(), 0);
@@ -151,17 +169,11 @@ Grads grads_for(const Rows& r, const at::Tensor& w, const at::Tensor& b, std::ar
   return g;
 }
 
-// One chunk's logits' gradient, in opmath, per row: scale * (softmax - (1 -
-// eps) * one-hot - eps / vocab), from `gz` = scale * softmax (the caller's,
-// written in place); then linear's backward on the chunk in the linear's
-// dtype. Rows whose log-sum-exp is not finite get NaN from the caller's
-// scale, ignored ones too (aten's log_softmax backward multiplies their NaN
-// softmax by zero).
-void chunk_backward(const Rows& r, const at::Tensor& w, at::Tensor gz, const at::Tensor& scale,
-                    int64_t s, int64_t n, double eps, Grads& out) {
-  gz.scatter_add_(1, r.safe_t.narrow(0, s, n).unsqueeze(1), (scale * -(1.0 - eps)).unsqueeze(1));
-  if (eps > 0) gz.sub_((scale * (eps / static_cast<double>(r.vocab))).unsqueeze(1));
-  const at::Tensor gl = gz.to(r.h.scalar_type());
+// linear's backward on one chunk of the logits' gradient `gl` (the linear's
+// dtype): the input's rows of the gradient, and the weight's and bias's
+// gradients accumulated in place.
+void linear_backward_chunk(const Rows& r, const at::Tensor& w, const at::Tensor& gl, int64_t s,
+                           int64_t n, Grads& out) {
   const at::Tensor hc = r.h.narrow(0, s, n);
   if (out.gh.defined()) {
     at::Tensor rows_out = out.gh.narrow(0, s, n);
@@ -174,6 +186,66 @@ void chunk_backward(const Rows& r, const at::Tensor& w, at::Tensor gz, const at:
       out.gw.addmm_(gl.t(), hc);
   }
   if (out.gb.defined()) out.gb.add_(gl.sum(0, false, r.op));
+}
+
+// One chunk's logits' gradient, in opmath, per row: scale * (softmax - (1 -
+// eps) * one-hot - eps / vocab), from `gz` = scale * softmax (the caller's,
+// written in place); then linear's backward on the chunk in the linear's
+// dtype. Rows whose log-sum-exp is not finite get NaN from the caller's
+// scale, ignored ones too (aten's log_softmax backward multiplies their NaN
+// softmax by zero).
+void chunk_backward(const Rows& r, const at::Tensor& w, at::Tensor gz, const at::Tensor& scale,
+                    int64_t s, int64_t n, double eps, Grads& out) {
+  gz.scatter_add_(1, r.safe_t.narrow(0, s, n).unsqueeze(1), (scale * -(1.0 - eps)).unsqueeze(1));
+  if (eps > 0) gz.sub_((scale * (eps / static_cast<double>(r.vocab))).unsqueeze(1));
+  linear_backward_chunk(r, w, gz.to(r.h.scalar_type()), s, n, out);
+}
+
+// Whether a chunk's rows go through kernels/' softmax_rows_cpu: real CPU
+// logits, contiguous, stored in fp32 or bf16 with fp32 math, and the model's
+// cast (if any) to fp32 (a cast down would round the logits first), on a
+// vector build of the loops.
+bool rows_kernel(const at::Tensor& z, const Rows& r) {
+  const auto zd = z.scalar_type();
+  return plain_cpu(z) && z.is_contiguous() && r.op == at::kFloat &&
+         (zd == at::kFloat || zd == at::kBFloat16) && (r.zt == zd || r.zt == at::kFloat) &&
+         kernels::cpu_loops_vectorised();
+}
+
+// The kernel's scratch and arguments for one call of the op.
+struct RowsPass {
+  at::Tensor tl, scale, lse, picked, zsum; // targets as int64, per-row fp32 values
+  double eps = 0;
+};
+
+RowsPass rows_pass_for(const Rows& r, const at::Tensor& scale, const at::Tensor& lse,
+                       const at::Tensor& zsum, double eps) {
+  RowsPass p;
+  p.tl = r.safe_t.to(at::kLong).contiguous();
+  p.scale = scale.defined() ? scale.to(at::kFloat).contiguous() : at::Tensor();
+  p.lse = lse;
+  p.picked = at::empty({r.rows}, r.h.options().dtype(at::kFloat));
+  p.zsum = zsum;
+  p.eps = eps;
+  return p;
+}
+
+// Rows [s, s + n) of the op through the kernel, `z` their logits (the linear's
+// output, the model's cast to fp32 folded in): their log-sum-exp, picked logit
+// and logits' sum into p's rows; with a scale, z becomes the logits' gradient.
+void rows_pass(at::Tensor& z, const Rows& r, RowsPass& p, int64_t s, int64_t n) {
+  kernels::SoftmaxRowsArgs a;
+  a.z = z.data_ptr();
+  a.vocab = r.vocab;
+  a.target = p.tl.data_ptr<int64_t>() + s;
+  a.scale = p.scale.defined() ? p.scale.data_ptr<float>() + s : nullptr;
+  a.eps = static_cast<float>(p.eps);
+  a.lse = p.lse.data_ptr<float>() + s;
+  a.picked = p.picked.data_ptr<float>() + s;
+  a.zsum = p.zsum.defined() ? p.zsum.data_ptr<float>() + s : nullptr;
+  const auto dt =
+      z.scalar_type() == at::kBFloat16 ? kernels::DType::BFloat16 : kernels::DType::Float;
+  at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) { kernels::softmax_rows_cpu(dt, a, b, e); });
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> finish(Grads g, const at::Tensor& input,
@@ -225,10 +297,24 @@ Forward lce_forward(const at::Tensor& input, const at::Tensor& w, const at::Tens
   const bool grads = mask[0] || mask[1] || mask[2];
   const at::Tensor scale = grads ? row_scale(at::ones({}, opts), r, c) : at::Tensor();
   f.grads = grads_for(r, w, b, mask);
+  std::optional<RowsPass> kp;
   for (int64_t s = 0; s < r.rows; s += r.step) {
     const int64_t n = std::min(r.step, r.rows - s);
+    at::Tensor z = chunk_linear(r.h.narrow(0, s, n), w, b);
+    if (rows_kernel(z, r)) {
+      if (!kp) kp = rows_pass_for(r, scale, f.lse, smooth, c.smoothing);
+      rows_pass(z, r, *kp, s, n);
+      const at::Tensor lse_c = f.lse.narrow(0, s, n);
+      nll.narrow(0, s, n).copy_((lse_c - kp->picked.narrow(0, s, n)).add_(lse_c - lse_c));
+      // -sum_j log_softmax(z)_j = vocab * lse - sum_j z_j
+      if (smooth.defined()) smooth.narrow(0, s, n).neg_().add_(lse_c * r.vocab);
+      if (grads) linear_backward_chunk(r, w, z, s, n, f.grads);
+      continue;
+    }
     // zf: a temporary of this chunk (z itself in opmath), overwritten below.
-    at::Tensor zf = chunk_logits(r.h.narrow(0, s, n), w, b, c).to(r.op);
+    if (c.logits_dtype && *c.logits_dtype != z.scalar_type()) z = z.to(*c.logits_dtype);
+    at::Tensor zf = z.to(r.op);
+    z.reset();
     const at::Tensor picked = zf.gather(1, r.safe_t.narrow(0, s, n).unsqueeze(1)).squeeze(1);
     if (smooth.defined()) smooth.narrow(0, s, n).copy_(zf.sum(1).neg_());
     // exp(z - max) once: the log-sum-exp and, scaled, the softmax.
@@ -256,11 +342,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lce_backward(
   const Rows r = rows_of(input, w, target, c, lse.scalar_type());
   const at::Tensor scale = row_scale(grad, r, c);
   Grads g = grads_for(r, w, b, mask);
+  std::optional<RowsPass> kp;
   for (int64_t s = 0; s < r.rows; s += r.step) {
     const int64_t n = std::min(r.step, r.rows - s);
+    at::Tensor z = chunk_linear(r.h.narrow(0, s, n), w, b);
+    if (rows_kernel(z, r)) { // the log-sum-exp again, from the same logits: the forward's
+      if (!kp) kp = rows_pass_for(r, scale, at::empty_like(lse), at::Tensor(), c.smoothing);
+      rows_pass(z, r, *kp, s, n);
+      linear_backward_chunk(r, w, z, s, n, g);
+      continue;
+    }
+    if (c.logits_dtype && *c.logits_dtype != z.scalar_type()) z = z.to(*c.logits_dtype);
     const at::Tensor lse_c = lse.narrow(0, s, n);
     const at::Tensor sc = scale.narrow(0, s, n) + (lse_c - lse_c);
-    at::Tensor zf = chunk_logits(r.h.narrow(0, s, n), w, b, c).to(r.op);
+    at::Tensor zf = z.to(r.op);
+    z.reset();
     chunk_backward(r, w, zf.sub_(lse_c.unsqueeze(1)).exp_().mul_(sc.unsqueeze(1)), sc, s, n,
                    c.smoothing, g);
   }

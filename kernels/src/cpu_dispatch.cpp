@@ -26,6 +26,7 @@ namespace kernels {
   void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int64_t b,         \
                              int64_t e);                                                          \
   bool gelu_value_derivative_cpu(DType t, const void* x, void* y, void* d, int64_t b, int64_t e); \
+  void softmax_rows_cpu(DType t, const SoftmaxRowsArgs& args, int64_t b, int64_t e);              \
   namespace region {                                                                              \
   void region_forward_cpu(const kernels::region::Program& p,                                      \
                           const kernels::region::ForwardCall& c, int64_t b, int64_t e);           \
@@ -109,6 +110,9 @@ void relu_join_rebuild_cpu(DType t, void* y, const void* out, const void* r, int
 }
 bool gelu_value_derivative_cpu(DType t, const void* x, void* y, void* d, int64_t b, int64_t e) {
   return MEMSLIM_PICK(gelu_value_derivative_cpu, t, x, y, d, b, e);
+}
+void softmax_rows_cpu(DType t, const SoftmaxRowsArgs& args, int64_t b, int64_t e) {
+  MEMSLIM_PICK(softmax_rows_cpu, t, args, b, e);
 }
 bool cpu_loops_vectorised() { return isa() != Isa::Baseline; }
 

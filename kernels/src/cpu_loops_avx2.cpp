@@ -2,3 +2,4 @@
 #define MEMSLIM_CPU_NS avx2
 #include "cpu_loops_impl.h"
 #include "region_vm_impl.h"
+#include "softmax_rows_impl.h"

@@ -43,6 +43,11 @@ def _contiguous(val) -> Optional[bool]:
         return None
 
 
+# c10::ScalarType codes of the dtypes autocast takes, for the core's reading of an
+# _enter_autocast marker (passes/core/loss_head.cpp, under_autocast).
+_SCALAR_CODES = {torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.bfloat16: 15}
+
+
 class _Serializer:
     """The FX graph as the core reads it, `self.graph` (a _C.FxGraph, built once and
     read by every _C.fx_run of the graph: passes/include/memslim/fx/fx_graph_view.h; one
@@ -104,7 +109,13 @@ class _Serializer:
             else:
                 name = getattr(n.target, "__qualname__", None) or str(n.target)
                 outs = self._outputs_of(n)
-                self._node("python::" + name, None, self._flat_inputs((n.args, n.kwargs)), outs, n)
+                inputs = self._flat_inputs((n.args, n.kwargs))
+                if name == "_enter_autocast":  # its constants: device, dtype (c10's code), enabled
+                    inputs = [
+                        self._input(_SCALAR_CODES.get(a) if isinstance(a, torch.dtype) else a)
+                        for a in n.args
+                    ]
+                self._node("python::" + name, None, inputs, outs, n)
                 if n.target is torch._C._set_grad_enabled and n.args:
                     self._no_grad = not n.args[0]
 

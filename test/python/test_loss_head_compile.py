@@ -103,3 +103,53 @@ def test_memslim_compile_joins_transformers_loss_graph():
     assert any("rewrote aten::cross_entropy_loss" in r for r in records), records
     torch._dynamo.reset()
     assert torch._dynamo.explain(model)(input_ids=ids, labels=ids).graph_count == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_head_in_a_disabled_or_fp32_autocast_region_is_taken(dtype):
+    """A float32 head inside `torch.autocast(..., enabled=False)` (or an enabled
+    region in bf16 with the head under a nested disabled one) is float32: the pass
+    takes it (the autocast marker's constants reach the core)."""
+    x, t = _inputs()
+    torch.manual_seed(0)
+    model = Head()
+
+    def step(x, t):
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype == torch.bfloat16):
+            with torch.autocast("cpu", enabled=False):
+                return model(x, t)
+
+    torch._dynamo.reset()
+    n_before = len(memslim.compiled_decisions())
+    _run(torch.compile(step, backend="memslim"), model, x, t)
+    records = [
+        str(d) for d in memslim.compiled_decisions()[n_before:] if "fuse-loss-head" in str(d)
+    ]
+    assert records and "rewrote aten::cross_entropy_loss" in records[0], records
+
+
+def test_bf16_autocast_head_left_to_inductor():
+    """Under bf16 autocast the head's logits come from a 16-bit matmul: the pass keeps
+    it, saying why (the op's float32 weight-gradient accumulation peaked where
+    Inductor's step does, at 1.6x its time), and the step is Inductor's."""
+    x, t = _inputs()
+    torch.manual_seed(0)
+    model = Head()
+
+    def step(x, t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x, t)
+
+    ways = {}
+    for backend in ("inductor", "memslim"):
+        torch._dynamo.reset()
+        ways[backend] = torch.compile(step, backend=backend)
+    n_before = len(memslim.compiled_decisions())
+    results = {k: _run(f, model, x, t) for k, f in ways.items()}
+    records = [
+        str(d) for d in memslim.compiled_decisions()[n_before:] if "fuse-loss-head" in str(d)
+    ]
+    assert records and all("kept" in r and "16-bit matmul" in r for r in records), records
+    torch.testing.assert_close(results["memslim"][0], results["inductor"][0])
+    for k in results["inductor"][1]:
+        torch.testing.assert_close(results["memslim"][1][k], results["inductor"][1][k])

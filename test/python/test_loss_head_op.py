@@ -89,6 +89,52 @@ def test_matches_aten_fp32_within_1e5(reduction, gif):
         torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-6)
 
 
+def _as_close_as_aten(h, w, b, t, reduction, smoothing, chunk, gif):
+    """The op's fp32 loss and gradients against aten's fp32 and fp64 ones: NaN where
+    aten's are, and elsewhere no further from fp64's than twice aten's own distance
+    (plus 1e-6 of the largest value): chunking changes the matmuls' rounding."""
+    ref, got, gr, gg = _both(h, w, b, t, reduction, -100, smoothing, None, chunk, gif)
+    x64 = [x.detach().double().requires_grad_() if x is not None else None for x in (h, w, b)]
+    r64 = _aten(*x64, t, reduction, -100, smoothing, None)
+    seed = torch.randn(r64.shape, dtype=torch.float32, generator=torch.Generator().manual_seed(1))
+    g64 = torch.autograd.grad(r64, [x for x in x64 if x is not None], seed.double())
+    for a, b_, c in zip((got, *gg), (ref, *gr), (r64, *g64)):
+        assert torch.equal(a.isnan(), b_.isnan())
+        assert torch.equal(a.isinf(), b_.isinf())
+        ok = b_.isfinite() & c.isfinite()
+        c = c.detach()
+        scale = float(c[ok].abs().max()) if ok.any() else 0.0
+        e_op = float((a[ok].double() - c[ok]).abs().max()) if ok.any() else 0.0
+        e_aten = float((b_[ok].double() - c[ok]).abs().max()) if ok.any() else 0.0
+        assert e_op <= 2 * e_aten + 1e-6 * scale, (e_op, e_aten, scale)
+
+
+@pytest.mark.parametrize("v", [7, 16, 529, 1000])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("gif", [True, False])
+def test_fp32_rows_kernel_as_close_as_aten(v, smoothing, gif):
+    """fp32 heads run kernels/' softmax_rows (rows shorter than a vector, a whole
+    vector, blocks of 512 with a tail): as close to fp64 as aten's fp32."""
+    h, w, b, t = _inputs(n=70, d=24, v=v, dtype=torch.float32, bias=True, seed=v)
+    for reduction in ("mean", "none"):
+        _as_close_as_aten(h, w, b, t, reduction, smoothing, 32, gif)
+
+
+def test_fp32_rows_kernel_large_logits_and_nan_inf():
+    """Logits beyond +-88 (exp overflows fp32 without the max), a NaN logit, a +inf
+    logit, an ignored row with a NaN softmax: the fp32 path gives aten's NaNs and
+    values as close to fp64 as aten's (where fp64's are finite)."""
+    h, w, b, t = _inputs(n=12, d=16, v=600, dtype=torch.float32, ignore=0.0)
+    with torch.no_grad():
+        w.mul_(40.0)
+        h[2, 0] = float("nan")
+        h[5, :] = 0.0
+        w[3, 0] = float("inf")
+    t[1] = -100
+    for reduction, gif in (("none", True), ("sum", True), ("sum", False), ("mean", True)):
+        _as_close_as_aten(h, w, b, t, reduction, 0.1, 5, gif)
+
+
 def test_ignore_index_other_than_default_and_all_ignored():
     h, w, b, t = _inputs(ignore=0.0)
     t[::3] = 7  # a valid class index used as ignore_index

@@ -82,6 +82,24 @@ void add_join_forward_cpu(DType t, void* y, const void* a, void* cmax, int64_t C
 bool gelu_value_derivative_cpu(DType t, const void* x, void* y, void* d, int64_t begin,
                                int64_t end);
 
+// The loss head's rows (linear_cross_entropy): `z` holds rows x vocab logits,
+// row-major, fp32 or bf16 (`t`). For rows [row_begin, row_end): lse[r], the
+// logit at target[r] (a valid index: ignored rows carry any) in picked[r] and,
+// where zsum is given, the sum of the row's logits in zsum[r]; where scale is
+// given, the row is overwritten by the logits' gradient scale[r] * (softmax -
+// (1 - eps) * onehot(target) - eps / vocab), NaN where lse[r] is not finite.
+struct SoftmaxRowsArgs {
+  void* z = nullptr;
+  int64_t vocab = 0;
+  const int64_t* target = nullptr;
+  const float* scale = nullptr;
+  float eps = 0;
+  float* lse = nullptr;
+  float* picked = nullptr;
+  float* zsum = nullptr;
+};
+void softmax_rows_cpu(DType t, const SoftmaxRowsArgs& args, int64_t row_begin, int64_t row_end);
+
 // Whether this processor runs a vector build of the CPU loops (AVX2 or AVX-512;
 // MEMSLIM_CPU_LOOPS=baseline says no). Callers choosing between a kernels pass
 // and aten's ops ask it where the scalar build is slower than aten's vectorised
