@@ -81,7 +81,16 @@ MODELS = {
     "t5": (
         "T5ForConditionalGeneration",
         "T5Config",
-        dict(d_model=128, d_ff=512, d_kv=32, num_layers=LAYERS, num_heads=4, vocab_size=VOCAB),
+        dict(
+            d_model=128,
+            d_ff=512,
+            d_kv=32,
+            num_layers=LAYERS,
+            num_heads=4,
+            vocab_size=VOCAB,
+            pad_token_id=0,
+            decoder_start_token_id=0,
+        ),
         ("input_ids", "labels"),
     ),
     "vit": (
@@ -228,12 +237,54 @@ def _fallback_notes(rep) -> list:
     ]
 
 
+def _make(way, model):
+    """(what the step calls, what memslim.report reads or None) for one way."""
+    import memslim
+
+    if way == "eager":
+        return model, None
+    if way == "torch.compile":
+        return torch.compile(model), None
+    if way == 'backend="memslim"':
+        c = torch.compile(model, backend="memslim")
+        return c, c
+    return (c := memslim.compile(model, memory_budget=0.5)), c
+
+
+def _read_report(row: dict, reported) -> None:
+    """Graphs, fallbacks, rewrites per pass and the notes of memslim's records, into row."""
+    import memslim
+
+    rep = memslim.report(reported)
+    row["graphs"] = len(rep.graphs)
+    row["fallbacks"] = _fallback_notes(rep)
+    rewrote = {}
+    for d in rep:
+        if d.verdict == "rewrote":
+            rewrote[d.pass_] = rewrote.get(d.pass_, 0) + 1
+    row["rewrote"] = rewrote
+    row["notes"] = [d.text[:300] for d in rep if d.verdict == "note"][:12]
+
+
+def _grad_rows(res: dict, grads: dict, g64: dict) -> None:
+    """Each way's step-1 gradients against eager's and the float64 run's, into res."""
+    eager = grads.get("eager")
+    eager64 = _per_tensor(eager, g64) if eager else None
+    for way, g in grads.items():
+        row = res["ways"][way]
+        row["grad_vs_eager"] = _global_rel(g, eager) if eager else None
+        row["grad_vs_fp64"] = _global_rel(g, g64)
+        if eager64 is not None:
+            mine = _per_tensor(g, g64)
+            worst = max(mine, key=lambda k: mine[k] / max(eager64[k], FLOOR))
+            row["worst_tensor_vs_eager_err"] = [worst, mine[worst] / max(eager64[worst], FLOOR)]
+
+
 def worker(name: str, dtype: str, rounds: int, out_path: str) -> None:
     torch.set_num_threads(1)
     import warnings
 
     warnings.filterwarnings("ignore")
-    import memslim
     from memslim.measure import _SavedRecorder
 
     res = {"model": name, "dtype": dtype, "phase": "build", "ways": {}}
@@ -265,16 +316,6 @@ def worker(name: str, dtype: str, rounds: int, out_path: str) -> None:
     g64 = _grads(m64)
     del m64
 
-    def make(way, model):
-        if way == "eager":
-            return model, None
-        if way == "torch.compile":
-            return torch.compile(model), None
-        if way == 'backend="memslim"':
-            c = torch.compile(model, backend="memslim")
-            return c, c
-        return (c := memslim.compile(model, memory_budget=0.5)), c
-
     live = []
     grads = {}
     for way in WAYS:
@@ -289,7 +330,7 @@ def worker(name: str, dtype: str, rounds: int, out_path: str) -> None:
         before = _dynamo_counts()
         t0 = time.perf_counter()
         try:
-            fn, reported = make(way, model)
+            fn, reported = _make(way, model)
             params = list(model.parameters())
             opt = torch.optim.SGD(params, lr=1e-3)
 
@@ -315,15 +356,7 @@ def worker(name: str, dtype: str, rounds: int, out_path: str) -> None:
             row["saved"] = sum(rec.storages.values())
             opt.zero_grad(set_to_none=True)
             if reported is not None:
-                rep = memslim.report(reported)
-                row["graphs"] = len(rep.graphs)
-                row["fallbacks"] = _fallback_notes(rep)
-                rewrote = {}
-                for d in rep:
-                    if d.verdict == "rewrote":
-                        rewrote[d.pass_] = rewrote.get(d.pass_, 0) + 1
-                row["rewrote"] = rewrote
-                row["notes"] = [d.text[:300] for d in rep if d.verdict == "note"][:12]
+                _read_report(row, reported)
             live.append((way, step))
         except Exception as e:  # noqa: BLE001  (one way failing must not hide the others)
             row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:400]}"
@@ -345,16 +378,7 @@ def worker(name: str, dtype: str, rounds: int, out_path: str) -> None:
             times[way].append(time.perf_counter() - t)
     for way, ts in times.items():
         res["ways"][way]["step_s"] = statistics.median(ts)
-    eager = grads.get("eager")
-    eager64 = _per_tensor(eager, g64) if eager else None
-    for way, g in grads.items():
-        row = res["ways"][way]
-        row["grad_vs_eager"] = _global_rel(g, eager) if eager else None
-        row["grad_vs_fp64"] = _global_rel(g, g64)
-        if eager64 is not None:
-            mine = _per_tensor(g, g64)
-            worst = max(mine, key=lambda k: mine[k] / max(eager64[k], FLOOR))
-            row["worst_tensor_vs_eager_err"] = [worst, mine[worst] / max(eager64[worst], FLOOR)]
+    _grad_rows(res, grads, g64)
     res["phase"] = "done"
     res["wall_s"] = round(time.time() - t_start, 1)
     save()
@@ -430,6 +454,16 @@ def _cell_runs(row) -> str:
     return "; ".join(bits)
 
 
+def _rewrites(row) -> str:
+    """The rewrites per pass; under a budget, the planner's way (its candidates after)."""
+    text = ", ".join(f"{p} x{n}" for p, n in sorted(row.get("rewrote", {}).items())) or "none"
+    plan = [n for n in row.get("notes", []) if n.startswith("budget ") and "excluded): " in n]
+    if plan:
+        how = plan[0].split("excluded): ", 1)[1].split(" (")[0].split(",")[0]
+        return f"budget {how} (the pipeline's candidates: {text})"
+    return text
+
+
 def render(rows: dict, meta: dict) -> str:
     lines = [
         "# transformers' models under torch.compile: Inductor, memslim's backend, memslim.compile(0.5)",
@@ -465,6 +499,11 @@ def render(rows: dict, meta: dict) -> str:
                 lines.append(f"| {name} | {dtype} | - | not run | | | | | |")
                 continue
             ways = res.get("ways", {})
+            if not ways:
+                lines.append(
+                    f"| {name} | {dtype} | - | **crashed**: {res.get('crash', '')[:200]} | | | | | |"
+                )
+                continue
             tc = ways.get("torch.compile", {})
             eager = ways.get("eager", {})
             for way in WAYS:
@@ -491,12 +530,10 @@ def render(rows: dict, meta: dict) -> str:
                     if g is not None and e:
                         grad = f"{g:.1e} ({g / e:.2f}x eager's"
                         grad += f"; worst tensor {w[1]:.2f}x)" if w else ")"
-                rew = ", ".join(f"{p} x{n}" for p, n in sorted(row.get("rewrote", {}).items()))
-                if way in ("eager", "torch.compile"):
-                    rew = ""
+                rew = _rewrites(row) if way not in ("eager", "torch.compile") else ""
                 lines.append(
                     f"| {name} | {dtype} | {way} | {_cell_runs(row)} | {_mib(saved)} | {xs} "
-                    f"| {st} | {grad} | {rew or ('none' if way not in ('eager', 'torch.compile') else '')} |"
+                    f"| {st} | {grad} | {rew} |"
                 )
             if res.get("crash"):
                 lines.append(
