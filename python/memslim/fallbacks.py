@@ -40,6 +40,10 @@ _LOGGER = "torch._dynamo.convert_frame"
 # then runs them eager for every object no cached graph fits, without a word).
 _LIMITED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _INSTALLED: List[logging.Filter] = []
+# Frames Dynamo never compiles, by its design, not by giving up: a generator's frame
+# reached from eager code (DDP's hooks run a `typing` genexpr at every call; the frame
+# that calls it runs eager anyway, and Dynamo inlines generators it meets while tracing).
+NEVER_COMPILED = ("Attempt to trace generator",)
 
 
 class FallbackError(RuntimeError):
@@ -136,6 +140,8 @@ class _Watch(logging.Filter):
                 return shown
             exc = record.exc_info[1]
             limit, self.limit = self.limit, None
+            if getattr(exc, "gb_type", None) in NEVER_COMPILED:
+                return shown
             owner = _memslim_owner()
             if owner is None:
                 return shown
