@@ -482,6 +482,7 @@ def compile(
     from ._transformers import join_loss_graph
 
     graphs = records_store.Graphs("memslim.compile")
+    graphs.strict = strict
     note = join_loss_graph(model)
     if note is not None:  # before any graph: the model as memslim.compile found it
         graphs.add("memslim.compile (before tracing)", [note])
@@ -519,3 +520,6 @@ def _register() -> None:
 
     if "memslim" not in _COMPILER_FNS:
         register_backend(name="memslim")(backend)
+    from . import fallbacks
+
+    fallbacks.watch()  # frames Dynamo gives up on: counted, or raised under strict

@@ -32,9 +32,10 @@ def _eval_frame_file() -> str:
     return ef.__file__.rsplit(".", 1)[0]
 
 
-def _owner_on_stack():
+def _owner_on_stack(with_context: bool = False):
     """(owner, original module or None, the function Dynamo compiles) of the innermost
-    torch.compile wrapper running now, or None outside one."""
+    torch.compile wrapper running now, or None outside one; with_context: and the
+    wrapper's Dynamo context (its `callback` leads to the backend)."""
     from torch._dynamo.eval_frame import OptimizedModule
 
     where = _eval_frame_file()
@@ -44,18 +45,19 @@ def _owner_on_stack():
         if code.co_name == "compile_wrapper" and code.co_filename.rsplit(".", 1)[0] == where:
             local = f.f_locals
             ctx, fn = local.get("self"), local.get("fn")
+            extra = (ctx,) if with_context else ()
             g = f.f_back
             for _ in range(3):  # OptimizedModule.__call__ -> _call_impl -> its forward
                 if g is None:
                     break
                 me = g.f_locals.get("self") if "self" in g.f_code.co_varnames else None
                 if isinstance(me, OptimizedModule) and me.dynamo_ctx is ctx:
-                    return me, me._orig_mod, fn
+                    return (me, me._orig_mod, fn) + extra
                 g = g.f_back
             bound = getattr(fn, "__self__", None)
             if isinstance(bound, torch.nn.Module):  # module.compile(): its _call_impl
-                return bound, None, fn
-            return fn, None, fn
+                return (bound, None, fn) + extra
+            return (fn, None, fn) + extra
         f = f.f_back
     return None
 

@@ -100,6 +100,16 @@ class Records(list):
         """The statistics as memslim-opt --stats prints them."""
         return _C.pass_statistics([d.as_dict() for d in self])[1]
 
+    def fallbacks(self) -> List[Decision]:
+        """The notes saying memslim's plan did not run: a graph its backend compiled by
+        Inductor unchanged (memslim failed on it), a frame Dynamo gave up on (fallbacks.py:
+        it runs eager). Under strict mode each of them is an error instead."""
+        return [d for d in self if d.verdict == "note" and d.pass_ in FALLBACK_PASSES]
+
+
+# The record passes of fallbacks: memslim's backend (backend.py), Dynamo (fallbacks.py).
+FALLBACK_PASSES = ("memslim-backend", "dynamo-fallback")
+
 
 class Graphs:
     """What memslim made of one object: its graphs in order, each [name, records list]
@@ -112,6 +122,7 @@ class Graphs:
         self.share_key = share_key
         self.graphs: List[Tuple[str, List[Decision]]] = []
         self.codes = set()  # the code objects Dynamo traced for its graphs
+        self.strict = False  # memslim.compile(strict=True): a fallback raises
 
     def add(self, name: str, records: Optional[List[Decision]] = None) -> List[Decision]:
         """A graph named `name` (", part N" added where a compile hands the backend
@@ -175,7 +186,7 @@ def report(obj) -> Records:
     blocks (their graphs, named by the block's path). A list with
     .statistics() / .stats_text() (per pass, as memslim-opt --stats prints them) and
     .graphs (graph by graph). ValueError for an object memslim never saw."""
-    from . import compiled
+    from . import compiled, fallbacks
 
     graphs = lookup(obj)
     if graphs is None:
@@ -187,7 +198,8 @@ def report(obj) -> Records:
             f"memslim.report: memslim never saw this {type(obj).__name__}"
             f"{compiled.why_unknown(obj)}; the four ways in are {WAYS_IN}"
         )
-    out = Records(d for _, records in graphs.graphs for d in records)
-    out.graphs = [(name, Records(records)) for name, records in graphs.graphs]
+    listed = list(graphs.graphs) + fallbacks.frames_given_up(obj, graphs)
+    out = Records(d for _, records in listed for d in records)
+    out.graphs = [(name, Records(records)) for name, records in listed]
     out.source = graphs.source
     return out

@@ -3,7 +3,8 @@
 What: per graph (a compiled model's graphs by compile id; one for a ScriptModule or an
 exported program), per pass: sites decided, rewritten, kept with the main reasons, and
 the bytes the rewritten sites keep for backward before -> after (the cost model's
-prices); the graph's own notes (what Inductor's partitioner keeps without / with the
+prices); the fallbacks first (a graph memslim's backend left to Inductor after failing on
+it, a frame Dynamo gave up on: records.FALLBACK_PASSES); the graph's own notes (what Inductor's partitioner keeps without / with the
 rewrites, a budget's plan, a fallback) one line each. The counts are the C++ core's
 per-pass statistics (core/statistics.cpp through Records.statistics(), as memslim-opt
 --stats counts them), not a second counter.
@@ -103,6 +104,10 @@ def summary(obj) -> Summary:
     lines = [f"memslim summary: {type(obj).__name__} through {rep.source}: {len(graphs)} graph(s)"]
     if len(graphs) > 1:
         lines.append("  all graphs: " + _totals(rep))
+    fallbacks = rep.fallbacks()
+    if fallbacks:  # each one memslim's plan not run: first, whatever else the screen holds
+        lines.append(f"  fallbacks: {len(fallbacks)} (memslim.report(x).fallbacks())")
+        lines += [_clip(f"    {d.pass_}: {d.text}") for d in fallbacks[:NOTES]]
     if not graphs:
         lines.append("  no graph compiled yet (torch.compile compiles at the first call)")
     for i, (name, records) in enumerate(graphs):

@@ -24,3 +24,18 @@ def _seed():
     import torch
 
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test's compiles start from an empty Dynamo cache. Dynamo's recompile limit
+    (8) counts the cache entries of one code object across the process: every
+    memslim.compile of a class is a new backend (a partial), and torch.nn's own modules
+    share one code (external_utils.inner), so a slow entry's later tests would run eager
+    without a word, and under MEMSLIM_STRICT=1 (above) raise memslim.fallbacks'
+    FallbackError, for what earlier tests compiled."""
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        sys.modules["torch._dynamo"].reset()
+    yield
