@@ -47,6 +47,21 @@ def _run(f, model, x, t):
     return out, {k: p.grad.clone() for k, p in model.named_parameters()}
 
 
+def _ways(f, model, x, t, backends=("inductor", "memslim")):
+    """f compiled with each backend ({backend: compiled}), each run once ({backend:
+    (out, grads)}), and the fuse-loss-head records those compiles added."""
+    ways = {}
+    for backend in backends:
+        torch._dynamo.reset()
+        ways[backend] = torch.compile(f, backend=backend)
+    n_before = len(memslim.compiled_decisions())
+    results = {k: _run(c, model, x, t) for k, c in ways.items()}
+    records = [
+        str(d) for d in memslim.compiled_decisions()[n_before:] if "fuse-loss-head" in str(d)
+    ]
+    return ways, results, records
+
+
 def _rel(a, b):
     return float((a - b).norm() / b.norm())
 
@@ -57,15 +72,7 @@ def test_backend_takes_the_head(return_logits):
     torch.manual_seed(0)
     model = Head(return_logits)
     want_out, want = _run(model, model, x, t)
-    ways = {}
-    for backend in ("inductor", "memslim"):
-        torch._dynamo.reset()
-        ways[backend] = torch.compile(model, backend=backend)
-    n_before = len(memslim.compiled_decisions())
-    results = {k: _run(f, model, x, t) for k, f in ways.items()}
-    records = [
-        str(d) for d in memslim.compiled_decisions()[n_before:] if "fuse-loss-head" in str(d)
-    ]
+    ways, results, records = _ways(model, model, x, t)
     assert records and "rewrote aten::cross_entropy_loss" in records[0], records
     for k in want:
         drift = _rel(results["inductor"][1][k], want[k])
@@ -119,12 +126,7 @@ def test_head_in_a_disabled_or_fp32_autocast_region_is_taken(dtype):
             with torch.autocast("cpu", enabled=False):
                 return model(x, t)
 
-    torch._dynamo.reset()
-    n_before = len(memslim.compiled_decisions())
-    _run(torch.compile(step, backend="memslim"), model, x, t)
-    records = [
-        str(d) for d in memslim.compiled_decisions()[n_before:] if "fuse-loss-head" in str(d)
-    ]
+    _, _, records = _ways(step, model, x, t, backends=("memslim",))
     assert records and "rewrote aten::cross_entropy_loss" in records[0], records
 
 
@@ -140,15 +142,7 @@ def test_bf16_autocast_head_left_to_inductor():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return model(x, t)
 
-    ways = {}
-    for backend in ("inductor", "memslim"):
-        torch._dynamo.reset()
-        ways[backend] = torch.compile(step, backend=backend)
-    n_before = len(memslim.compiled_decisions())
-    results = {k: _run(f, model, x, t) for k, f in ways.items()}
-    records = [
-        str(d) for d in memslim.compiled_decisions()[n_before:] if "fuse-loss-head" in str(d)
-    ]
+    _, results, records = _ways(step, model, x, t)
     assert records and all("kept" in r and "16-bit matmul" in r for r in records), records
     torch.testing.assert_close(results["memslim"][0], results["inductor"][0])
     for k in results["inductor"][1]:

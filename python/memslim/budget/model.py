@@ -185,9 +185,10 @@ class ModelTarget:
     def measured(self, saved: int) -> None:
         """A budget's round met by the dry runs' figures, against what saved_tensors_hooks
         counted the compiled graphs saving in its forward (`saved`): where that is over
-        the target, a record and a warning say so. Not a re-plan: on small graphs the
-        excess (10 KB of 158 KB in test_compile_budget.py, a coupling graph's 121 KB) is
-        not yet understood, and a re-plan on it refused budgets that trained before."""
+        the target, a record and a warning say so. Not a re-plan: the excesses that once
+        refused budgets that trained before were Inductor's channels-last copies of saved
+        convolution weights, which inductor_guards now keeps from being made; a re-plan on
+        an excess whose cause is unknown could refuse a plan that meets the target."""
         self.saved_measured = saved
         target = self._target()
         if saved <= target:
@@ -707,8 +708,9 @@ def planned(forward, target: ModelTarget, model):
             verdict = target.settle()
             if verdict == "met" and saved is not None:
                 # The dry runs' figures against what the graphs saved: a plan whose
-                # graphs save more than the partitions say (resnet18_gelu at 0.5: 45.6 MB
-                # measured, 1.56 MB planned) is said so, not met silently.
+                # graphs save more than the partitions say (resnet18_gelu at 0.5 before
+                # inductor_guards kept the weights: 45.6 MB measured, 1.56 MB planned) is
+                # said so, not met silently.
                 target.measured(saved.bytes())
             if verdict == "idle":
                 target.rounds -= 1
