@@ -228,3 +228,37 @@ def test_a_budget_the_pieces_cannot_share_falls_back_to_the_unsplit_graph():
         and not d.text.startswith("the model:")
     ]
     assert note.bytes_after <= 0.12 * note.bytes_before, note.text
+
+
+class HalvesReadAfterTheChain(torch.nn.Module):
+    """Fuzz seed 950006, shrunk: the chain's two streams are torch.chunk's halves of one
+    tensor, and a piece after the chain reads a half again. The piece before the chain
+    returns the halves, compiled by Inductor, as new contiguous tensors where the aten
+    graph (whose strides the pieces were compiled for) has views of stride (4, 1): the
+    piece after the chain asserted its input's strides (`expected size 24==24, stride
+    2==4`) where eager and plain torch.compile run."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(2, 2) * 0.7)
+        self.w2 = torch.nn.Parameter(torch.randn(2, 2) * 0.7)
+
+    def forward(self, x):
+        h = (x * x).reshape(24, 4)
+        a, b = torch.chunk(h, 2, dim=-1)
+        y1 = a + torch.nn.functional.gelu(torch.nn.functional.linear(b, self.w1))
+        y2 = b + torch.nn.functional.elu(torch.nn.functional.linear(y1, self.w2))
+        return torch.cat([y1, y2], -1) * a.sum()
+
+
+def test_a_piece_reads_a_view_the_piece_before_returned_contiguous():
+    torch.manual_seed(0)
+    ref = HalvesReadAfterTheChain().double()
+    base = copy.deepcopy(ref)
+    compiled = memslim.compile(base, strict=True)
+    x = torch.randn(4, 24, dtype=torch.float64)
+    for _ in range(2):
+        got = step_grads(compiled, x, list(base.parameters()))
+        want = step_grads(ref, x, list(ref.parameters()))
+        assert max_rel(got, want) < 1e-12
+    assert any("split out of the graph" in r for r in coupling_remarks(compiled))
