@@ -108,6 +108,29 @@ def test_budget_counts_the_chains_and_is_met():
     assert 0 < kept <= target, (kept, target)  # 0: the budget's measure hid the saves
 
 
+def test_a_budget_whose_graphs_are_all_split_plans_once(monkeypatch):
+    """The chains plan their pieces themselves, so the model's round has no graph: the
+    first forward settles the model ("idle"), and the forwards after it are the user's,
+    not planning forwards that snapshot every buffer (they were, every call)."""
+    from memslim.budget import model as model_target
+
+    snapshots = []
+    real = model_target._snapshot
+    monkeypatch.setattr(model_target, "_snapshot", lambda *a: snapshots.append(1) or real(*a))
+    torch.manual_seed(0)
+    ref = RevNet(widths=(8, 16, 32), blocks=(3, 3, 3))  # split at 0.3 (a smaller one is not)
+    base = copy.deepcopy(ref)
+    compiled = memslim.compile(base, memory_budget=0.3, strict=True)
+    x = torch.randn(4, 3, 16, 16)
+    for _ in range(3):
+        got = step_grads(compiled, x, list(base.parameters()))
+        want = step_grads(ref, x, list(ref.parameters()))
+        assert max_rel(got, want) < 1e-4
+    assert len(snapshots) == 1, snapshots  # 3 before
+    rs = coupling_remarks(compiled)
+    assert sum("-> memslim::coupling_chain" in r for r in rs) == 3, rs
+
+
 def test_export_front_end_refuses_invertible_couplings_by_name():
     ep = torch.export.export(RevNet(widths=(4, 8, 8), blocks=(1, 1, 1)), (torch.randn(1, 3, 8, 8),))
     with pytest.raises(ValueError, match="invertible-couplings runs under memslim.compile"):
