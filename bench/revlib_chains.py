@@ -15,7 +15,7 @@ Ways (the same weights; memory_mode no_savings gives the plain network):
 Measures: saved = memslim.saved_bytes (what saved-tensor hooks see: revlib's default mode
 keeps its blocks' tensors on ctx, where hooks do not see them), alive = bytes of the
 storages the forward made still alive after it (bench/memcnn_revnet.alive_bytes: counts
-ctx's too; for compiled ways it counts what the compiled forward returned and saved),
+ctx's too; eager ways only: a dispatch mode around a compiled call changes what it runs),
 peak = a training step's (forward, loss, backward) highest live CPU tensor bytes from the
 profiler's memory events (memslim.probe.step_peak_bytes), parameters, gradients and input
 outside it counted once they exist; time = median step time ratio to torch.compile's,
@@ -52,7 +52,9 @@ def conv_fn(c):
 
 
 def linear_fn(d):
-    return torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+    return torch.nn.Sequential(
+        torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d)
+    )
 
 
 class Net(torch.nn.Module):
@@ -144,7 +146,8 @@ def measure(kind, batch, rounds):
         g = grads(model, list(base.parameters()), x)
         xr = x.clone().requires_grad_()
         saved = memslim.saved_bytes(model, xr)
-        alive = alive_bytes(model, xr)
+        # A dispatch mode around a compiled call changes what it runs: eager ways only.
+        alive = alive_bytes(model, xr) if model is base else None
 
         def step(model=model, base=base):
             model(x.clone().requires_grad_()).square().sum().backward()
@@ -192,8 +195,10 @@ def main():
     ]
     for kind, batch in (("conv", a.batch_conv), ("linear", a.batch_linear)):
         rows, chain, (before, after), tc = measure(kind, batch, a.rounds)
-        shape = "3x32x32, 8 functions of conv3x3-ReLU-conv3x3 on 32 channels" if kind == "conv" else (
-            "128 tokens x 64, 8 functions of linear(32, 128)-GELU-linear(128, 32)"
+        shape = (
+            "3x32x32, 8 functions of conv3x3-ReLU-conv3x3 on 32 channels"
+            if kind == "conv"
+            else ("128 tokens x 64, 8 functions of linear(32, 128)-GELU-linear(128, 32)")
         )
         lines += [
             f"## {kind} blocks (batch {batch}, {shape}: 4 couplings)",
@@ -207,7 +212,8 @@ def main():
         ]
         for r in rows:
             lines.append(
-                f"| {r['way']} | {r['saved']:,} | {r['alive']:,} | {r['peak']:,} | "
+                f"| {r['way']} | {r['saved']:,} | "
+                f"{'n/a' if r['alive'] is None else format(r['alive'], ',')} | {r['peak']:,} | "
                 f"{r['time']:.2f} | {r['grad']:.1e} |"
             )
         lines.append("")

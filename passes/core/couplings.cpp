@@ -238,9 +238,9 @@ std::optional<int64_t> link(const Top& t, const Coupling& a, const Coupling& b,
   // A pair module's `return a, b` inlined (TorchScript): b's inputs unpack the
   // tuple a's outputs made, the same values; a direct link whose two nodes the
   // op covers. A tuple read by anything else keeps the link out.
-  if (const NodeRef u = g.producer(b.x1);
-      u && g.kind(u) == "prim::TupleUnpack" && g.num_inputs(u) == 1 && g.num_outputs(u) == 2 &&
-      g.output(u, 0) == b.x1 && g.output(u, 1) == b.x2) {
+  if (const NodeRef u = g.producer(b.x1); u && g.kind(u) == "prim::TupleUnpack" &&
+                                          g.num_inputs(u) == 1 && g.num_outputs(u) == 2 &&
+                                          g.output(u, 0) == b.x1 && g.output(u, 1) == b.x2) {
     const NodeRef c = g.producer(g.input(u, 0));
     if (!c || g.kind(c) != "prim::TupleConstruct" || g.num_inputs(c) != 2 ||
         g.input(c, 0) != a.y1 || g.input(c, 1) != a.y2 || g.uses(g.output(c, 0)).size() != 1)

@@ -89,8 +89,29 @@ def reads_and_draws(gm: torch.fx.GraphModule) -> bool:
             reads = True
         elif isinstance(t, torch._ops.OpOverload):
             ns = t.namespace
-            if torch.Tag.nondeterministic_seeded in t.tags or ns not in ("aten", "prims", "memslim"):
+            if _idle_dropout(n):
+                continue
+            if torch.Tag.nondeterministic_seeded in t.tags or ns not in (
+                "aten",
+                "prims",
+                "memslim",
+            ):
                 draws = True
         elif isinstance(t, torch._ops.HigherOrderOperator):
             draws = True
     return reads and draws
+
+
+_DROPOUTS = ("dropout", "native_dropout", "feature_dropout", "alpha_dropout")
+
+
+def _idle_dropout(n: torch.fx.Node) -> bool:
+    """A dropout with a constant p == 0 or train == False: ATen returns before drawing
+    (nn.Dropout(0.0) in training mode draws nothing)."""
+    t = n.target
+    if t.namespace != "aten" or t._schema.name.split("::")[-1] not in _DROPOUTS:
+        return False
+    args = list(n.args) + [None] * 3
+    p = n.kwargs.get("p", args[1])
+    train = n.kwargs.get("train", args[2])
+    return (isinstance(p, (int, float)) and p == 0) or train is False

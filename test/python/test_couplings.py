@@ -546,3 +546,41 @@ def test_pair_module_revnet_is_one_chain_through_the_tuples():
     ga = step_grads(ref, x, list(ref.parameters()))
     gb = step_grads(opt, x, list(base.parameters()))
     assert max_rel(gb, ga) < 1e-4
+
+
+@pytest.mark.parametrize("adapter", ["additive", "sigmoid", "naive"])
+def test_memcnn_couplings_as_shipped_chain_with_the_wrapper_off(adapter):
+    """memcnn 1.5.2's own AdditiveCoupling / AffineCoupling (chunk, .contiguous(), cat; the
+    affine adapters' (scale, shift)) inside InvertibleModuleWrapper(disable=True) (traced:
+    its forward takes *xin): 3 couplings, one chain, gradients eager's."""
+    memcnn = pytest.importorskip("memcnn")
+
+    def fn(c, o=1):
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(c, c, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(c, o * c, 3, padding=1),
+        )
+
+    def coupling(c):
+        if adapter == "additive":
+            return memcnn.AdditiveCoupling(Fm=fn(c), Gm=fn(c))
+        if adapter == "sigmoid":
+            a = memcnn.AffineAdapterSigmoid
+            return memcnn.AffineCoupling(Fm=fn(c, 2), Gm=fn(c, 2), adapter=a)
+        return memcnn.AffineCoupling(Fm=fn(c), Gm=fn(c), adapter=memcnn.AffineAdapterNaive)
+
+    def make():
+        blocks = [memcnn.InvertibleModuleWrapper(coupling(8), disable=True) for _ in range(3)]
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), *blocks).double()
+
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref, opt, base = pair(make, x)
+    kind = "additive" if adapter == "additive" else "affine"
+    rs = remarks(opt)
+    assert len(rs) == 1 and f"3 {kind} couplings -> memslim::coupling_chain" in rs[0], rs
+    ga = step_grads(ref, x, list(ref.parameters()))
+    gb = step_grads(opt, x, list(base.parameters()))
+    assert max_rel(gb, ga) < 1e-9
