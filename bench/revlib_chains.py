@@ -18,8 +18,8 @@ storages the forward made still alive after it (bench/memcnn_revnet.alive_bytes:
 ctx's too; eager ways only: a dispatch mode around a compiled call changes what it runs),
 peak = a training step's (forward, loss, backward) highest live CPU tensor bytes from the
 profiler's memory events (memslim.probe.step_peak_bytes), parameters, gradients and input
-outside it counted once they exist; time = median step time ratio to torch.compile's,
-each round running every way once in turn (interleaved); gradients: max |a - b| / max |b|
+outside it counted once they exist; time = each round's step time over torch.compile's in that
+round (every way once per round, in turn: interleaved), median and quartiles; gradients: max |a - b| / max |b|
 over the input and every parameter against eager fp32 (torch.compile's own drift beside).
 Usage: bench/revlib_chains.py [--rounds 15] [--out FILE] (needs `pip install revlib==1.7.2`).
 """
@@ -28,6 +28,7 @@ import argparse
 import copy
 import datetime
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -129,8 +130,9 @@ def ways(kind):
 
 
 def chains(compiled):
+    """The couplings of each chain memslim.compile made, e.g. [4]."""
     rs = [str(d) for d in memslim.report(compiled) if d.pass_ == "invertible-couplings"]
-    return [r.split("invertible-couplings: ")[-1][:70] for r in rs if "coupling_chain" in r]
+    return [int(m.group(1)) for r in rs if (m := re.search(r"(\d+) \w+ couplings? -> ", r))]
 
 
 def measure(kind, batch, rounds):
@@ -164,9 +166,12 @@ def measure(kind, batch, rounds):
             times[name].append(time.perf_counter() - t0)
             for p in base.parameters():
                 p.grad = None
-    tc = statistics.median(times["torch.compile (no_savings)"])
-    for r in rows:
-        r["time"] = statistics.median(times[r["way"]]) / tc
+    base_t = times["torch.compile (no_savings)"]
+    tc = statistics.median(base_t)
+    for r in rows:  # each round's ratio, then their median and quartiles
+        ratios = sorted(t / b for t, b in zip(times[r["way"]], base_t))
+        q = statistics.quantiles(ratios, n=4)
+        r["time"] = (statistics.median(ratios), q[0], q[2])
     chain = chains(ws[3][1])
     plain = Net(kind, revlib.MemoryModes.no_savings)
     before = graph_count(plain, x)
@@ -205,16 +210,18 @@ def main():
             "",
             f"Dynamo graphs of the no_savings net: {before} as torch ships it, {after} with "
             f"torch.get_rng_state traced (memslim.rng_reads). memslim.compile's chains: "
-            f"{chain or 'none'}. torch.compile's step: {tc * 1e3:.1f} ms (median).",
+            f"{', '.join(f'one of {k} couplings' for k in chain) or 'none'}. torch.compile's "
+            f"step: {tc * 1e3:.1f} ms (median of {a.rounds}).",
             "",
-            "| way | saved B | alive B | step peak B | step time / torch.compile | grad vs eager |",
+            "| way | saved B | alive B | step peak B | step time / torch.compile "
+            "(median [quartiles]) | grad vs eager |",
             "|---|---:|---:|---:|---:|---:|",
         ]
         for r in rows:
             lines.append(
                 f"| {r['way']} | {r['saved']:,} | "
                 f"{'n/a' if r['alive'] is None else format(r['alive'], ',')} | {r['peak']:,} | "
-                f"{r['time']:.2f} | {r['grad']:.1e} |"
+                f"{r['time'][0]:.2f} [{r['time'][1]:.2f}, {r['time'][2]:.2f}] | {r['grad']:.1e} |"
             )
         lines.append("")
     text = "\n".join(lines)

@@ -4,9 +4,10 @@ Dynamo breaks the graph at every `torch.get_rng_state()` (trace_rules marks it s
 AOTAutograd would not see a read that is no aten op). Reversible libraries call it once per
 block (revlib 1.7.2's ReversibleModule.forward, whatever its memory mode), so no graph holds
 two couplings and memslim's chains never form. While a memslim.compile'd model runs,
-`torch.get_rng_state` (and `torch.random.get_rng_state`) is `memslim::rng_state`, an op that
-returns what torch.get_rng_state returns: Dynamo traces it into the graph like any op, and
-eager code that calls it in the meantime gets the same tensor.
+`torch.get_rng_state` (and `torch.random.get_rng_state`) is memslim's getter: where Dynamo
+traces, `memslim::rng_state`, an op that returns what torch.get_rng_state returns, which
+Dynamo puts in the graph like any op; elsewhere (eager code, Dynamo saving the generator
+around its trace) torch's own getter.
 
 Where it is safe: a read returns the generator's state at that point of the program. A graph
 that draws no random numbers leaves the generator as it found it, so the read returns the
@@ -42,8 +43,11 @@ def _(*_args):
 
 
 def get_rng_state() -> torch.Tensor:
-    """torch.get_rng_state while a memslim.compile'd model runs."""
-    return torch.ops.memslim.rng_state()
+    """torch.get_rng_state while a memslim.compile'd model runs: the op where Dynamo
+    traces, torch's own getter elsewhere (eager code, Dynamo's own state saving)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.memslim.rng_state()
+    return _ORIGINAL()
 
 
 @contextlib.contextmanager
