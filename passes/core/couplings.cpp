@@ -228,12 +228,26 @@ std::optional<Coupling> match(const Top& t, NodeRef n1, std::string& why) {
 
 // The link from block a's outputs to block b's inputs: 0 direct, 1 through
 // chunk(cat([y1, y2], d1), 2, d2); nullopt when b's inputs come otherwise.
-// `nodes` gets the link's nodes (ListConstruct, cat, chunk, ListUnpack, copies), `d1` /
+// `nodes` gets the link's nodes (ListConstruct, cat, chunk, ListUnpack, copies;
+// TupleConstruct and TupleUnpack for a direct link through a tuple), `d1` /
 // `d2` the dims (ints: constants, or values such as a module's attribute).
 std::optional<int64_t> link(const Top& t, const Coupling& a, const Coupling& b,
                             std::vector<NodeRef>& nodes, ValueRef& d1, ValueRef& d2) {
   const GraphView& g = t.g;
   if (b.x1 == a.y1 && b.x2 == a.y2) return 0;
+  // A pair module's `return a, b` inlined (TorchScript): b's inputs unpack the
+  // tuple a's outputs made, the same values; a direct link whose two nodes the
+  // op covers. A tuple read by anything else keeps the link out.
+  if (const NodeRef u = g.producer(b.x1); u && g.kind(u) == "prim::TupleUnpack" &&
+                                          g.num_inputs(u) == 1 && g.num_outputs(u) == 2 &&
+                                          g.output(u, 0) == b.x1 && g.output(u, 1) == b.x2) {
+    const NodeRef c = g.producer(g.input(u, 0));
+    if (!c || g.kind(c) != "prim::TupleConstruct" || g.num_inputs(c) != 2 ||
+        g.input(c, 0) != a.y1 || g.input(c, 1) != a.y2 || g.uses(g.output(c, 0)).size() != 1)
+      return std::nullopt;
+    nodes = {c, u};
+    return 0;
+  }
   // memcnn's `x1, x2 = x1.contiguous(), x2.contiguous()` after the chunk: the
   // same values (a copy at most), so the copies join the link (the op feeds F
   // the chunk's pieces). A piece read by anything else keeps the link out.
@@ -337,14 +351,15 @@ size_t extend_chain(const Top& t, const std::vector<Coupling>& found, size_t i, 
     std::unordered_set<const void*> ok;
     for (NodeRef m : a.G.nodes) ok.insert(m.p);
     for (NodeRef m : a.combine_nodes()) ok.insert(m.p);
-    if (*kind == 1) {
+    // A link with nodes (a chunk's, a tuple's) hands a's outputs to its first node.
+    if (!ln.empty()) {
       ok.insert(ln.front().p);
     } else {
       for (NodeRef m : b.F.nodes) ok.insert(m.p);
       for (NodeRef m : b.combine_nodes()) ok.insert(m.p);
     }
     if (!read_only_by(t, a.y1, ok) || !read_only_by(t, a.y2, ok)) break;
-    if (*kind == 1) {
+    if (!ln.empty()) {
       // b's inputs come from the link alone; read by b only.
       std::unordered_set<const void*> bo;
       for (NodeRef m : b.F.nodes) bo.insert(m.p);

@@ -41,7 +41,7 @@ from .budget import BudgetError, budget_note, meet_compile_budget
 from .budget.measure import _dynamic_output_shapes, _partitioned_saved_bytes
 from .cache_keys import _keyed_by_tags
 from .chains import _compile_with_chains
-from . import _policy, sixteen_bit
+from . import _policy, rng_reads, sixteen_bit
 from . import records as records_store
 from ._policy import policy_keywords
 from .records import Decision
@@ -305,6 +305,16 @@ def _backend(
         records = compiled.graph_records(gm, records, backend)
     try:
         aten, mode, fakes = _aten_graph(gm, example_inputs)
+        if rng_reads.reads_and_draws(aten):
+            # The read's place among the draws matters and Inductor reorders (and seeds)
+            # draws: the graph as Dynamo captured it, ops in program order.
+            why = (
+                "graph run as captured (eager order): it reads the RNG state "
+                "(torch.get_rng_state) and draws random numbers"
+            )
+            records.append(records_store.note("memslim-backend", why))
+            _LOG.append(records[-1])
+            return gm.forward
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
         )
@@ -502,6 +512,11 @@ def compile(
         target.codes = graphs.codes  # the code objects to re-plan: Dynamo's for the graphs
     be = functools.partial(backend, strict=strict, records=graphs, _target=target, **policy)
     compiled = torch.compile(model, backend=be, fullgraph=fullgraph, dynamic=dynamic)
+    # torch.get_rng_state as an op while the model runs: no graph break per read.
+    if isinstance(compiled, torch.nn.Module):
+        compiled.forward = rng_reads.traced(compiled.forward)
+    else:
+        compiled = rng_reads.traced(compiled)
     if target is not None:
         from .budget.model import planned
 

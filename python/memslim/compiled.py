@@ -47,7 +47,9 @@ def _owner_on_stack(with_context: bool = False):
             ctx, fn = local.get("self"), local.get("fn")
             extra = (ctx,) if with_context else ()
             g = f.f_back
-            for _ in range(3):  # OptimizedModule.__call__ -> _call_impl -> its forward
+            # OptimizedModule.__call__ -> _call_impl -> its forward (memslim.compile's:
+            # planned's run -> rng_reads.traced's call -> Dynamo's).
+            for _ in range(4):
                 if g is None:
                     break
                 me = g.f_locals.get("self") if "self" in g.f_code.co_varnames else None

@@ -23,10 +23,13 @@ using memslim::FxGraphView;
 // x2 + tanh(linear(y1, wg)), each block's outputs the next one's inputs.
 // `leak`: the first F's linear output is also returned. `chunked`: blocks are
 // linked as RevNet links them, chunk(cat([y1, y2], 1), 2, 1), in an FX graph's
-// form: chunk's two outputs are the node's own (no ListUnpack).
+// form: chunk's two outputs are the node's own (no ListUnpack). `tupled`: blocks
+// are linked as an inlined pair module's `return a, b` links them,
+// TupleUnpack(TupleConstruct(y1, y2)); `tuple_read` also returns the first tuple.
 struct Couplings : Builder {
-  size_t y1 = 0, y2 = 0, leaked = 0;
-  explicit Couplings(int blocks, bool leak = false, bool chunked = false) {
+  size_t y1 = 0, y2 = 0, leaked = 0, first_tuple = 0;
+  explicit Couplings(int blocks, bool leak = false, bool chunked = false, bool tupled = false,
+                     bool tuple_read = false) {
     size_t x1 = tensor("x1"), x2 = tensor("x2");
     std::vector<size_t> in{x1, x2}, w;
     for (int b = 0; b < 2 * blocks; ++b)
@@ -52,9 +55,18 @@ struct Couplings : Builder {
         x2 = tensor("chunk" + s + "[1]");
         g.add_node("aten::chunk", "", {cat, constant(int64_t(2)), one}, {x1, x2});
       }
+      if (tupled && b + 1 < blocks) {
+        const size_t tuple = g.add_value(FxGraphView::Value{});
+        g.add_node("prim::TupleConstruct", std::nullopt, {y1, y2}, {tuple});
+        if (b == 0) first_tuple = tuple;
+        x1 = tensor("a" + s);
+        x2 = tensor("b" + s);
+        g.add_node("prim::TupleUnpack", std::nullopt, {tuple}, {x1, x2});
+      }
     }
     std::vector<size_t> outs{y1, y2};
     if (leak) outs.push_back(leaked);
+    if (tuple_read) outs.push_back(first_tuple);
     ret(outs);
   }
 };
@@ -91,6 +103,29 @@ TEST(Core, CouplingChainLinkedByAnFxChunk) {
   EXPECT_EQ(ch.link_kinds, (std::vector<int64_t>{1, 1}));
   // 18 block nodes and, per link, ListConstruct, cat and chunk (no unpack).
   EXPECT_EQ(ch.covers.size(), 18u + 2 * 3);
+}
+
+TEST(Core, CouplingChainLinkedThroughAPairModulesTuple) {
+  Couplings c(3, /*leak=*/false, /*chunked=*/false, /*tupled=*/true);
+  const auto chains = memslim::find_coupling_chains(c.g, {});
+  ASSERT_EQ(chains.size(), 1u);
+  const auto& ch = chains[0];
+  EXPECT_TRUE(ch.rewrite()) << ch.decision.render();
+  ASSERT_EQ(ch.blocks.size(), 3u);
+  // Direct links: the tuple hands on the same values.
+  EXPECT_EQ(ch.link_kinds, (std::vector<int64_t>{0, 0}));
+  // 18 block nodes and, per link, TupleConstruct and TupleUnpack.
+  EXPECT_EQ(ch.covers.size(), 18u + 2 * 2);
+}
+
+TEST(Core, CouplingChainCutWhereATupleIsAlsoReadElsewhere) {
+  Couplings c(3, /*leak=*/false, /*chunked=*/false, /*tupled=*/true, /*tuple_read=*/true);
+  const auto chains = memslim::find_coupling_chains(c.g, {});
+  ASSERT_EQ(chains.size(), 2u);
+  EXPECT_EQ(chains[0].blocks.size(), 1u);
+  EXPECT_EQ(chains[1].blocks.size(), 2u);
+  for (const auto& ch : chains) EXPECT_TRUE(ch.rewrite()) << ch.decision.render();
+  EXPECT_EQ(chains[1].link_kinds, (std::vector<int64_t>{0}));
 }
 
 namespace {

@@ -486,3 +486,101 @@ def test_memcnn_style_revnet_fp32_gradients_and_bytes():
     assert max_rel(gb, ga) < 1e-4
     xr = x.clone().requires_grad_()
     assert memslim.saved_bytes(opt, xr) < 0.35 * memslim.saved_bytes(ref, xr)  # 28.7%
+
+
+# Pair modules: F and G in a block whose forward takes and returns the two halves
+# (`a = a + f(b); b = b + g(a); return a, b`), stacked in a loop. Scripted and inlined, each
+# block's return is a TupleConstruct that the next block's call unpacks.
+
+
+class PairFn(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(d, 2 * d), torch.nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return self.l2(torch.relu(self.l1(x)))
+
+
+class PairBlock(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.f, self.g = PairFn(d), PairFn(d)
+
+    def forward(self, a, b):
+        a = a + self.f(b)
+        b = b + self.g(a)
+        return a, b
+
+
+class PairRevNet(torch.nn.Module):
+    def __init__(self, d=64, depth=4):
+        super().__init__()
+        self.inp = torch.nn.Linear(d, 2 * d)
+        self.blocks = torch.nn.ModuleList([PairBlock(d) for _ in range(depth)])
+        self.head = torch.nn.Linear(2 * d, 10)
+
+    def forward(self, x):
+        a, b = self.inp(x).chunk(2, dim=-1)
+        for blk in self.blocks:
+            a, b = blk(a, b)
+        return self.head(torch.cat([a, b], dim=-1))
+
+
+def test_pair_module_revnet_is_one_chain_through_the_tuples():
+    """The tuples between pair modules hand on the same two values: one chain of 4
+    couplings, no tuple inside it; gradients eager's (fp64 1e-9, fp32 1e-4)."""
+    x = torch.randn(16, 64, dtype=torch.float64)
+    ref, opt, base = pair(lambda: PairRevNet().double(), x)
+    rs = remarks(opt)
+    assert rs == [r for r in rs if "4 additive couplings -> memslim::coupling_chain" in r], rs
+    assert len(rs) == 1, rs
+    # Only the last block's tuple is left, after the chain (it packs the op's outputs).
+    assert len(opt.graph.findAllNodes("prim::TupleConstruct")) == 1
+    for seed in range(2):
+        ga = step_grads(ref, x, list(ref.parameters()), seed)
+        gb = step_grads(opt, x, list(base.parameters()), seed)
+        assert max_rel(gb, ga) < 1e-9
+    x = x.float()
+    ref, opt, base = pair(PairRevNet, x)
+    ga = step_grads(ref, x, list(ref.parameters()))
+    gb = step_grads(opt, x, list(base.parameters()))
+    assert max_rel(gb, ga) < 1e-4
+
+
+@pytest.mark.parametrize("adapter", ["additive", "sigmoid", "naive"])
+def test_memcnn_couplings_as_shipped_chain_with_the_wrapper_off(adapter):
+    """memcnn 1.5.2's own AdditiveCoupling / AffineCoupling (chunk, .contiguous(), cat; the
+    affine adapters' (scale, shift)) inside InvertibleModuleWrapper(disable=True) (traced:
+    its forward takes *xin): 3 couplings, one chain, gradients eager's."""
+    memcnn = pytest.importorskip("memcnn")
+
+    def fn(c, o=1):
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(c, c, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(c, o * c, 3, padding=1),
+        )
+
+    def coupling(c):
+        if adapter == "additive":
+            return memcnn.AdditiveCoupling(Fm=fn(c), Gm=fn(c))
+        if adapter == "sigmoid":
+            a = memcnn.AffineAdapterSigmoid
+            return memcnn.AffineCoupling(Fm=fn(c, 2), Gm=fn(c, 2), adapter=a)
+        return memcnn.AffineCoupling(Fm=fn(c), Gm=fn(c), adapter=memcnn.AffineAdapterNaive)
+
+    def make():
+        blocks = [memcnn.InvertibleModuleWrapper(coupling(8), disable=True) for _ in range(3)]
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), *blocks).double()
+
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref, opt, base = pair(make, x)
+    kind = "additive" if adapter == "additive" else "affine"
+    rs = remarks(opt)
+    assert len(rs) == 1 and f"3 {kind} couplings -> memslim::coupling_chain" in rs[0], rs
+    ga = step_grads(ref, x, list(ref.parameters()))
+    gb = step_grads(opt, x, list(base.parameters()))
+    assert max_rel(gb, ga) < 1e-9
