@@ -20,7 +20,7 @@ import torch
 
 import memslim
 from memslim._models import RevNet, RevTransformer
-from test_couplings import max_rel, step_grads  # (model, x, params, seed)
+from test_couplings import MemcnnRevNet, max_rel, step_grads  # (model, x, params, seed)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated.*")
@@ -228,3 +228,48 @@ def test_a_budget_the_pieces_cannot_share_falls_back_to_the_unsplit_graph():
         and not d.text.startswith("the model:")
     ]
     assert note.bytes_after <= 0.12 * note.bytes_before, note.text
+
+
+def test_memcnn_style_revnet_under_compile_chains_every_coupling_fp64():
+    """memcnn's RevNet as its users write it (BatchNorm in the stem and in F / G, chunk and
+    `.contiguous()`, a downsampling block between the stages): the piece before the first
+    chain (stem conv, BatchNorm, ReLU, chunk) was re-faked with symbolic sizes of a
+    ShapeEnv of its own, and the partitioner's dry run on it raised KeyError on a symbol
+    (BatchNorm's float correction; the graph compiled by Inductor unchanged, a warning only:
+    issue 45). The pieces are static: every coupling in a chain, gradients and running
+    stats eager's."""
+    torch.manual_seed(0)
+    ref = MemcnnRevNet(wrap=False).double()
+    base = copy.deepcopy(ref)
+    compiled = memslim.compile(base, strict=True, dynamic=False)
+    x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
+    for seed in range(2):
+        ga = step_grads(ref, x, list(ref.parameters()), seed)
+        gb = step_grads(compiled, x, list(base.parameters()), seed)
+        assert max_rel(gb, ga) < 1e-9
+    rs = coupling_remarks(compiled)
+    assert any("2 coupling chain(s) split out of the graph" in r for r in rs), rs
+    assert sum("3 additive couplings -> memslim::coupling_chain" in r for r in rs) == 1, rs
+    assert sum("2 additive couplings -> memslim::coupling_chain" in r for r in rs) == 1, rs
+    for (n, a), b in zip(ref.named_buffers(), base.buffers()):
+        assert torch.allclose(a.double(), b.double(), rtol=1e-12, atol=1e-12), n
+
+
+def test_a_graph_given_real_inputs_is_traced_with_static_sizes():
+    """The backend called with real tensors (no Dynamo example values: a graph piece, or a
+    direct call) fakes them with static sizes; with a ShapeEnv's symbolic sizes the
+    partitioner's dry run of a training BatchNorm raised KeyError on a symbol (issue 45)."""
+
+    def stem(x, w, nbt, g, b, rm, rv):
+        c = torch.ops.aten.conv2d.default(x, w, None, [1, 1], [1, 1])
+        torch.ops.aten.add_.Tensor(nbt, 1)
+        y = torch.ops.aten.batch_norm.default(c, g, b, rm, rv, True, 0.1, 1e-05, True)
+        return (torch.ops.aten.relu.default(y),)
+
+    P = torch.nn.Parameter
+    ins = [torch.randn(2, 3, 8, 8), P(torch.randn(8, 3, 3, 3)), torch.tensor(0)]
+    ins += [P(torch.ones(8)), P(torch.zeros(8)), torch.zeros(8), torch.ones(8)]
+    records = []
+    fn = memslim.backend.backend(torch.fx.symbolic_trace(stem), ins, strict=True, records=records)
+    assert not any(d.pass_ == "memslim-backend" for d in records), [str(d) for d in records]
+    torch.testing.assert_close(fn(*ins)[0], stem(*ins)[0])
