@@ -66,11 +66,22 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs):
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     fakes = [n.meta.get("example_value") for n in placeholders]
     if any(f is None for f in fakes):  # not from Dynamo: fake the example inputs
-        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+        # Static sizes: a real input's sizes are what it is compiled for. (from_tensor in
+        # a mode with a ShapeEnv makes every size a symbol of its own; a graph piece of
+        # chains.py given real tensors was then partitioned with symbols no placeholder
+        # carries, and tensorify's pass raised KeyError on one: memcnn's RevNet, issue 45.)
         mode = detect_fake_mode(example_inputs) or FakeTensorMode(shape_env=ShapeEnv())
-        fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
+        fakes = [
+            t
+            if isinstance(t, FakeTensor)
+            else mode.from_tensor(t, static_shapes=True)
+            if isinstance(t, torch.Tensor)
+            else t
+            for t in example_inputs
+        ]
     mode = detect_fake_mode(fakes)
     with _dynamic_output_shapes(mode):
         return make_fx(gm, tracing_mode="symbolic", pre_dispatch=True)(*fakes), mode, fakes
