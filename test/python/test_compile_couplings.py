@@ -142,19 +142,64 @@ def test_a_budget_met_unmodified_leaves_the_chains_alone():
     assert not any("-> memslim::coupling_chain" in r for r in rs), rs
 
 
-def test_dynamic_false_keeps_chains_split_across_batch_sizes():
-    """Dynamo turns a graph dynamic at its second input shape, and a dynamic graph's chains
-    stay with Inductor (remark); dynamic=False recompiles statically and splits again."""
+def test_chains_stay_split_across_batch_sizes_dynamic_or_not():
+    """Dynamo turns a graph dynamic at its second input shape (dynamic=None) or from the
+    start (dynamic=True); a dynamic graph's chains are split per input shape (_PerShape,
+    a remark says so), and dynamic=False recompiles statically and splits again:
+    gradients eager's at each batch size (issue 45: the dynamic graph's
+    chains were left to Inductor)."""
     torch.manual_seed(0)
-    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1))
-    for dynamic, split in ((None, 1), (False, 2)):
+    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1)).double()
+    for dynamic in (None, True, False):
+        torch._dynamo.reset()
+        base = copy.deepcopy(ref)
+        compiled = memslim.compile(base, dynamic=dynamic, strict=True)
+        for batch in (2, 3, 2):
+            x = torch.randn(batch, 3, 8, 8, dtype=torch.float64)
+            ga = step_grads(ref, x, list(ref.parameters()))
+            gb = step_grads(compiled, x, list(base.parameters()))
+            assert max_rel(gb, ga) < 1e-9, (dynamic, batch)
+        rs = coupling_remarks(compiled)
+        # dynamic=None: batch 2 static, then the dynamic graph (Dynamo tries it first)
+        # splits batch 3 and batch 2 again.
+        splits = 3 if dynamic is None else 2
+        assert sum("split out of the graph" in r for r in rs) == splits, (dynamic, rs)
+        assert not any("left to Inductor" in r for r in rs), (dynamic, rs)
+        specialised = sum("specialised to each input shape" in r for r in rs)
+        assert specialised == (0 if dynamic is False else 1), (dynamic, rs)
+
+
+def test_dynamic_chains_past_the_recompile_limit_run_eagerly_with_a_warning():
+    torch.manual_seed(0)
+    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1)).double()
+    base = copy.deepcopy(ref)
+    compiled = memslim.compile(base, dynamic=True, strict=True)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for batch, warns in ((2, False), (3, True), (2, False)):
+            x = torch.randn(batch, 3, 8, 8, dtype=torch.float64)
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                gb = step_grads(compiled, x, list(base.parameters()))
+            said = any("after 1 compiled ones" in str(w.message) for w in seen)
+            assert said == warns, (batch, [str(w.message) for w in seen])
+            assert max_rel(gb, step_grads(ref, x, list(ref.parameters()))) < 1e-9
+
+
+def test_dynamic_chains_keep_what_static_chains_keep():
+    """Saved bytes under dynamic=True at most the static compile's, at each batch size."""
+    torch.manual_seed(0)
+    ref = RevNet(widths=(8, 16, 16), blocks=(2, 2, 1))
+    kept = {}
+    for dynamic in (False, True):
         torch._dynamo.reset()
         compiled = memslim.compile(copy.deepcopy(ref), dynamic=dynamic, strict=True)
-        for batch in (2, 3):
-            compiled(torch.randn(batch, 3, 8, 8, requires_grad=True)).sum().backward()
-        rs = coupling_remarks(compiled)
-        assert sum("split out of the graph" in r for r in rs) == split, rs
-        assert any("dynamic shapes" in r for r in rs) == (dynamic is None), rs
+        for batch in (2, 4):
+            x = torch.randn(batch, 3, 16, 16, requires_grad=True)
+            kept[dynamic, batch] = memslim.saved_bytes(compiled, x, warmup=1)
+        assert any("split out" in r for r in coupling_remarks(compiled))
+    for batch in (2, 4):
+        assert 0 < kept[True, batch] <= kept[False, batch], kept
+    assert kept[True, 4] <= 0.35 * memslim.saved_bytes(ref, torch.randn(4, 3, 16, 16))
 
 
 def test_an_unreachable_budget_is_refused_with_the_smallest_reachable_figure():
