@@ -373,7 +373,7 @@ def _backend(
             planned = any(d.verdict == "rewrote" for d in decisions)
             if planned and needs_grad and not options and sixteen_bit.sixteen_bit(aten):
                 pruned = sixteen_bit.keep_paying_passes(
-                    gm, example_inputs, policy, _compile_passes(), decisions
+                    gm, example_inputs, policy, _compile_passes(), decisions, _static
                 )
                 if pruned is not None:
                     aten, mode, fakes, decisions, rewrote = pruned
