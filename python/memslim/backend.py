@@ -336,18 +336,10 @@ def _backend(
             aten.graph, _leaf_grad(aten, example_inputs), _parameters(aten, example_inputs)
         )
         if _chains and needs_grad:
-
-            def per_shape(args):  # this graph, static for `args` (chains._PerShape)
-                return backend(
-                    gm,
-                    args,
-                    strict=strict,
-                    records=records,
-                    _target=_target,
-                    _static=True,
-                    **policy,
-                )
-
+            # A dynamic graph's chains: this graph again, static per shape (chains._PerShape).
+            build = functools.partial(
+                backend, gm, strict=strict, records=records, _target=_target, _static=True
+            )
             split = _chains_first(
                 aten,
                 serial,
@@ -357,7 +349,7 @@ def _backend(
                 policy,
                 strict=strict,
                 records=records,
-                per_shape=None if _static else (gm, per_shape),
+                per_shape=None if _static else (gm, lambda args: build(args, **policy)),
             )
             if split is not None:
                 return split

@@ -300,6 +300,23 @@ def test_memcnn_style_revnet_under_compile_chains_every_coupling_fp64():
         assert torch.allclose(a.double(), b.double(), rtol=1e-12, atol=1e-12), n
 
 
+def test_memcnn_style_revnet_under_dynamic_compile_at_two_batch_sizes():
+    """The same network with dynamic=True (issue 45: after a second compile of the class
+    Dynamo marks the batch dynamic and the chains were left to Inductor): each batch size
+    splits both chains, gradients eager's."""
+    torch.manual_seed(0)
+    ref = MemcnnRevNet(wrap=False, widths=(4, 8), blocks=(2, 2)).double()
+    base = copy.deepcopy(ref)
+    compiled = memslim.compile(base, strict=True, dynamic=True)
+    for batch in (4, 2):
+        x = torch.randn(batch, 3, 8, 8, dtype=torch.float64)
+        ga = step_grads(ref, x, list(ref.parameters()))
+        assert max_rel(step_grads(compiled, x, list(base.parameters())), ga) < 1e-9
+    rs = coupling_remarks(compiled)
+    assert sum("2 coupling chain(s) split out of the graph" in r for r in rs) == 2, rs
+    assert sum("2 additive couplings -> memslim::coupling_chain" in r for r in rs) == 4, rs
+
+
 def test_a_graph_given_real_inputs_is_traced_with_static_sizes():
     """The backend called with real tensors (no Dynamo example values: a graph piece, or a
     direct call) fakes them with static sizes; with a ShapeEnv's symbolic sizes the
