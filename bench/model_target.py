@@ -17,7 +17,9 @@ times cannot be interleaved: the pairs run one after the other, so the ratios ca
 machine's drift between them.
 Models: gpt2_hf, transformers' GPT-2 from issue 48's config (4 x 256, vocab 8,192, 4 x 128
 tokens, dropouts 0.1); gpt2_hf_nodrop, the same with the dropouts at 0; two_graphs,
-test_model_budget.py's model (a graph break before a product with a 2 MiB input).
+test_model_budget.py's model (a graph break before a product with a 2 MiB input);
+decoderN, memslim._models.TinyDecoder with N blocks (d 256, hidden 704, vocab 2,048,
+2 x 128 tokens, the loss in the graph: one graph), the depth sweep of issue 48.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ WORKER = textwrap.dedent(
             m = GPT2LMHeadModel(cfg)
             ids = torch.randint(0, 8192, (4, 128))
             return m, (ids,), {"labels": ids}, lambda o: o.loss
+        if name.startswith("decoder"):  # decoderN: memslim._models.TinyDecoder, N blocks
+            from memslim._models import tiny_decoder
+            m = tiny_decoder(depth=int(name[len("decoder"):]), dim=256, hidden=704, vocab=2048)
+            ids = torch.randint(0, 2048, (2, 128))
+            return m, (ids, ids), {}, lambda o: o
         class TwoGraphs(nn.Module):
             def __init__(s):
                 super().__init__()

@@ -103,13 +103,24 @@ class _ChainPiece(torch.nn.Module):
 class _Compiled(torch.nn.Module):
     """A piece compile_fx compiled, as a submodule of the split graph; `single`: the
     piece made one value, which its graph returns as a 1-tuple (AOTAutograd takes
-    tuple outputs only)."""
+    tuple outputs only). The pieces are compiled for the aten graph's strides, but a
+    piece before may return a value with others (Inductor returns a view output, such
+    as a torch.chunk half, as a new contiguous tensor; fuzz seed 950006): an argument
+    whose strides differ from those it was compiled for is copied into them, as the
+    compiled code indexes it by them."""
 
-    def __init__(self, fn, single: bool, grads):
+    def __init__(self, fn, single: bool, ins):
         super().__init__()
         self.fn = fn
         self.single = single
-        self.grads = grads  # per argument: whether it was compiled as needing grad
+        # per argument: whether it was compiled as needing grad, and its strides
+        self.grads = [isinstance(t, torch.Tensor) and t.requires_grad for t in ins]
+        self.strides = [
+            tuple(t.stride())
+            if isinstance(t, torch.Tensor) and all(isinstance(d, int) for d in t.stride())
+            else None
+            for t in ins
+        ]
 
     def forward(self, *args):
         # A gradient the compiled piece would drop is a wrong result: refuse it loudly.
@@ -119,8 +130,18 @@ class _Compiled(torch.nn.Module):
                     "memslim: internal error: a graph piece compiled without "
                     "gradient for an input that requires grad"
                 )
+        args = [
+            _restrided(a, st) if st is not None and a.stride() != st else a
+            for a, st in zip(args, self.strides)
+        ]
         out = self.fn(*args)  # as Dynamo calls what a backend returns
         return out[0] if self.single else out
+
+
+def _restrided(t: torch.Tensor, stride) -> torch.Tensor:
+    """`t`'s values in a tensor of strides `stride` (autograd sees the copy)."""
+    out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
+    return out.copy_(t)
 
 
 def _tuple_output(gm: torch.fx.GraphModule) -> bool:
@@ -524,7 +545,7 @@ def _compile_with_chains(
         setattr(
             split,
             name,
-            _Compiled(fn, single, [isinstance(t, torch.Tensor) and t.requires_grad for t in ins]),
+            _Compiled(fn, single, ins),
         )
     split.recompile()
     return split

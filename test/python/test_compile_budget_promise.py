@@ -177,20 +177,28 @@ class Seed950006(nn.Module):
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fuzz seed 950006, open: memslim.compile(0.8, dynamic=True) raises 'expected size 24==24, stride 2==4 at dim=0' (a fake kernel's strides) where plain torch.compile runs",
-)
 def test_seed_950006_dynamic_budget_runs_where_torch_compile_runs():
     # Found 2026-11-29 by the compile leg (MEMSLIM_FUZZ_COMPILE_BUDGET=0.8,
-    # MEMSLIM_FUZZ_COMPILE_DYNAMIC=1); raises with the saved-inputs guard switched off too.
+    # MEMSLIM_FUZZ_COMPILE_DYNAMIC=1): the piece after the coupling chain was compiled for
+    # torch.chunk's views and got the contiguous halves Inductor returned (shrunk:
+    # test_compile_couplings' HalvesReadAfterTheChain).
     torch.manual_seed(950006)
     m = Seed950006().eval()
     x = torch.randn(4, 24, requires_grad=True)
     y = torch.randn(4, 16, requires_grad=True)
+
+    def step(fn):
+        for t in (x, y, *m.parameters()):
+            t.grad = None
+        loss = sum(t.sum() for t in fn(x, y))
+        loss.backward()
+        return [loss.detach()] + [t.grad.clone() for t in (x, y, *m.parameters())]
+
+    want = step(m)
     torch._dynamo.reset()
-    plain = torch.compile(m, dynamic=True)
-    sum(t.sum() for t in plain(x, y)).backward()
+    plain = step(torch.compile(m, dynamic=True))
     torch._dynamo.reset()
-    ours = memslim.compile(m, memory_budget=0.8, dynamic=True, strict=True)
-    sum(t.sum() for t in ours(x, y)).backward()
+    got = step(memslim.compile(m, memory_budget=0.8, dynamic=True, strict=True))
+    for g, w, p in zip(got, want, plain):  # within 4x Inductor's own drift from eager
+        drift = float((p - w).abs().max())
+        assert float((g - w).abs().max()) <= 4 * drift + 1e-5 * float(w.abs().max()), (g, w)

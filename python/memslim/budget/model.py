@@ -128,6 +128,8 @@ class ModelTarget:
         if not self.active:  # after the model is settled: its slot's fraction
             frac = self.settled.get(slot)
             if frac is None:
+                if self.verdict == "idle" and self.peak is None and self.budget > 1:
+                    return max(2, int(self.budget))  # bytes, nothing settled: all of them
                 frac = (
                     self.budget
                     if self.budget is not None and self.budget <= 1
@@ -205,7 +207,8 @@ class ModelTarget:
 
     def settle(self) -> str:
         """After a round's forward: "met", "replan" (shares set for another round) or
-        "unreachable"; "idle" where the round compiled no graph under a budget."""
+        "unreachable"; "idle" where the round compiled no graph under a budget (the
+        model's verdict then: its forwards are no longer planning forwards)."""
         if not self.round:
             return "idle"
         target, kept = self._target(), sum(g.kept for g in self.round)
@@ -713,7 +716,11 @@ def planned(forward, target: ModelTarget, model):
                 # said so, not met silently.
                 target.measured(saved.bytes())
             if verdict == "idle":
-                target.rounds -= 1
+                # No graph was planned under the target (each graph was split around
+                # coupling chains, which plan their own pieces, or Dynamo compiled
+                # nothing): the next forwards would be idle too, so they run as they are,
+                # not as planning forwards (which snapshot the buffers every call).
+                target.verdict = "idle"
                 return out
             if target.peak is not None and verdict in ("met", "unreachable"):
                 # A peak target is predicted: the plan is verified by a measured forward
