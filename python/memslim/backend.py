@@ -322,7 +322,8 @@ def _backend(
 
     policy = _policy.check("memslim backend", policy)
     target = _target if _target is not None and _target.engaged(policy) else None
-    _specialize_tensorified_floats(gm)  # before any record: Dynamo restarts the frame
+    if not _static:  # (a per-shape build runs after Dynamo: no restart there)
+        _specialize_tensorified_floats(gm)  # before any record: Dynamo restarts the frame
     if not isinstance(records, list):
         records = compiled.graph_records(gm, records, backend)
     try:
