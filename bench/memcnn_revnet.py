@@ -1,6 +1,7 @@
-"""memcnn's RevNet-38 (issue 45): memslim.optimize on the plain network (memcnn's
-InvertibleModuleWrapper disabled) against eager and against memcnn's own wrapper
-(keep_input=False), at CIFAR sizes.
+"""memcnn's RevNet-38 (issue 45): memslim on the plain network (memcnn's
+InvertibleModuleWrapper disabled) against eager, torch.compile and memcnn's own wrapper
+(keep_input=False), at CIFAR sizes, through memslim.optimize and (--compile)
+memslim.compile.
 
 The network is memcnn 1.5.2's `revnet38` experiment (memcnn/config/experiments.json):
 ResNet(RevBasicBlock, [3, 3, 3], channels [32, 32, 64, 112], strides [1, 1, 2, 2], a 3x3
@@ -13,18 +14,26 @@ Two measures of what a forward leaves for backward: memslim.saved_bytes (storage
 saved-tensor hooks see) and the bytes of every tensor the forward made that is still alive
 after it (a dispatch mode's weak references; parameters and the input excluded): memcnn's
 wrapper keeps its tensors on `ctx`, where saved-tensor hooks do not see them, so only the
-second measure counts them. Gradients: max |a - b| / max |b| over the input and every
-parameter against eager (the wrapper disabled), fp32, one step; and fp64 for memslim; the
-two downsampling shortcuts' BN biases left out (a BatchNorm follows each: their gradient is
-zero: ~1e-8 in fp32, ~1e-16 in fp64, against >= 9e-3 for every other tensor; the cut
-is 1e-6 of the largest).
-Usage: bench/memcnn_revnet.py [--batch 8] [--out FILE] (needs `pip install memcnn==1.5.2`).
+second measure counts them (not taken for the compiled ways: their kernels do not pass a
+dispatch mode). With --compile also: the step's peak (forward, loss, backward, the
+gradients allocated anew: torch.profiler's memory events, probe.step_peak_bytes) and the
+step time as medians of interleaved steps, as ratios to eager's and torch.compile's.
+Gradients: max |a - b| / max |b| over the input and every parameter against eager (the
+wrapper disabled), one step, fp32, and against eager in float64; the two downsampling
+shortcuts' BN biases left out (a BatchNorm follows each: their gradient is zero: ~1e-8 in
+fp32, ~1e-16 in fp64, against >= 9e-3 for every other tensor; the cut is 1e-6 of the
+largest).
+Usage: bench/memcnn_revnet.py [--batch 8] [--compile] [--reps 15] [--out FILE] (needs
+`pip install memcnn==1.5.2`).
 """
 
 import argparse
 import datetime
 import re
+import statistics
+import subprocess
 import sys
+import time
 import warnings
 import weakref
 
@@ -103,6 +112,8 @@ def alive_bytes(model, x) -> int:
 
 
 def grads(model, params, x):
+    for p in params:
+        p.grad = None
     xx = x.clone().requires_grad_()
     model(xx).square().sum().backward()
     out = [xx.grad] + [p.grad.clone() for p in params]
@@ -129,49 +140,141 @@ def chained(opt):
     return n, kept
 
 
+def step(fn, mod, x):
+    """One training step of `fn` (mod: the module whose parameters it trains)."""
+    for p in mod.parameters():
+        p.grad = None
+    fn(x).square().sum().backward()
+
+
+def compile_rows(a, x, g_eager, g64):
+    """The --compile table: saved bytes, step peak, step time ratios, gradients."""
+    from memslim.probe import step_peak_bytes
+
+    torch._dynamo.reset()
+    ways = {}
+    ways["eager (wrapper disabled)"] = revnet38(False)
+    ways["memcnn's wrapper (keep_input=False)"] = revnet38(True)
+    tc = revnet38(False)
+    ways["torch.compile"] = (torch.compile(tc), tc)
+    ms = revnet38(False)
+    ways["memslim.compile"] = (memslim.compile(ms), ms)
+    mo = revnet38(False)
+    ways["memslim.optimize"] = (memslim.optimize(mo, (x,)), mo)
+    ways = {k: v if isinstance(v, tuple) else (v, v) for k, v in ways.items()}
+    xr = x.clone().requires_grad_()
+    for fn, mod in ways.values():  # compiles, the chains' first (drift-measuring) call
+        for _ in range(2):
+            step(fn, mod, x)
+    # The records of the graph the steps run (an input that requires grad is another
+    # graph to Dynamo: saved_bytes's compiles its own).
+    chains, kept = chained(ways["memslim.compile"][0])
+    out = {}
+    for name, (fn, mod) in ways.items():
+        g = grads(fn, list(mod.parameters()), x)
+        out[name] = {
+            "saved": memslim.saved_bytes(fn, xr),
+            "peak": step_peak_bytes(lambda: step(fn, mod, x)),
+            "eager": max_rel(g, g_eager),
+            "fp64": max_rel(g, g64),
+            "times": [],
+        }
+    for _ in range(a.reps):  # interleaved: each round runs every way once
+        for name, (fn, mod) in ways.items():
+            t0 = time.perf_counter()
+            step(fn, mod, x)
+            out[name]["times"].append(time.perf_counter() - t0)
+    return out, chains, kept
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     torch.manual_seed(1)
     x = torch.randn(a.batch, 3, 32, 32)
     eager = revnet38(False)
     g_eager = grads(eager, list(eager.parameters()), x)
-    base = revnet38(False)
-    opt = memslim.optimize(base, (x,))
-    chains, kept = chained(opt)
-    g_opt = grads(opt, list(base.parameters()), x)
-    memcnn = revnet38(True)
-    g_memcnn = grads(memcnn, list(memcnn.parameters()), x)
-    xr = x.clone().requires_grad_()
-    rows = [
-        ("eager (wrapper disabled)", eager, g_eager),
-        ("memslim.optimize (wrapper disabled, traced)", opt, g_opt),
-        ("memcnn's wrapper (keep_input=False)", memcnn, g_memcnn),
-    ]
     x64 = x.double()
-    e64, b64 = revnet38(False, torch.float64), revnet38(False, torch.float64)
-    o64 = memslim.optimize(b64, (x64,))
-    rel64 = max_rel(
-        grads(o64, list(b64.parameters()), x64), grads(e64, list(e64.parameters()), x64)
-    )
-    lines = [
+    e64 = revnet38(False, torch.float64)
+    g_e64 = grads(e64, list(e64.parameters()), x64)
+    g64 = [g.float() for g in g_e64]
+    head = (
         f"memcnn 1.5.2 RevNet-38, {a.batch}x3x32x32 fp32, CPU; {datetime.date.today()}, "
-        f"torch {torch.__version__}",
-        "",
-        "| way | memslim.saved_bytes | alive after forward | grads vs eager (max rel) |",
-        "|---|---:|---:|---:|",
-    ]
-    for name, m, g in rows:
-        sb = memslim.saved_bytes(m, xr)
-        ab = alive_bytes(m, x)
-        lines.append(f"| {name} | {sb:,} | {ab:,} | {max_rel(g, g_eager):.1e} |")
-    lines += [
-        "",
-        f"memslim: couplings per chain {chains} ({sum(chains)} of 7 in chains, {kept} kept); "
-        f"fp64 gradients vs eager fp64: {rel64:.1e}",
-    ]
+        f"commit {commit()}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+    if a.compile:
+        out, chains, kept = compile_rows(a, x, g_eager, g64)
+        b64 = revnet38(False, torch.float64)
+        torch._dynamo.reset()
+        c64 = memslim.compile(b64)
+        grads(c64, list(b64.parameters()), x64)  # the chains' first call
+        rel64 = max_rel(grads(c64, list(b64.parameters()), x64), g_e64)
+        te = statistics.median(out["eager (wrapper disabled)"]["times"])
+        tc = statistics.median(out["torch.compile"]["times"])
+        lines = [
+            head,
+            "",
+            "| way | memslim.saved_bytes | step peak | step time / eager | / torch.compile "
+            "| grads vs eager fp32 | vs eager fp64 |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name, r in out.items():
+            t = statistics.median(r["times"])
+            lines.append(
+                f"| {name} | {r['saved']:,} | {r['peak']:,} | {t / te:.2f} | {t / tc:.2f} "
+                f"| {r['eager']:.1e} | {r['fp64']:.1e} |"
+            )
+        lines += [
+            "",
+            f"memslim.compile: couplings per chain {chains} ({sum(chains)} of 7 in chains, "
+            f"{kept} kept); fp64 gradients vs eager fp64: {rel64:.1e}; step times: medians of "
+            f"{a.reps} interleaved steps (eager {te * 1e3:.1f} ms, torch.compile "
+            f"{tc * 1e3:.1f} ms)",
+        ]
+    else:
+        base = revnet38(False)
+        opt = memslim.optimize(base, (x,))
+        chains, kept = chained(opt)
+        g_opt = grads(opt, list(base.parameters()), x)
+        memcnn = revnet38(True)
+        g_memcnn = grads(memcnn, list(memcnn.parameters()), x)
+        xr = x.clone().requires_grad_()
+        rows = [
+            ("eager (wrapper disabled)", eager, g_eager),
+            ("memslim.optimize (wrapper disabled, traced)", opt, g_opt),
+            ("memcnn's wrapper (keep_input=False)", memcnn, g_memcnn),
+        ]
+        b64 = revnet38(False, torch.float64)
+        o64 = memslim.optimize(b64, (x64,))
+        rel64 = max_rel(grads(o64, list(b64.parameters()), x64), g_e64)
+        lines = [
+            head,
+            "",
+            "| way | memslim.saved_bytes | alive after forward | grads vs eager (max rel) |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, m, g in rows:
+            sb = memslim.saved_bytes(m, xr)
+            ab = alive_bytes(m, x)
+            lines.append(f"| {name} | {sb:,} | {ab:,} | {max_rel(g, g_eager):.1e} |")
+        lines += [
+            "",
+            f"memslim: couplings per chain {chains} ({sum(chains)} of 7 in chains, {kept} kept); "
+            f"fp64 gradients vs eager fp64: {rel64:.1e}",
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

@@ -57,23 +57,38 @@ def compiled_decisions() -> List[Decision]:
     return list(_LOG)
 
 
-def _aten_graph(gm: torch.fx.GraphModule, example_inputs):
+def _aten_graph(gm: torch.fx.GraphModule, example_inputs, static: bool = False):
     """Dynamo's graph as aten ops above autograd, placeholders in the same order; the
-    fake mode and the fake inputs it was traced with."""
+    fake mode and the fake inputs it was traced with. static: traced for the real
+    `example_inputs` (Dynamo's example values, symbolic under dynamic shapes, ignored):
+    every size static and every int input bound to its value (chains._PerShape)."""
     from torch._guards import detect_fake_mode
     from torch.fx.experimental.proxy_tensor import make_fx
 
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    fakes = [n.meta.get("example_value") for n in placeholders]
+    fakes = [None if static else n.meta.get("example_value") for n in placeholders]
     if any(f is None for f in fakes):  # not from Dynamo: fake the example inputs
-        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+        # Static sizes: a real input's sizes are what it is compiled for. (from_tensor in
+        # a mode with a ShapeEnv makes every size a symbol of its own; a graph piece of
+        # chains.py given real tensors was then partitioned with symbols no placeholder
+        # carries, and tensorify's pass raised KeyError on one: memcnn's RevNet, issue 45.)
         mode = detect_fake_mode(example_inputs) or FakeTensorMode(shape_env=ShapeEnv())
-        fakes = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs]
+        fakes = [
+            t
+            if isinstance(t, FakeTensor)
+            else mode.from_tensor(t, static_shapes=True)
+            if isinstance(t, torch.Tensor)
+            else t
+            for t in example_inputs
+        ]
     mode = detect_fake_mode(fakes)
     with _dynamic_output_shapes(mode):
-        return make_fx(gm, tracing_mode="symbolic", pre_dispatch=True)(*fakes), mode, fakes
+        # "fake": an int input stays the int it is ("symbolic" makes it a symbol).
+        tracing = "fake" if static else "symbolic"
+        return make_fx(gm, tracing_mode=tracing, pre_dispatch=True)(*fakes), mode, fakes
 
 
 def _specialize_tensorified_floats(gm: torch.fx.GraphModule) -> None:
@@ -150,11 +165,14 @@ def _note(text: str, before, after, pass_: str = "inductor-partition") -> Decisi
     return budget_note(text, before, after, pass_)
 
 
-def _chains_first(aten, serial, mode, fakes, example_inputs, policy, *, strict, records):
+def _chains_first(
+    aten, serial, mode, fakes, example_inputs, policy, *, strict, records, per_shape=None
+):
     """The coupling chains of `aten` split out (chains.py): the split graph module, or None
     where there are none or they stay with Inductor. Their records go to the logs here:
     what a chain became is the TorchScript pass's record (at the chain's first call), or
-    the note saying why the chains stayed with Inductor."""
+    the note saying why the chains stayed with Inductor. per_shape: chains.
+    _compile_with_chains's (the graph made static for given arguments)."""
     chain_decisions, chains = fx.coupling_chains(aten, policy, serial=serial)
     split = None
     if chains:
@@ -170,6 +188,7 @@ def _chains_first(aten, serial, mode, fakes, example_inputs, policy, *, strict, 
             policy=policy,
             compile_piece=backend,
             log=_LOG,
+            per_shape=per_shape,
         )
     chain_decisions = [d for d in chain_decisions if d.verdict != "rewrote"]
     if chains or any(d.verdict != "note" for d in chain_decisions):
@@ -279,6 +298,7 @@ def _backend(
     records=None,
     _chains: bool = True,
     _target=None,
+    _static: bool = False,
     **policy,
 ):
     """The torch.compile backend (registered as "memslim").
@@ -292,7 +312,9 @@ def _backend(
     records: where this graph's records go: None (a graph of what torch.compile made
     whose call is compiling: memslim.report(model), compiled.py), memslim.compile's
     Graphs, or a list (a piece of a graph split around coupling chains). _target:
-    memslim.compile's budget.model.ModelTarget, the budget the model's graphs share."""
+    memslim.compile's budget.model.ModelTarget, the budget the model's graphs share.
+    _static: `gm` traced for the real `example_inputs` with static sizes (a graph with
+    dynamic shapes and coupling chains, compiled per shape: chains._PerShape)."""
     from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
@@ -300,21 +322,14 @@ def _backend(
 
     policy = _policy.check("memslim backend", policy)
     target = _target if _target is not None and _target.engaged(policy) else None
-    _specialize_tensorified_floats(gm)  # before any record: Dynamo restarts the frame
+    if not _static:  # (a per-shape build runs after Dynamo: no restart there)
+        _specialize_tensorified_floats(gm)  # before any record: Dynamo restarts the frame
     if not isinstance(records, list):
         records = compiled.graph_records(gm, records, backend)
     try:
-        aten, mode, fakes = _aten_graph(gm, example_inputs)
+        aten, mode, fakes = _aten_graph(gm, example_inputs, static=_static)
         if rng_reads.reads_and_draws(aten):
-            # The read's place among the draws matters and Inductor reorders (and seeds)
-            # draws: the graph as Dynamo captured it, ops in program order.
-            why = (
-                "graph run as captured (eager order): it reads the RNG state "
-                "(torch.get_rng_state) and draws random numbers"
-            )
-            records.append(records_store.note("memslim-backend", why))
-            _LOG.append(records[-1])
-            return gm.forward
+            return _as_captured(gm, records)
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
         )
@@ -324,14 +339,26 @@ def _backend(
             aten.graph, _leaf_grad(aten, example_inputs), _parameters(aten, example_inputs)
         )
         if _chains and needs_grad:
+            # A dynamic graph's chains: this graph again, static per shape (chains._PerShape).
+            build = functools.partial(
+                backend, gm, strict=strict, records=records, _target=_target, _static=True
+            )
             split = _chains_first(
-                aten, serial, mode, fakes, example_inputs, policy, strict=strict, records=records
+                aten,
+                serial,
+                mode,
+                fakes,
+                example_inputs,
+                policy,
+                strict=strict,
+                records=records,
+                per_shape=None if _static else (gm, lambda args: build(args, **policy)),
             )
             if split is not None:
                 return split
         if target is not None and needs_grad:
             decisions, rewrote, options, aten = _model_share(
-                gm, example_inputs, target, records, policy, (aten, mode, fakes, serial)
+                gm, example_inputs, target, records, policy, (aten, mode, fakes, serial), _static
             )
         else:
             decisions, rewrote, options = _keep_rewrites(
@@ -341,7 +368,7 @@ def _backend(
             planned = any(d.verdict == "rewrote" for d in decisions)
             if planned and needs_grad and not options and sixteen_bit.sixteen_bit(aten):
                 pruned = sixteen_bit.keep_paying_passes(
-                    gm, example_inputs, policy, _compile_passes(), decisions
+                    gm, example_inputs, policy, _compile_passes(), decisions, _static
                 )
                 if pruned is not None:
                     aten, mode, fakes, decisions, rewrote = pruned
@@ -374,10 +401,24 @@ def _backend(
         # A budget's plan (options) was measured on `aten`: Dynamo's graph partitions
         # otherwise (fuzz seed 940108: torch's knapsack at 0.21875 kept 1,628 B of aten,
         # 1,900 B of Dynamo's graph, over the 1,630 B target).
-        if not rewrote and not options:
+        if not rewrote and not options and not _static:
             return compile_fx(gm, example_inputs, config_patches=guards)
+        # (_static: the static trace, whatever was rewritten: Dynamo's graph is symbolic.)
         with _dynamic_output_shapes(mode), _keyed_by_tags(aten), _cache_stable(aten):
             return compile_fx(aten, example_inputs, config_patches=guards)
+
+
+def _as_captured(gm, records):
+    """A graph that reads the RNG state and draws random numbers: the read's place among
+    the draws matters and Inductor reorders (and seeds) draws, so the graph runs as Dynamo
+    captured it, ops in program order, with a record saying so."""
+    why = (
+        "graph run as captured (eager order): it reads the RNG state "
+        "(torch.get_rng_state) and draws random numbers"
+    )
+    records.append(records_store.note("memslim-backend", why))
+    _LOG.append(records[-1])
+    return gm.forward
 
 
 @contextlib.contextmanager
@@ -399,7 +440,7 @@ def _cache_stable(aten: torch.fx.GraphModule):
         aten.shape_env = env
 
 
-def _model_share(gm, example_inputs, target, records, policy, traced):
+def _model_share(gm, example_inputs, target, records, policy, traced, static=False):
     """_keep_rewrites under the model's target (budget.model): this graph's share of it,
     and where the share cannot be met, the graph's smallest reachable plan (the planner
     run again on a fresh trace with that figure as its target) instead of an error: the
@@ -453,7 +494,7 @@ def _model_share(gm, example_inputs, target, records, policy, traced):
                 break
             # The graph's best plan: the planner again, on a fresh trace (the failed
             # attempt applied the pipeline's rewrites to this one), at that figure.
-            aten, mode, fakes = _aten_graph(gm, example_inputs)
+            aten, mode, fakes = _aten_graph(gm, example_inputs, static=static)
             serial = fx._Serializer(aten.graph, *leaf)
 
             def share(before, reach=reach):

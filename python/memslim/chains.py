@@ -56,15 +56,6 @@ class _ChainPiece(torch.nn.Module):
         self.log = log  # the backend's log of every graph's records (compiled_decisions)
         self.by_signature = {}
 
-    @staticmethod
-    def _signature(args):
-        return tuple(
-            (tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
-            if isinstance(a, torch.Tensor)
-            else repr(a)
-            for a in args
-        )
-
     def _build(self, args):
         from .optimize import optimize
         from .records import report
@@ -95,7 +86,7 @@ class _ChainPiece(torch.nn.Module):
     def forward(self, *args):
         if not torch.is_grad_enabled():
             return self.gm(*args)
-        sig = self._signature(args)
+        sig = _signature(args)
         fn = self.by_signature.get(sig)
         if fn is None:
             try:
@@ -228,6 +219,57 @@ def _chain_levels(aten: torch.fx.GraphModule, chains):
     return level
 
 
+DYNAMIC = "the graph has dynamic shapes"
+
+
+def _signature(args) -> tuple:
+    """What a trace or a static compile is specialised to: each tensor's shape, strides,
+    dtype, device and requires_grad, every other argument's repr."""
+    return tuple(
+        (tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
+        if isinstance(a, torch.Tensor)
+        else repr(a)
+        for a in args
+    )
+
+
+class _PerShape(torch.nn.Module):
+    """A graph with dynamic shapes whose coupling chains are split out per input
+    signature: at the first call of each signature (shapes, strides, dtypes, requires_grad,
+    the values of Dynamo's size inputs, grad mode) `build(args)` makes the graph static
+    for those arguments (the backend re-traces Dynamo's graph on them) and splits its
+    chains out as for a static graph; later calls of that signature reuse it. Dynamo's
+    guards admit every size, so this is the guard: a new size is a new static build, as
+    dynamic=False would recompile (each costs one compile), where the chain op and its
+    F / G texts would otherwise need symbolic sizes. Past Dynamo's recompile_limit
+    signatures, a new one runs Dynamo's graph `gm` eagerly, with one warning, as Dynamo
+    runs a frame past that limit."""
+
+    def __init__(self, gm: torch.fx.GraphModule, build: Callable):
+        super().__init__()
+        self.gm = gm
+        self.build = build
+        self.by_signature = {}
+
+    def forward(self, *args):
+        sig = (torch.is_grad_enabled(), _signature(args))
+        fn = self.by_signature.get(sig)
+        if fn is None:
+            import torch._dynamo.config as dynamo_config
+
+            if len(self.by_signature) >= dynamo_config.recompile_limit:
+                warnings.warn(
+                    "memslim: a graph with coupling chains met a new input shape after "
+                    f"{len(self.by_signature)} compiled ones (torch._dynamo.config."
+                    "recompile_limit): it runs eagerly at this shape"
+                )
+                fn = self.gm
+            else:
+                fn = self.build(list(args))
+            self.by_signature[sig] = fn
+        return fn(*args)
+
+
 def _why_not_split(aten: torch.fx.GraphModule, level) -> Optional[str]:
     """Why the chains of `aten` stay with Inductor (None: they can be split out)."""
 
@@ -246,18 +288,23 @@ def _why_not_split(aten: torch.fx.GraphModule, level) -> Optional[str]:
         # The split moves nodes that do not read a chain before it: across such a switch
         # they would run in another mode (fuzz seeds 929032, 929043, 929044).
         return "the graph switches grad mode or autocast"
+    # The pieces are compiled with static shapes in a fake mode of their own (their
+    # symbols, unbacked ones of memslim's ops too, must not enter Dynamo's shape
+    # environment: its guards failed on them), and a trace is specialised anyway: a
+    # dynamic graph's chains are split per input shape (_PerShape) by the backend.
     if not all(
         static(n.meta.get("val")) or not isinstance(n.meta.get("val"), torch.Tensor)
         for n in aten.graph.nodes
     ) or any(
-        not isinstance(n.meta.get("val"), torch.Tensor)
-        for n in aten.graph.nodes
-        if n.op == "placeholder"
+        isinstance(n.meta.get("val"), torch.SymInt) for n in aten.graph.find_nodes(op="placeholder")
     ):
-        # The pieces are compiled with static shapes in a fake mode of their own (their
-        # symbols, unbacked ones of memslim's ops too, must not enter Dynamo's shape
-        # environment: its guards failed on them), and a trace is specialised anyway.
-        return "the graph has dynamic shapes or non-tensor inputs"
+        return DYNAMIC
+    # A plain int input: one a per-shape retrace bound (its value is in the signature).
+    if any(
+        not isinstance(n.meta.get("val"), (torch.Tensor, int))
+        for n in aten.graph.find_nodes(op="placeholder")
+    ):
+        return "the graph has non-tensor inputs"
     return None
 
 
@@ -414,6 +461,7 @@ def _compile_with_chains(
     policy,
     compile_piece: Callable,
     log: Optional[List[Decision]] = None,
+    per_shape: Optional[tuple] = None,
 ):
     """Dynamo's graph with coupling chains: `aten` split around them (split_module), each
     chain a _ChainPiece run eagerly through the TorchScript pass (the FX graph has no op
@@ -425,14 +473,22 @@ def _compile_with_chains(
     target in proportion to what each keeps unmodified (each as a budget in bytes); a
     graph that meets the target unmodified is not split (the least added work is none).
     `log`: where the chain pieces' records go besides `records` (the backend's log).
-    Returns the split graph module, or None when the chains are not split out (a remark
-    says why)."""
+    `per_shape`: for a graph with dynamic shapes, (Dynamo's graph, the backend's static
+    build of it for given arguments): _PerShape's. Returns the split graph module (or a
+    _PerShape), or None when the chains are not split out (a remark says why)."""
 
     def note(text, before=None, after=None):
         chain_decisions.append(budget_note(text, before, after, "invertible-couplings"))
 
     level = _chain_levels(aten, chains)
     why = _why_not_split(aten, level)
+    if why == DYNAMIC and per_shape is not None:
+        note(
+            "coupling chains specialised to each input shape (the graph has dynamic "
+            "shapes): the graph is made static and its chains split out at the first "
+            "call of each shape"
+        )
+        return _PerShape(*per_shape)
     if why:
         note("coupling chains left to Inductor: " + why)
         return None

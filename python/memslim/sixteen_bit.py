@@ -58,12 +58,12 @@ def _kept(d: Decision, why: str) -> Decision:
     )
 
 
-def keep_paying_passes(gm, example_inputs, policy, passes: List[str], decisions):
+def keep_paying_passes(gm, example_inputs, policy, passes: List[str], decisions, static=False):
     """Leaves out, one at a time, each pass of `passes` that rewrote a site in `decisions`
     (the pipeline's plan; its last record the backend's note of what Inductor's
     partitioner keeps without and with it). Returns None where every pass pays, else
     (aten graph with the paying passes' rewrites applied, its fake mode, fakes, decisions,
-    whether any rewrite is left)."""
+    whether any rewrite is left). static: backend._aten_graph's (a per-shape build)."""
     from . import fx
     from .backend import _aten_graph, _leaf_grad, _parameters
     from .budget.measure import _dynamic_output_shapes, _partitioned_saved_bytes
@@ -78,7 +78,7 @@ def keep_paying_passes(gm, example_inputs, policy, passes: List[str], decisions)
         if p in _CANONICAL or p not in current:
             continue
         trial = [q for q in current if q != p]
-        aten, mode, fakes = _aten_graph(gm, example_inputs)
+        aten, mode, fakes = _aten_graph(gm, example_inputs, static=static)
         serial = fx._Serializer(
             aten.graph, _leaf_grad(aten, example_inputs), _parameters(aten, example_inputs)
         )

@@ -21,7 +21,7 @@ import torch._inductor.exc
 
 import memslim
 from memslim._models import RevNet, RevTransformer
-from test_couplings import max_rel, step_grads  # (model, x, params, seed)
+from test_couplings import MemcnnRevNet, max_rel, step_grads  # (model, x, params, seed)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated.*")
@@ -166,19 +166,64 @@ def test_a_budget_met_unmodified_leaves_the_chains_alone():
     assert not any("-> memslim::coupling_chain" in r for r in rs), rs
 
 
-def test_dynamic_false_keeps_chains_split_across_batch_sizes():
-    """Dynamo turns a graph dynamic at its second input shape, and a dynamic graph's chains
-    stay with Inductor (remark); dynamic=False recompiles statically and splits again."""
+def test_chains_stay_split_across_batch_sizes_dynamic_or_not():
+    """Dynamo turns a graph dynamic at its second input shape (dynamic=None) or from the
+    start (dynamic=True); a dynamic graph's chains are split per input shape (_PerShape,
+    a remark says so), and dynamic=False recompiles statically and splits again:
+    gradients eager's at each batch size (issue 45: the dynamic graph's
+    chains were left to Inductor)."""
     torch.manual_seed(0)
-    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1))
-    for dynamic, split in ((None, 1), (False, 2)):
+    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1)).double()
+    for dynamic in (None, True, False):
+        torch._dynamo.reset()
+        base = copy.deepcopy(ref)
+        compiled = memslim.compile(base, dynamic=dynamic, strict=True)
+        for batch in (2, 3, 2):
+            x = torch.randn(batch, 3, 8, 8, dtype=torch.float64)
+            ga = step_grads(ref, x, list(ref.parameters()))
+            gb = step_grads(compiled, x, list(base.parameters()))
+            assert max_rel(gb, ga) < 1e-9, (dynamic, batch)
+        rs = coupling_remarks(compiled)
+        # dynamic=None: batch 2 static, then the dynamic graph (Dynamo tries it first)
+        # splits batch 3 and batch 2 again.
+        splits = 3 if dynamic is None else 2
+        assert sum("split out of the graph" in r for r in rs) == splits, (dynamic, rs)
+        assert not any("left to Inductor" in r for r in rs), (dynamic, rs)
+        specialised = sum("specialised to each input shape" in r for r in rs)
+        assert specialised == (0 if dynamic is False else 1), (dynamic, rs)
+
+
+def test_dynamic_chains_past_the_recompile_limit_run_eagerly_with_a_warning():
+    torch.manual_seed(0)
+    ref = RevNet(widths=(4, 8, 8), blocks=(2, 1, 1)).double()
+    base = copy.deepcopy(ref)
+    compiled = memslim.compile(base, dynamic=True, strict=True)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for batch, warns in ((2, False), (3, True), (2, False)):
+            x = torch.randn(batch, 3, 8, 8, dtype=torch.float64)
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                gb = step_grads(compiled, x, list(base.parameters()))
+            said = any("after 1 compiled ones" in str(w.message) for w in seen)
+            assert said == warns, (batch, [str(w.message) for w in seen])
+            assert max_rel(gb, step_grads(ref, x, list(ref.parameters()))) < 1e-9
+
+
+def test_dynamic_chains_keep_what_static_chains_keep():
+    """Saved bytes under dynamic=True at most the static compile's, at each batch size."""
+    torch.manual_seed(0)
+    ref = RevNet(widths=(8, 16, 16), blocks=(2, 2, 1))
+    kept = {}
+    for dynamic in (False, True):
         torch._dynamo.reset()
         compiled = memslim.compile(copy.deepcopy(ref), dynamic=dynamic, strict=True)
-        for batch in (2, 3):
-            compiled(torch.randn(batch, 3, 8, 8, requires_grad=True)).sum().backward()
-        rs = coupling_remarks(compiled)
-        assert sum("split out of the graph" in r for r in rs) == split, rs
-        assert any("dynamic shapes" in r for r in rs) == (dynamic is None), rs
+        for batch in (2, 4):
+            x = torch.randn(batch, 3, 16, 16, requires_grad=True)
+            kept[dynamic, batch] = memslim.saved_bytes(compiled, x, warmup=1)
+        assert any("split out" in r for r in coupling_remarks(compiled))
+    for batch in (2, 4):
+        assert 0 < kept[True, batch] <= kept[False, batch], kept
+    assert kept[True, 4] <= 0.35 * memslim.saved_bytes(ref, torch.randn(4, 3, 16, 16))
 
 
 def test_an_unreachable_budget_is_refused_with_the_smallest_reachable_figure():
@@ -252,6 +297,68 @@ def test_a_budget_the_pieces_cannot_share_falls_back_to_the_unsplit_graph():
         and not d.text.startswith("the model:")
     ]
     assert note.bytes_after <= 0.12 * note.bytes_before, note.text
+
+
+def test_memcnn_style_revnet_under_compile_chains_every_coupling_fp64():
+    """memcnn's RevNet as its users write it (BatchNorm in the stem and in F / G, chunk and
+    `.contiguous()`, a downsampling block between the stages): the piece before the first
+    chain (stem conv, BatchNorm, ReLU, chunk) was re-faked with symbolic sizes of a
+    ShapeEnv of its own, and the partitioner's dry run on it raised KeyError on a symbol
+    (BatchNorm's float correction; the graph compiled by Inductor unchanged, a warning only:
+    issue 45). The pieces are static: every coupling in a chain, gradients and running
+    stats eager's."""
+    torch.manual_seed(0)
+    ref = MemcnnRevNet(wrap=False).double()
+    base = copy.deepcopy(ref)
+    compiled = memslim.compile(base, strict=True, dynamic=False)
+    x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
+    for seed in range(2):
+        ga = step_grads(ref, x, list(ref.parameters()), seed)
+        gb = step_grads(compiled, x, list(base.parameters()), seed)
+        assert max_rel(gb, ga) < 1e-9
+    rs = coupling_remarks(compiled)
+    assert any("2 coupling chain(s) split out of the graph" in r for r in rs), rs
+    assert sum("3 additive couplings -> memslim::coupling_chain" in r for r in rs) == 1, rs
+    assert sum("2 additive couplings -> memslim::coupling_chain" in r for r in rs) == 1, rs
+    for (n, a), b in zip(ref.named_buffers(), base.buffers()):
+        assert torch.allclose(a.double(), b.double(), rtol=1e-12, atol=1e-12), n
+
+
+def test_memcnn_style_revnet_under_dynamic_compile_at_two_batch_sizes():
+    """The same network with dynamic=True (issue 45: after a second compile of the class
+    Dynamo marks the batch dynamic and the chains were left to Inductor): each batch size
+    splits both chains, gradients eager's."""
+    torch.manual_seed(0)
+    ref = MemcnnRevNet(wrap=False, widths=(4, 8), blocks=(2, 2)).double()
+    base = copy.deepcopy(ref)
+    compiled = memslim.compile(base, strict=True, dynamic=True)
+    for batch in (4, 2):
+        x = torch.randn(batch, 3, 8, 8, dtype=torch.float64)
+        ga = step_grads(ref, x, list(ref.parameters()))
+        assert max_rel(step_grads(compiled, x, list(base.parameters())), ga) < 1e-9
+    rs = coupling_remarks(compiled)
+    assert sum("2 coupling chain(s) split out of the graph" in r for r in rs) == 2, rs
+    assert sum("2 additive couplings -> memslim::coupling_chain" in r for r in rs) == 4, rs
+
+
+def test_a_graph_given_real_inputs_is_traced_with_static_sizes():
+    """The backend called with real tensors (no Dynamo example values: a graph piece, or a
+    direct call) fakes them with static sizes; with a ShapeEnv's symbolic sizes the
+    partitioner's dry run of a training BatchNorm raised KeyError on a symbol (issue 45)."""
+
+    def stem(x, w, nbt, g, b, rm, rv):
+        c = torch.ops.aten.conv2d.default(x, w, None, [1, 1], [1, 1])
+        torch.ops.aten.add_.Tensor(nbt, 1)
+        y = torch.ops.aten.batch_norm.default(c, g, b, rm, rv, True, 0.1, 1e-05, True)
+        return (torch.ops.aten.relu.default(y),)
+
+    P = torch.nn.Parameter
+    ins = [torch.randn(2, 3, 8, 8), P(torch.randn(8, 3, 3, 3)), torch.tensor(0)]
+    ins += [P(torch.ones(8)), P(torch.zeros(8)), torch.zeros(8), torch.ones(8)]
+    records = []
+    fn = memslim.backend.backend(torch.fx.symbolic_trace(stem), ins, strict=True, records=records)
+    assert not any(d.pass_ == "memslim-backend" for d in records), [str(d) for d in records]
+    torch.testing.assert_close(fn(*ins)[0], stem(*ins)[0])
 
 
 class HalvesReadAfterTheChain(torch.nn.Module):
