@@ -341,7 +341,7 @@ def _backend(
         if _chains and needs_grad:
             # A dynamic graph's chains: this graph again, static per shape (chains._PerShape).
             build = functools.partial(
-                backend, gm, strict=strict, records=records, _target=_target, _static=True
+                backend, gm, strict=strict, records=records, _target=_target, _static=True, **policy
             )
             split = _chains_first(
                 aten,
@@ -352,7 +352,7 @@ def _backend(
                 policy,
                 strict=strict,
                 records=records,
-                per_shape=None if _static else (gm, lambda args: build(args, **policy)),
+                per_shape=None if _static else (gm, build),
             )
             if split is not None:
                 return split

@@ -123,17 +123,16 @@ class _Compiled(torch.nn.Module):
         ]
 
     def forward(self, *args):
-        # A gradient the compiled piece would drop is a wrong result: refuse it loudly.
-        for a, g in zip(args, self.grads):
+        args = list(args)
+        for i, (a, g, st) in enumerate(zip(args, self.grads, self.strides)):
+            # A gradient the compiled piece would drop is a wrong result: refuse it loudly.
             if not g and isinstance(a, torch.Tensor) and a.requires_grad:
                 raise RuntimeError(
                     "memslim: internal error: a graph piece compiled without "
                     "gradient for an input that requires grad"
                 )
-        args = [
-            _restrided(a, st) if st is not None and a.stride() != st else a
-            for a, st in zip(args, self.strides)
-        ]
+            if st is not None and a.stride() != st:
+                args[i] = _restrided(a, st)
         out = self.fn(*args)  # as Dynamo calls what a backend returns
         return out[0] if self.single else out
 

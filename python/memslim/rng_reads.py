@@ -82,8 +82,11 @@ def traced(fn):
 
 
 def reads_and_draws(gm: torch.fx.GraphModule) -> bool:
-    """Whether an aten-level graph reads the RNG state and also draws random numbers (or
-    calls an op memslim cannot vouch for), so the read's place in the program matters."""
+    """Whether an aten-level graph reads the RNG state and also draws random numbers
+    (budget.knapsack._draws_random_numbers: an idle dropout or attention draws nothing) or
+    calls an op memslim cannot vouch for, so the read's place in the program matters."""
+    from .budget.knapsack import _draws_random_numbers
+
     reads = draws = False
     for n in gm.graph.nodes:
         if n.op != "call_function":
@@ -91,31 +94,11 @@ def reads_and_draws(gm: torch.fx.GraphModule) -> bool:
         t = n.target
         if t is torch.ops.memslim.rng_state.default:
             reads = True
-        elif isinstance(t, torch._ops.OpOverload):
-            ns = t.namespace
-            if _idle_dropout(n):
-                continue
-            if torch.Tag.nondeterministic_seeded in t.tags or ns not in (
-                "aten",
-                "prims",
-                "memslim",
-            ):
-                draws = True
-        elif isinstance(t, torch._ops.HigherOrderOperator):
+        elif isinstance(t, torch._ops.HigherOrderOperator) or _draws_random_numbers(n):
+            draws = True
+        elif isinstance(t, torch._ops.OpOverload) and t.namespace not in _VOUCHED:
             draws = True
     return reads and draws
 
 
-_DROPOUTS = ("dropout", "native_dropout", "feature_dropout", "alpha_dropout")
-
-
-def _idle_dropout(n: torch.fx.Node) -> bool:
-    """A dropout with a constant p == 0 or train == False: ATen returns before drawing
-    (nn.Dropout(0.0) in training mode draws nothing)."""
-    t = n.target
-    if t.namespace != "aten" or t._schema.name.split("::")[-1] not in _DROPOUTS:
-        return False
-    args = list(n.args) + [None] * 3
-    p = n.kwargs.get("p", args[1])
-    train = n.kwargs.get("train", args[2])
-    return (isinstance(p, (int, float)) and p == 0) or train is False
+_VOUCHED = ("aten", "prims", "memslim")  # namespaces whose ops draw only where tagged so

@@ -108,9 +108,18 @@ def _torch_knapsack(aten, fakes, skip, frac, before, target, note, fits=None):
     return lo / KNAPSACK_GRID, lo_got, got
 
 
-# Dropouts whose arguments are (input, p, train): aten's decompositions (which
-# Inductor runs) draw nothing where p == 0 or train is False.
-_DROPOUTS = (torch.ops.aten.dropout.default, torch.ops.aten.native_dropout.default)
+# Dropouts whose arguments are (input, p, train): aten (and its decompositions, which
+# Inductor runs) draws nothing where p == 0 or train is False.
+_DROPOUTS = tuple(
+    getattr(torch.ops.aten, name).default
+    for name in (
+        "dropout",
+        "native_dropout",
+        "feature_dropout",
+        "alpha_dropout",
+        "feature_alpha_dropout",
+    )
+)
 
 
 def _draws_random_numbers(node: torch.fx.Node) -> bool:
@@ -122,8 +131,9 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
         node.target, "tags", ()
     ):
         return False
-    if node.target in _DROPOUTS and len(node.args) >= 3:
-        p, train = node.args[1], node.args[2]
+    if node.target in _DROPOUTS:
+        args = list(node.args) + [None] * 3
+        p, train = node.kwargs.get("p", args[1]), node.kwargs.get("train", args[2])
         if (isinstance(p, (int, float)) and p == 0) or train is False:
             return False
     if node.target is torch.ops.aten.scaled_dot_product_attention.default:
