@@ -475,3 +475,102 @@ def test_planner_leaves_no_more_fx_sources_than_torch_compile():
     plain = added(torch.compile(_copy(model)))
     ours = added(memslim.compile(_copy(model), memory_budget=0.1, strict=True))
     assert ours <= plain + 1, (ours, plain)
+
+
+def _dry_runs(monkeypatch):
+    """Counts the budget's dry-run partitions and AOTAutograd's joint traces among them."""
+    import torch._functorch.aot_autograd as aot
+
+    from memslim.budget import ladder, measure
+
+    counts = {"dry runs": 0, "traces": 0}
+    real, trace = measure._partitioned_saved_bytes, aot.aot_module_simplified
+
+    def counted(*a, **k):
+        counts["dry runs"] += 1
+        return real(*a, **k)
+
+    def traced(*a, **k):
+        counts["traces"] += 1
+        return trace(*a, **k)
+
+    for module in (measure, ladder):
+        monkeypatch.setattr(module, "_partitioned_saved_bytes", counted)
+    from memslim.budget import knapsack
+
+    monkeypatch.setattr(knapsack, "_partitioned_saved_bytes", counted)
+    monkeypatch.setattr(aot, "aot_module_simplified", traced)
+    return counts
+
+
+def test_dry_runs_share_one_joint_and_measure_what_a_traced_one_does(monkeypatch):
+    # budget.measure.shared_joints: the unmodified graph's partition, FUSED_RECOMPUTE's and
+    # torch's knapsack differ only in the partitioner's options, so they split copies of
+    # one joint; their figures (bytes and the predictor's live peaks) must be a traced
+    # one's to the byte, and a graph whose recompute tags changed is traced again.
+    import contextlib
+
+    from torch._functorch import config as functorch_config
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from memslim._models import tiny_decoder
+    from memslim.backend import _aten_graph
+    from memslim.budget import measure
+    from memslim.budget.knapsack import FUSED_RECOMPUTE, TORCH_KNAPSACK
+
+    counts = _dry_runs(monkeypatch)
+    options = [{}, dict(FUSED_RECOMPUTE), dict(TORCH_KNAPSACK, activation_memory_budget=0.3)]
+    seen = {}
+
+    def figures(aten, fakes, skip, shared):
+        out = []
+        counts["traces"] = 0
+        with measure.shared_joints() if shared else contextlib.nullcontext():
+            for o in options:
+                with functorch_config.patch(**o):
+                    p = measure._partitioned_saved_bytes(aten, fakes, skip)
+                out.append((int(p), p.profile()))
+            silu = next(n for n in aten.graph.nodes if "silu" in str(n.target))
+            silu.meta.update(recompute=CheckpointPolicy.MUST_RECOMPUTE, ac_graph_id=99)
+            try:
+                with functorch_config.patch(**FUSED_RECOMPUTE):
+                    p = measure._partitioned_saved_bytes(aten, fakes, skip)
+            finally:
+                del silu.meta["recompute"], silu.meta["ac_graph_id"]
+            out.append((int(p), p.profile()))
+        return out, counts["traces"]
+
+    def backend(gm, example_inputs):
+        aten, _, fakes = _aten_graph(gm, example_inputs)
+        skip = {i for i, t in enumerate(example_inputs) if isinstance(t, nn.Parameter)}
+        seen["traced"] = figures(aten, fakes, skip, shared=False)
+        seen["shared"] = figures(aten, fakes, skip, shared=True)
+        return gm
+
+    model = tiny_decoder(depth=1, dim=64, hidden=160, vocab=256)
+    ids = torch.randint(0, 256, (2, 32))
+    torch._dynamo.reset()
+    torch.compile(model, backend=backend)(ids, ids).backward()
+    (traced, n_traced), (shared, n_shared) = seen["traced"], seen["shared"]
+    assert shared == traced
+    assert len({b for b, _ in traced}) >= 3, traced  # the options and the tag do differ
+    assert (n_traced, n_shared) == (4, 2)
+
+
+def test_a_budget_met_by_torchs_knapsack_plans_in_three_dry_runs(monkeypatch):
+    # Issue 48: at most three dry-run partitions per graph. A decoder at 0.5 is met by
+    # torch's knapsack: the unmodified graph, the light end of the pieces ladder (which
+    # misses, so the partitioner alone is not measured) and the knapsack's plan; the
+    # untagged two share one joint trace.
+    from memslim._models import tiny_decoder
+
+    counts = _dry_runs(monkeypatch)
+    model = tiny_decoder(depth=2, dim=64, hidden=160, vocab=256)
+    ids = torch.randint(0, 256, (2, 32))
+    torch._dynamo.reset()
+    ours = memslim.compile(model, memory_budget=0.5, strict=True)
+    ours(ids, ids).backward()
+    [note] = [d for d in _budget_notes(ours) if d.text.startswith("budget")]
+    assert "knapsack" in note.text, note.text
+    assert note.bytes_after <= 0.5 * note.bytes_before
+    assert counts["dry runs"] == 3, counts

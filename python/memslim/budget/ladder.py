@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import BudgetError, budget_note, knapsack, plan_cache, target_bytes
 from .knapsack import FUSED_RECOMPUTE, TORCH_KNAPSACK
-from .measure import Partition, _forget_fx_sources, _partitioned_saved_bytes
+from .measure import Partition, _forget_fx_sources, _partitioned_saved_bytes, shared_joints
 
 
 def _meet_budget(
@@ -51,7 +51,8 @@ def _meet_budget(
        torch's partitioner takes its most aggressive min-cut of fusible ops once that
        meets the budget. Before 2026-11-27 (40cfc51) the ladder was bisected from step 0 and
        stopped at the first step meeting the target: resnet50_frac kept 0.31 of eager
-       at 0.5, torch.compile 0.10.
+       at 0.5, torch.compile 0.10. (b) is measured first; (a) only where (b) meets the
+       target or there is no light end (a dry run less: issue 48's three per graph).
     2. Torch's own knapsack (_torch_knapsack): what torch.compile does with
        activation_memory_budget at the user's fraction, taken where its measured
        bytes meet the target (so memslim never keeps more than torch.compile at the
@@ -77,7 +78,8 @@ def _meet_budget(
     estimate is monotone; the measured storages are what bench/memory_budget.py checks;
     a smaller budget's fraction is at most a larger one's). On a
     ladder: the first step whose measured bytes meet the target, found by bisection
-    over the steps (each probe is one dry-run partition), then back while the step
+    over the steps (each probe is one dry-run partition; those of the same graph and
+    tags share one joint trace: measure.shared_joints), then back while the step
     before also meets it. Where measured bytes fall along a ladder, a smaller budget
     takes a later step (a recomputed dropout keeps the generator's state, 5 KB on the
     CPU, so on tiny graphs they can rise by that much along it). Returns whether the
@@ -94,49 +96,53 @@ def _meet_budget(
     which is not monotone along a ladder (re-runs add working memory in backward):
     there the walk finds the ladder's least value first (_Probes.walk)."""
     outcome = {} if outcome is None else outcome
-
-    entry = plan_cache.lookup(cache_key) if cache_key else None
-    before = (
-        Partition.of(entry["before"], entry.get("profile"))
-        if entry
-        else _partitioned_saved_bytes(aten, fakes, skip)
-    )
-    target = share(before) if share is not None else target_bytes(budget, before)
-    outcome.update(before=before, target=target)
-    if share is not None and not (budget <= 1 and target == target_bytes(budget, before)):
-        # The graph's share, in bytes, is its budget (where it is the model's fraction of
-        # the graph's own bytes, the fraction stays: torch's knapsack is tried at it).
-        budget = max(target, 2)
-    sub = plan_cache.sub_key(budget, target)
-    if entry and sub in entry.get("plans", {}):
-        return _replay(entry["plans"][sub], aten, apply, ladder, plain, decisions, outcome)
-    first = len(decisions)
-    try:
-        rewrote, options = _plan(
-            aten,
-            fakes,
-            apply,
-            ladder,
-            plain,
-            budget,
-            skip,
-            decisions,
-            outcome,
-            before,
-            target,
-            value,
+    with shared_joints():  # the dry runs below share AOTAutograd's joint where they can
+        entry = plan_cache.lookup(cache_key) if cache_key else None
+        before = (
+            Partition.of(entry["before"], entry.get("profile"))
+            if entry
+            else _partitioned_saved_bytes(aten, fakes, skip)
         )
-    except BudgetError as e:
+        target = share(before) if share is not None else target_bytes(budget, before)
+        outcome.update(before=before, target=target)
+        if share is not None and not (budget <= 1 and target == target_bytes(budget, before)):
+            # The graph's share, in bytes, is its budget (where it is the model's fraction of
+            # the graph's own bytes, the fraction stays: torch's knapsack is tried at it).
+            budget = max(target, 2)
+        sub = plan_cache.sub_key(budget, target)
+        if entry and sub in entry.get("plans", {}):
+            return _replay(entry["plans"][sub], aten, apply, ladder, plain, decisions, outcome)
+        first = len(decisions)
+        try:
+            rewrote, options = _plan(
+                aten,
+                fakes,
+                apply,
+                ladder,
+                plain,
+                budget,
+                skip,
+                decisions,
+                outcome,
+                before,
+                target,
+                value,
+            )
+        except BudgetError as e:
+            if cache_key:
+                plan = {
+                    "error": str(e),
+                    "reachable": e.reachable,
+                    "notes": _notes(decisions[first:]),
+                }
+                plan_cache.store(cache_key, before, sub, plan)
+            raise
         if cache_key:
-            plan = {"error": str(e), "reachable": e.reachable, "notes": _notes(decisions[first:])}
+            plan = dict(outcome, rewrote=rewrote, options=options, notes=_notes(decisions[first:]))
+            if isinstance(outcome.get("kept"), Partition):
+                plan["profile"] = outcome["kept"].profile()
             plan_cache.store(cache_key, before, sub, plan)
-        raise
-    if cache_key:
-        plan = dict(outcome, rewrote=rewrote, options=options, notes=_notes(decisions[first:]))
-        if isinstance(outcome.get("kept"), Partition):
-            plan["profile"] = outcome["kept"].profile()
-        plan_cache.store(cache_key, before, sub, plan)
-    return rewrote, options
+        return rewrote, options
 
 
 def _notes(records):
@@ -299,16 +305,26 @@ def _meet_budget_fused(probes, apply, ladder, plain, budget, decisions, options)
     """_meet_budget's ways, under FUSED_RECOMPUTE; whether the graph was rewritten. Way
     2 sets `options` to torch.compile's own (TORCH_KNAPSACK and the fraction)."""
     outcome = probes.outcome
-    fused = _partitioned_saved_bytes(probes.aten, probes.fakes, probes.skip)
-    probes.reached.append(
-        (probes.value(fused), "Inductor's partitioner re-running every fusible op")
-    )
-    measured = {0: fused}
+    measured = {}  # `plain`'s steps measured; step 0: the partitioner alone
     light = _light_end(probes, plain, measured)
-    met = _fused_re_runs(probes, plain, light, measured)
-    if met is not None:
-        outcome["way"] = "plain" if met else "fused"
-        return met
+    fused = None
+    if light == 0 or probes.fits(measured[light]):
+        # The partitioner alone, no tag: way 1's plan that rewrites nothing. Where the
+        # light end (the partitioner's fused re-runs and memslim's norm and activation
+        # re-runs besides) misses the target, it is not measured: it kept more than
+        # the light end wherever both were measured (the records before 2026-11-29's
+        # change), and a dry run less is a step of first compile less (issue 48: at
+        # most three per graph).
+        if plain is not None:
+            plain.tag(0)
+        measured[0] = fused = _partitioned_saved_bytes(probes.aten, probes.fakes, probes.skip)
+        probes.reached.append(
+            (probes.value(fused), "Inductor's partitioner re-running every fusible op")
+        )
+        met = _fused_re_runs(probes, plain, light, measured)
+        if met is not None:
+            outcome["way"] = "plain" if met else "fused"
+            return met
     if plain is not None:
         plain.tag(0)  # the light end's tags off for torch's knapsack
     if _torchs_knapsack(probes, budget, options, fused, measured[light]):
@@ -408,8 +424,9 @@ def _torchs_knapsack(probes, budget, options, fused, light_bytes) -> bool:
     )
     note(
         probes.head + f": met by torch's own activation_memory_budget knapsack at {frac:.6g}"
-        f"{lower} (keeps {got:,} B; the partitioner alone: {fused:,} B, with memslim's "
-        f"norm and activation re-runs: {light_bytes:,} B)",
+        f"{lower} (keeps {got:,} B; "
+        + ("" if fused is None else f"the partitioner alone: {fused:,} B, ")
+        + f"with memslim's norm and activation re-runs: {light_bytes:,} B)",
         before,
         got,
     )
@@ -425,6 +442,8 @@ def _with_pipeline(probes, apply, ladder, plain, decisions, budget, fused) -> bo
         apply()
         piped = _partitioned_saved_bytes(probes.aten, probes.fakes, probes.skip)
         probes.reached.append((probes.value(piped), "with the pipeline's rewrites"))
+    elif piped is None:  # the partitioner alone, not measured by way 1 (no tag is on)
+        piped = _partitioned_saved_bytes(probes.aten, probes.fakes, probes.skip)
     if probes.fits(piped):
         probes.outcome["way"] = "pipeline"
         probes.note(head + f": met by the pipeline's rewrites (keeps {piped:,} B)", before, piped)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from typing import Optional, Sequence
 
 import torch
@@ -208,46 +209,135 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
     graph's inputs other than the incoming gradients and the graph inputs whose
     positions are in `skip` (AOTAutograd's `primals_<position + 1>`: parameters, which
     the module keeps anyway), counted as saved_tensors_hooks count them: each storage
-    once, at its size, views of the skipped inputs' storages excluded."""
+    once, at its size, views of the skipped inputs' storages excluded. Inside
+    shared_joints() a graph traced before with the same code and the same recompute
+    tags is not traced again: its joint, as Inductor's joint passes left it, is
+    partitioned again (the partitioner's options are all that differ)."""
     from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._inductor.compile_fx import partition_fn
+    from torch._guards import detect_fake_mode
     from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.virtualized import V
 
     box = {}
+    key = _joint_key(graph, fakes)
 
     def partition(joint, joint_inputs, **kwargs):
-        fw, bw = partition_fn(joint, joint_inputs, **kwargs)
-        skipped = {f"primals_{i + 1}" for i in skip}
-        params = {
-            _storage(n.meta.get("val"))
-            for n in joint.graph.find_nodes(op="placeholder")
-            if n.name in skipped
-        } - {None}
-        bw_inputs = list(bw.graph.find_nodes(op="placeholder"))
-        box["bytes"] = _distinct_storage_bytes(
-            [n.meta.get("val") for n in bw_inputs if not n.name.startswith("tangents")],
-            params,
-        )
-        box["profile"] = _profile(fw, bw, bw_inputs, params, skip)
+        fw, bw = _split(joint, joint_inputs, kwargs, key)
+        box["partition"] = _figures(joint, fw, bw, skip)
         return fw, bw
-
-    from torch._guards import detect_fake_mode
-    from torch._inductor.virtualized import V
 
     # Inductor's joint passes read V.fake_mode (its seed pass for dropout builds
     # FakeTensors with it), which compile_fx installs and a dry run must too.
     # The compile's joint passes, the tags' too (_keyed_by_tags), so the dry run
     # partitions what the compile will.
     with V.set_fake_mode(detect_fake_mode(fakes)), _keyed_by_tags(graph), _forget_fx_sources(graph):
-        aot_module_simplified(
-            graph,
-            fakes,
-            fw_compiler=lambda g, _: g,
-            bw_compiler=lambda g, _: g,
-            partition_fn=partition,
-            decompositions=select_decomp_table(),
-        )
-    return Partition.of(box.get("bytes", 0), box.get("profile"))
+        if key is not None and key in _JOINTS:
+            joint, joint_inputs, kwargs = _JOINTS[key]
+            partition(_copy(joint), joint_inputs, **kwargs)
+        else:
+            aot_module_simplified(
+                graph,
+                fakes,
+                fw_compiler=lambda g, _: g,
+                bw_compiler=lambda g, _: g,
+                partition_fn=partition,
+                decompositions=select_decomp_table(),
+            )
+    return box.get("partition", Partition.of(0))
+
+
+# shared_joints()'s joints: key (_joint_key) -> (the joint after Inductor's joint passes,
+# its inputs, the partitioner's arguments); None outside shared_joints().
+_JOINTS: Optional[dict] = None
+
+
+@contextlib.contextmanager
+def shared_joints():
+    """Dry runs inside share AOTAutograd's joint graph: a graph partitioned again with
+    the same code and recompute tags (the unmodified graph under the default options,
+    FUSED_RECOMPUTE's and torch's knapsack: only the partitioner's options differ) is
+    split from a copy of the joint its first dry run traced, Inductor's joint passes
+    run, without tracing it again (TinyDecoder, depth 4: of a dry run's ~5.7 s, 2.4 s
+    were the trace and 1.4 s the joint passes). The joints are dropped on leaving."""
+    global _JOINTS
+    outer = _JOINTS
+    _JOINTS = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _JOINTS = outer
+
+
+def _joint_key(graph: torch.fx.GraphModule, fakes):
+    """What a joint is shared by: the graph, its code, its recompute tags, its inputs
+    (None: not shared, outside shared_joints() or where the partitioner is the user's)."""
+    from torch._inductor import config
+
+    if _JOINTS is None or config.custom_partitioner_fn is not None or not _overridable():
+        return None
+    from ..cache_keys import _region_digest
+
+    # The graph's code as text: GraphModule.code would compile a lazy module's source,
+    # which FX then keeps for the process's life (test_compile_budget counts them).
+    code = graph.graph.python_code(root_module="self").src
+    return (id(graph), code, _region_digest(graph), tuple(id(f) for f in fakes))
+
+
+@functools.lru_cache(None)
+def _overridable() -> bool:
+    """Whether Inductor's partition_fn takes partitioner_fn_override (torch 2.14 does)."""
+    import inspect
+
+    from torch._inductor.compile_fx import partition_fn
+
+    return "partitioner_fn_override" in inspect.signature(partition_fn).parameters
+
+
+def _split(joint, joint_inputs, kwargs, key):
+    """Inductor's partition_fn on `joint`; with a key, the joint as its joint passes
+    leave it is kept for shared_joints() first (the min-cut changes the graph it splits)."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.compile_fx import partition_fn
+
+    def min_cut(gm, inputs, **kw):
+        return min_cut_rematerialization_partition(gm, inputs, compiler="inductor", **kw)
+
+    if key is None:
+        return partition_fn(joint, joint_inputs, **kwargs)
+    if key in _JOINTS:  # a copy of a shared joint: its joint passes have run
+        return min_cut(joint, joint_inputs, **kwargs)
+
+    def kept(gm, inputs, **kw):
+        _JOINTS[key] = (_copy(gm), inputs, kw)
+        return min_cut(gm, inputs, **kw)
+
+    return partition_fn(joint, joint_inputs, partitioner_fn_override=kept, **kwargs)
+
+
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A joint to split again: its nodes copied (their metadata, fake values included,
+    shared), its attributes and metadata the original's."""
+    import copy
+
+    out = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
+    out.meta.update(gm.meta)
+    return out
+
+
+def _figures(joint, fw, bw, skip) -> Partition:
+    """A partition's figures (see _partitioned_saved_bytes and Partition)."""
+    skipped = {f"primals_{i + 1}" for i in skip}
+    params = {
+        _storage(n.meta.get("val"))
+        for n in joint.graph.find_nodes(op="placeholder")
+        if n.name in skipped
+    } - {None}
+    bw_inputs = list(bw.graph.find_nodes(op="placeholder"))
+    saved = _distinct_storage_bytes(
+        [n.meta.get("val") for n in bw_inputs if not n.name.startswith("tangents")],
+        params,
+    )
+    return Partition.of(saved, _profile(fw, bw, bw_inputs, params, skip))
 
 
 def _profile(fw, bw, bw_inputs, params, skip) -> dict:
