@@ -112,9 +112,11 @@ def _meet_budget(
         sub = plan_cache.sub_key(budget, target)
         if entry and sub in entry.get("plans", {}):
             return _replay(entry["plans"][sub], aten, apply, ladder, plain, decisions, outcome)
-        first = len(decisions)
-        try:
-            rewrote, options = _plan(
+        return _planned(
+            cache_key,
+            sub,
+            decisions,
+            lambda: _plan(
                 aten,
                 fakes,
                 apply,
@@ -127,22 +129,28 @@ def _meet_budget(
                 before,
                 target,
                 value,
-            )
-        except BudgetError as e:
-            if cache_key:
-                plan = {
-                    "error": str(e),
-                    "reachable": e.reachable,
-                    "notes": _notes(decisions[first:]),
-                }
-                plan_cache.store(cache_key, before, sub, plan)
-            raise
+            ),
+            outcome,
+        )
+
+
+def _planned(cache_key, sub, decisions, plan_it, outcome):
+    """plan_it()'s plan (or BudgetError), stored in the plan cache under `cache_key`."""
+    before = outcome["before"]
+    first = len(decisions)
+    try:
+        rewrote, options = plan_it()
+    except BudgetError as e:
         if cache_key:
-            plan = dict(outcome, rewrote=rewrote, options=options, notes=_notes(decisions[first:]))
-            if isinstance(outcome.get("kept"), Partition):
-                plan["profile"] = outcome["kept"].profile()
+            plan = {"error": str(e), "reachable": e.reachable, "notes": _notes(decisions[first:])}
             plan_cache.store(cache_key, before, sub, plan)
-        return rewrote, options
+        raise
+    if cache_key:
+        plan = dict(outcome, rewrote=rewrote, options=options, notes=_notes(decisions[first:]))
+        if isinstance(outcome.get("kept"), Partition):
+            plan["profile"] = outcome["kept"].profile()
+        plan_cache.store(cache_key, before, sub, plan)
+    return rewrote, options
 
 
 def _notes(records):
