@@ -81,6 +81,7 @@ const std::set<std::string> kKeepsAll = {
     "aten::bmm",    "aten::linear",       "aten::conv1d",      "aten::conv2d",
     "aten::conv3d", "aten::_convolution", "aten::convolution", "aten::conv_transpose2d",
     "aten::einsum", "aten::baddbmm",
+    "memslim::linear", // a loss head's linear (linear_ops.cpp): input and weight
 };
 // Ops keeping their first input (and possibly small statistics). Average
 // pooling: aten's backward reads the input (avg_pool2d_backward(grad, self)).
