@@ -52,13 +52,12 @@ struct Autocast {
                                          bool grads_in_forward,
                                          const std::optional<at::Tensor>& logits) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(key);
-    static auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("memslim::linear_cross_entropy", "")
-            .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
-                              const std::optional<at::Tensor>&, const at::Tensor&, int64_t, int64_t,
-                              double, std::optional<at::ScalarType>, int64_t, bool,
-                              const std::optional<at::Tensor>&)>();
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("memslim::linear_cross_entropy", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                           const std::optional<at::Tensor>&, const at::Tensor&,
+                                           int64_t, int64_t, double, std::optional<at::ScalarType>,
+                                           int64_t, bool, const std::optional<at::Tensor>&)>();
     // given logits are the linear's output under autocast: already 16-bit
     return op.call(cast(input), cast(w), cast(b), target, reduction, ignore_index, smoothing,
                    logits_dtype.value_or(at::kFloat), chunk, grads_in_forward, logits);

@@ -56,15 +56,15 @@ bool words_zero(const W* p, int64_t n) {
 bool all_zero(const at::Tensor& g) {
   if (!real_data(g) || !g.device().is_cpu() || !g.is_contiguous() || g.numel() == 0) return false;
   switch (g.scalar_type()) {
-  case at::kFloat:
-    return words_zero(static_cast<const uint32_t*>(g.const_data_ptr()), g.numel());
-  case at::kDouble:
-    return words_zero(static_cast<const uint64_t*>(g.const_data_ptr()), g.numel());
-  case at::kBFloat16:
-  case at::kHalf:
-    return words_zero(static_cast<const uint16_t*>(g.const_data_ptr()), g.numel());
-  default:
-    return false;
+    case at::kFloat:
+      return words_zero(static_cast<const uint32_t*>(g.const_data_ptr()), g.numel());
+    case at::kDouble:
+      return words_zero(static_cast<const uint64_t*>(g.const_data_ptr()), g.numel());
+    case at::kBFloat16:
+    case at::kHalf:
+      return words_zero(static_cast<const uint16_t*>(g.const_data_ptr()), g.numel());
+    default:
+      return false;
   }
 }
 
@@ -75,9 +75,9 @@ std::optional<at::Tensor> bias_opt(const at::Tensor& b) {
 // aten's linear backward: the input's, weight's and bias's gradients as
 // `mask` asks, with the gradient flattened to [rows, out].
 std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_linear_backward(const at::Tensor& grad,
-                                                             const at::Tensor& input,
-                                                             const at::Tensor& w,
-                                                             std::array<bool, 3> mask) {
+                                                                    const at::Tensor& input,
+                                                                    const at::Tensor& w,
+                                                                    std::array<bool, 3> mask) {
   at::Tensor gh, gw, gb;
   if (mask[0]) gh = grad.matmul(w);
   if (mask[1] || mask[2]) {
@@ -89,9 +89,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aten_linear_backward(const at::Te
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward_impl(const at::Tensor& grad,
-                                                             const at::Tensor& input,
-                                                             const at::Tensor& w,
-                                                             std::array<bool, 3> mask) {
+                                                                    const at::Tensor& input,
+                                                                    const at::Tensor& w,
+                                                                    std::array<bool, 3> mask) {
   if (all_zero(grad))
     return {mask[0] ? at::zeros_like(input) : at::Tensor(),
             mask[1] ? at::zeros_like(w) : at::Tensor(),
@@ -100,9 +100,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward_impl(const at::Te
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward_meta(const at::Tensor& grad,
-                                                             const at::Tensor& input,
-                                                             const at::Tensor& w,
-                                                             std::array<bool, 3> mask) {
+                                                                    const at::Tensor& input,
+                                                                    const at::Tensor& w,
+                                                                    std::array<bool, 3> mask) {
   return {mask[0] ? at::empty_like(input) : at::Tensor(),
           mask[1] ? at::empty_like(w) : at::Tensor(),
           mask[2] ? at::empty_symint({w.sym_size(0)}, w.options()) : at::Tensor()};
@@ -127,9 +127,9 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     const at::Tensor& g = grads[0];
     if (!g.defined()) return out;
     auto s = ctx->get_saved_variables();
-    const std::array<bool, 3> mask{ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                   ctx->saved_data["has_bias"].toBool() &&
-                                       ctx->needs_input_grad(2)};
+    const std::array<bool, 3> mask{
+        ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+        ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)};
     at::Tensor gh, gw, gb;
     if (at::GradMode::is_enabled()) { // create_graph: differentiable aten ops
       std::tie(gh, gw, gb) = aten_linear_backward(g, s[0], s[1], mask);
@@ -156,8 +156,7 @@ at::Tensor linear_autograd(const at::Tensor& input, const at::Tensor& w,
     at::AutoDispatchBelowADInplaceOrView guard;
     return at::linear(input, w, b);
   }
-  return LinearFunction::apply(input, w, has_bias ? *b : at::empty({0}, input.options()),
-                               has_bias);
+  return LinearFunction::apply(input, w, has_bias ? *b : at::empty({0}, input.options()), has_bias);
 }
 
 } // namespace

@@ -108,12 +108,12 @@ void check_args(const at::Tensor& input, const at::Tensor& w, const at::Tensor& 
               "memslim::linear_cross_entropy: reduction must be 0 (none), 1 (mean) or 2 (sum)");
   TORCH_CHECK(c.smoothing >= 0.0 && c.smoothing <= 1.0,
               "memslim::linear_cross_entropy: label_smoothing must be in [0, 1]");
-  TORCH_CHECK(!c.logits.defined() ||
-                  (c.logits.dim() >= 1 && c.logits.sym_size(-1) == w.sym_size(0) &&
-                   c.logits.sym_numel() == target.sym_numel() * w.sym_size(0) &&
-                   c.logits.scalar_type() == at::result_type(input, w)),
-              "memslim::linear_cross_entropy: logits must be linear(input, weight, bias): "
-              "[..., vocab], one row per target, in the linear's dtype");
+  TORCH_CHECK(
+      !c.logits.defined() || (c.logits.dim() >= 1 && c.logits.sym_size(-1) == w.sym_size(0) &&
+                              c.logits.sym_numel() == target.sym_numel() * w.sym_size(0) &&
+                              c.logits.scalar_type() == at::result_type(input, w)),
+      "memslim::linear_cross_entropy: logits must be linear(input, weight, bias): "
+      "[..., vocab], one row per target, in the linear's dtype");
 }
 
 // aten's "Target N is out of bounds." where values can be read (the CPU).
@@ -382,8 +382,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lce_backward(
 LceCall make_call(int64_t reduction, int64_t ignore_index, double smoothing,
                   std::optional<at::ScalarType> logits_dtype, int64_t chunk,
                   const std::optional<at::Tensor>& logits = std::nullopt) {
-  return LceCall{reduction, ignore_index, smoothing, logits_dtype, chunk,
-                 logits && logits->defined() ? *logits : at::Tensor()};
+  return LceCall{reduction,    ignore_index, smoothing,
+                 logits_dtype, chunk,        logits && logits->defined() ? *logits : at::Tensor()};
 }
 
 at::Tensor or_empty(const std::optional<at::Tensor>& b) {
@@ -545,8 +545,8 @@ struct LceGradsFunction : public torch::autograd::Function<LceGradsFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     no_double_backward();
     const at::Tensor& g = grads[0];
-    variable_list out{at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), {}, {}, {},
-                      at::Tensor()};
+    variable_list out{at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+                      {},           {},           {},           at::Tensor()};
     if (!g.defined()) return out;
     auto s = ctx->get_saved_variables();
     const bool one = real_data(g) && g.numel() == 1 && g.item<double>() == 1.0;

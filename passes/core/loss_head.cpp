@@ -125,6 +125,15 @@ bool under_autocast(const GraphView& g, NodeRef n) {
   return true;
 }
 
+// The remark's last clause: which form of the op the site got.
+std::string form_text(const std::string& readers) {
+  if (readers.empty())
+    return "; form: computes its own logits chunk by chunk (nothing else reads them)";
+  return "; form: reads the logits it returns to " + readers +
+         " (the linear becomes memslim::linear, whose backward skips an unused logits' zero "
+         "gradient)";
+}
+
 } // namespace
 
 bool is_loss_head_site(const GraphView& g, NodeRef n) {
@@ -226,13 +235,7 @@ FormulaDecision decide_loss_head(const GraphView& g, NodeRef n, const CostPolicy
                 : "the input, targets and log-sum-exp (backward recomputes the logits)")
       << " instead of log_softmax's output, frees " << freed << " B (" << aten << " -> " << ours
       << ")";
-  if (given)
-    why << "; form: reads the logits it returns to " << readers
-        << " (the linear becomes memslim::linear, whose backward skips an unused logits' "
-           "zero gradient)";
-  else
-    why << "; form: computes its own logits chunk by chunk (nothing else reads them)";
-  d.text = why.str();
+  d.text = why.str() + form_text(readers);
   d.verdict = Decision::Verdict::Rewrote;
   out.op = "memslim::linear_cross_entropy";
   out.args = {value_arg(h),
