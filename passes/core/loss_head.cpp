@@ -250,10 +250,10 @@ FormulaDecision decide_loss_head(const GraphView& g, NodeRef n, const CostPolicy
                         head.logits_dtype ? "logits_dtype" : "None"),
               const_arg(c10::IValue(int64_t{0}), "chunk"),
               const_arg(c10::IValue(grads), "grads_in_forward")};
-  if (given) {
-    out.args.push_back(value_arg(g.output(head.linear, 0)));
-    if (g.kind(head.linear) != kHeadLinear) out.swaps.push_back({head.linear, kHeadLinear});
-  }
+  // logits: every argument explicit (TorchScript matches a node's schema by its inputs)
+  out.args.push_back(given ? value_arg(g.output(head.linear, 0))
+                           : const_arg(c10::IValue(), "None"));
+  if (given && g.kind(head.linear) != kHeadLinear) out.swaps.push_back({head.linear, kHeadLinear});
   out.covers = head.chain;
   out.guarded = {h, w, target, logits, g.output(n, 0)};
   if (!g.constant(b)) out.guarded.push_back(b);
