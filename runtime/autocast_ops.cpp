@@ -49,16 +49,28 @@ struct Autocast {
                                          const at::Tensor& target, int64_t reduction,
                                          int64_t ignore_index, double smoothing,
                                          std::optional<at::ScalarType> logits_dtype, int64_t chunk,
-                                         bool grads_in_forward) {
+                                         bool grads_in_forward,
+                                         const std::optional<at::Tensor>& logits) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(key);
-    static auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("memslim::linear_cross_entropy", "")
-            .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
-                              const std::optional<at::Tensor>&, const at::Tensor&, int64_t, int64_t,
-                              double, std::optional<at::ScalarType>, int64_t, bool)>();
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("memslim::linear_cross_entropy", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                           const std::optional<at::Tensor>&, const at::Tensor&,
+                                           int64_t, int64_t, double, std::optional<at::ScalarType>,
+                                           int64_t, bool, const std::optional<at::Tensor>&)>();
+    // given logits are the linear's output under autocast: already 16-bit
     return op.call(cast(input), cast(w), cast(b), target, reduction, ignore_index, smoothing,
-                   logits_dtype.value_or(at::kFloat), chunk, grads_in_forward);
+                   logits_dtype.value_or(at::kFloat), chunk, grads_in_forward, logits);
+  }
+
+  static at::Tensor linear(const at::Tensor& input, const at::Tensor& w,
+                           const std::optional<at::Tensor>& b) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(key);
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("memslim::linear", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                           const std::optional<at::Tensor>&)>();
+    return op.call(cast(input), cast(w), cast(b));
   }
 
   // h for an act_<consumer>: as the model made it, in float32 where the device's
@@ -115,6 +127,7 @@ void register_autocast(torch::Library& m) {
   using A = Autocast<D>;
   m.impl("gated_linear", TORCH_FN(A::gated_linear));
   m.impl("linear_cross_entropy", TORCH_FN(A::linear_cross_entropy));
+  m.impl("linear", TORCH_FN(A::linear));
   m.impl("act_linear", TORCH_FN(A::act_linear));
   m.impl("act_conv1d", TORCH_FN(A::template act_conv<1>));
   m.impl("act_conv2d", TORCH_FN(A::template act_conv<2>));

@@ -16,6 +16,11 @@
 //   the targets and one log-sum-exp per row (opmath); backward recomputes each
 //   chunk's logits (a fourth matmul) and runs linear's backward on the chunk.
 // The weight's gradient accumulates in place (in fp32 for 16-bit weights).
+// `logits` given (a head whose logits the graph also returns): they are
+// linear(input, weight, bias) as the graph computed them (memslim::linear,
+// linear_ops.cpp); the forward copies each chunk of them in place of its
+// matmul and gives them no gradient (the loss's reaches the input, weight and
+// bias directly; the linear's backward sees only the other readers').
 // Values: the loss is aten's to rounding (the log-sum-exp in opmath; label
 // smoothing as aten's: both terms' mean divides by the rows not ignored); the gradients
 // are aten's to the rounding of chunked accumulation. Targets outside
@@ -56,6 +61,7 @@ struct LceCall {
   double smoothing = 0.0;
   std::optional<at::ScalarType> logits_dtype;
   int64_t chunk = 0;
+  at::Tensor logits; // given: linear(input, weight, bias) as the graph made it
 };
 
 // The rows of one chunk: `chunk` when given, else from the cost of chunking.
@@ -102,6 +108,12 @@ void check_args(const at::Tensor& input, const at::Tensor& w, const at::Tensor& 
               "memslim::linear_cross_entropy: reduction must be 0 (none), 1 (mean) or 2 (sum)");
   TORCH_CHECK(c.smoothing >= 0.0 && c.smoothing <= 1.0,
               "memslim::linear_cross_entropy: label_smoothing must be in [0, 1]");
+  TORCH_CHECK(
+      !c.logits.defined() || (c.logits.dim() >= 1 && c.logits.sym_size(-1) == w.sym_size(0) &&
+                              c.logits.sym_numel() == target.sym_numel() * w.sym_size(0) &&
+                              c.logits.scalar_type() == at::result_type(input, w)),
+      "memslim::linear_cross_entropy: logits must be linear(input, weight, bias): "
+      "[..., vocab], one row per target, in the linear's dtype");
 }
 
 // aten's "Target N is out of bounds." where values can be read (the CPU).
@@ -298,9 +310,13 @@ Forward lce_forward(const at::Tensor& input, const at::Tensor& w, const at::Tens
   const at::Tensor scale = grads ? row_scale(at::ones({}, opts), r, c) : at::Tensor();
   f.grads = grads_for(r, w, b, mask);
   std::optional<RowsPass> kp;
+  // Given logits: each chunk a copy (the chunk's gradient is written over it).
+  const at::Tensor given =
+      c.logits.defined() ? c.logits.reshape({-1, c.logits.size(-1)}) : at::Tensor();
   for (int64_t s = 0; s < r.rows; s += r.step) {
     const int64_t n = std::min(r.step, r.rows - s);
-    at::Tensor z = chunk_linear(r.h.narrow(0, s, n), w, b);
+    at::Tensor z = given.defined() ? given.narrow(0, s, n).clone(at::MemoryFormat::Contiguous)
+                                   : chunk_linear(r.h.narrow(0, s, n), w, b);
     if (rows_kernel(z, r)) {
       if (!kp) kp = rows_pass_for(r, scale, f.lse, smooth, c.smoothing);
       rows_pass(z, r, *kp, s, n);
@@ -364,8 +380,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lce_backward(
 }
 
 LceCall make_call(int64_t reduction, int64_t ignore_index, double smoothing,
-                  std::optional<at::ScalarType> logits_dtype, int64_t chunk) {
-  return LceCall{reduction, ignore_index, smoothing, logits_dtype, chunk};
+                  std::optional<at::ScalarType> logits_dtype, int64_t chunk,
+                  const std::optional<at::Tensor>& logits = std::nullopt) {
+  return LceCall{reduction,    ignore_index, smoothing,
+                 logits_dtype, chunk,        logits && logits->defined() ? *logits : at::Tensor()};
 }
 
 at::Tensor or_empty(const std::optional<at::Tensor>& b) {
@@ -378,15 +396,17 @@ at::Tensor or_empty(const std::optional<at::Tensor>& b) {
       const at::Tensor &target, int64_t reduction, int64_t ignore_index, double smoothing, \
       std::optional<at::ScalarType> logits_dtype, int64_t chunk
 #define MEMSLIM_LCE_CALL make_call(reduction, ignore_index, smoothing, logits_dtype, chunk)
+#define MEMSLIM_LCE_GIVEN make_call(reduction, ignore_index, smoothing, logits_dtype, chunk, logits)
 
-std::tuple<at::Tensor, at::Tensor> forward_impl(MEMSLIM_LCE_ARGS) {
-  Forward f = lce_forward(input, w, or_empty(b), target, MEMSLIM_LCE_CALL, {false, false, false});
+std::tuple<at::Tensor, at::Tensor> forward_impl(MEMSLIM_LCE_ARGS,
+                                                const std::optional<at::Tensor>& logits) {
+  Forward f = lce_forward(input, w, or_empty(b), target, MEMSLIM_LCE_GIVEN, {false, false, false});
   return {f.loss, f.lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_impl(MEMSLIM_LCE_ARGS,
-                                                                      std::array<bool, 3> mask) {
-  Forward f = lce_forward(input, w, or_empty(b), target, MEMSLIM_LCE_CALL, mask);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_impl(
+    MEMSLIM_LCE_ARGS, std::array<bool, 3> mask, const std::optional<at::Tensor>& logits) {
+  Forward f = lce_forward(input, w, or_empty(b), target, MEMSLIM_LCE_GIVEN, mask);
   auto [gh, gw, gb] = finish(std::move(f.grads), input, w, or_empty(b));
   return {f.loss, gh, gw, gb};
 }
@@ -398,8 +418,9 @@ at::Tensor loss_meta(const at::Tensor& input, const at::Tensor& w, const at::Ten
   return c.reduction == kNone ? at::empty_symint(target.sym_sizes(), opts) : at::empty({}, opts);
 }
 
-std::tuple<at::Tensor, at::Tensor> forward_meta(MEMSLIM_LCE_ARGS) {
-  const LceCall c = MEMSLIM_LCE_CALL;
+std::tuple<at::Tensor, at::Tensor> forward_meta(MEMSLIM_LCE_ARGS,
+                                                const std::optional<at::Tensor>& logits) {
+  const LceCall c = MEMSLIM_LCE_GIVEN;
   const at::Tensor loss = loss_meta(input, w, target, c);
   return {loss, at::empty_symint({target.sym_numel()},
                                  loss.options().dtype(at::toOpMathType(loss.scalar_type())))};
@@ -414,10 +435,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> grads_meta(const at::Tensor& inpu
           mask[2] && b && b->defined() ? at::empty_like(*b) : at::Tensor()};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_meta(MEMSLIM_LCE_ARGS,
-                                                                      std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_meta(
+    MEMSLIM_LCE_ARGS, std::array<bool, 3> mask, const std::optional<at::Tensor>& logits) {
   auto [gh, gw, gb] = grads_meta(input, w, b, mask);
-  return {loss_meta(input, w, target, MEMSLIM_LCE_CALL), gh, gw, gb};
+  return {loss_meta(input, w, target, MEMSLIM_LCE_GIVEN), gh, gw, gb};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad,
@@ -473,13 +494,14 @@ void no_double_backward() {
 
 // Recomputing backward: keeps the input, targets and log-sum-exp.
 struct LceFunction : public torch::autograd::Function<LceFunction> {
+  // `logits` (given, or an empty placeholder) is an input the op gives no gradient.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& w,
                             const at::Tensor& b_arg, const at::Tensor& target, const LceCall& c,
-                            bool has_bias) {
+                            bool has_bias, const at::Tensor& logits) {
     at::AutoDispatchBelowADInplaceOrView guard;
     static auto op = internal_op<decltype(forward_impl)>("memslim::linear_cross_entropy_forward");
     auto [loss, lse] = op.call(input, w, has_bias ? opt(b_arg) : std::nullopt, target, c.reduction,
-                               c.ignore_index, c.smoothing, c.logits_dtype, c.chunk);
+                               c.ignore_index, c.smoothing, c.logits_dtype, c.chunk, opt(c.logits));
     ctx->save_for_backward({input, w, b_arg, target, lse});
     save_call(ctx, c, has_bias);
     return loss;
@@ -488,7 +510,8 @@ struct LceFunction : public torch::autograd::Function<LceFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     no_double_backward();
     const at::Tensor& g = grads[0];
-    if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), {}, {}};
+    if (!g.defined())
+      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), {}, {}, at::Tensor()};
     auto s = ctx->get_saved_variables();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const LceCall c = saved_call(ctx);
@@ -497,7 +520,7 @@ struct LceFunction : public torch::autograd::Function<LceFunction> {
         g, s[0], s[1], has_bias ? opt(s[2]) : std::nullopt, s[3], c.reduction, c.ignore_index,
         c.smoothing, c.logits_dtype, c.chunk, s[4],
         {ctx->needs_input_grad(0), ctx->needs_input_grad(1), has_bias && ctx->needs_input_grad(2)});
-    return {gh, gw, gb, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {gh, gw, gb, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -509,12 +532,12 @@ struct LceFunction : public torch::autograd::Function<LceFunction> {
 struct LceGradsFunction : public torch::autograd::Function<LceGradsFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& w,
                             const at::Tensor& b_arg, const at::Tensor& target, const LceCall& c,
-                            bool has_bias, std::array<bool, 3> mask) {
+                            bool has_bias, std::array<bool, 3> mask, const at::Tensor& logits) {
     at::AutoDispatchBelowADInplaceOrView guard;
     static auto op = internal_op<decltype(fused_impl)>("memslim::linear_cross_entropy_fused");
     auto [loss, gh, gw, gb] =
         op.call(input, w, has_bias ? opt(b_arg) : std::nullopt, target, c.reduction, c.ignore_index,
-                c.smoothing, c.logits_dtype, c.chunk, mask);
+                c.smoothing, c.logits_dtype, c.chunk, mask, opt(c.logits));
     ctx->save_for_backward({gh, gw, gb});
     return loss;
   }
@@ -522,7 +545,8 @@ struct LceGradsFunction : public torch::autograd::Function<LceGradsFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     no_double_backward();
     const at::Tensor& g = grads[0];
-    variable_list out{at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), {}, {}, {}};
+    variable_list out{at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+                      {},           {},           {},           at::Tensor()};
     if (!g.defined()) return out;
     auto s = ctx->get_saved_variables();
     const bool one = real_data(g) && g.numel() == 1 && g.item<double>() == 1.0;
@@ -533,30 +557,34 @@ struct LceGradsFunction : public torch::autograd::Function<LceGradsFunction> {
   }
 };
 
-at::Tensor lce_plain(MEMSLIM_LCE_ARGS, bool grads_in_forward) {
+at::Tensor lce_plain(MEMSLIM_LCE_ARGS, bool grads_in_forward,
+                     const std::optional<at::Tensor>& logits) {
   static auto op = internal_op<decltype(forward_impl)>("memslim::linear_cross_entropy_forward");
-  return std::get<0>(
-      op.call(input, w, b, target, reduction, ignore_index, smoothing, logits_dtype, chunk));
+  return std::get<0>(op.call(input, w, b, target, reduction, ignore_index, smoothing, logits_dtype,
+                             chunk, logits));
 }
 
-at::Tensor lce_autograd(MEMSLIM_LCE_ARGS, bool grads_in_forward) {
-  const LceCall c = MEMSLIM_LCE_CALL;
+at::Tensor lce_autograd(MEMSLIM_LCE_ARGS, bool grads_in_forward,
+                        const std::optional<at::Tensor>& logits) {
+  const LceCall c = MEMSLIM_LCE_GIVEN;
   const at::Tensor bias = or_empty(b);
   const std::array<bool, 3> mask{input.requires_grad(), w.requires_grad(),
                                  bias.defined() && bias.requires_grad()};
   if (!at::GradMode::is_enabled() || !(mask[0] || mask[1] || mask[2])) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return lce_plain(input, w, b, target, reduction, ignore_index, smoothing, logits_dtype, chunk,
-                     grads_in_forward);
+                     grads_in_forward, logits);
   }
   const at::Tensor b_arg = bias.defined() ? bias : at::empty({0}, input.options());
+  const at::Tensor z_arg = c.logits.defined() ? c.logits : at::empty({0}, input.options());
   if (grads_in_forward && reduction != kNone)
-    return LceGradsFunction::apply(input, w, b_arg, target, c, bias.defined(), mask);
-  return LceFunction::apply(input, w, b_arg, target, c, bias.defined());
+    return LceGradsFunction::apply(input, w, b_arg, target, c, bias.defined(), mask, z_arg);
+  return LceFunction::apply(input, w, b_arg, target, c, bias.defined(), z_arg);
 }
 
 #undef MEMSLIM_LCE_ARGS
 #undef MEMSLIM_LCE_CALL
+#undef MEMSLIM_LCE_GIVEN
 
 } // namespace
 

@@ -132,11 +132,25 @@ TORCH_LIBRARY_FRAGMENT(memslim, m) {
   // cross_entropy(linear(input, weight, bias)[.to(logits_dtype)], target,
   // None, reduction, ignore_index, label_smoothing) for class-index targets,
   // `chunk` rows at a time (0: the op picks). Keeps the input, the targets and
-  // one log-sum-exp per row; backward recomputes each chunk's logits.
+  // one log-sum-exp per row; backward recomputes each chunk's logits. `logits`,
+  // when given, must be linear(input, weight, bias) as the graph computed it
+  // (a head whose logits the graph also returns): the op reads their chunks in
+  // place of the forward's matmul and gives them no gradient (the loss's flows
+  // to input, weight and bias directly; memslim::linear's backward sees only
+  // the logits' other readers').
   m.def(
       "linear_cross_entropy(Tensor input, Tensor weight, Tensor? bias, Tensor target, "
       "int reduction=1, int ignore_index=-100, float label_smoothing=0.0, "
-      "ScalarType? logits_dtype=None, int chunk=0, bool grads_in_forward=True) -> Tensor");
+      "ScalarType? logits_dtype=None, int chunk=0, bool grads_in_forward=True, "
+      "Tensor? logits=None) -> Tensor");
+  // aten's linear whose backward spends no matmul on an undefined or all-zero
+  // gradient (linear_ops.cpp): the linear of a loss head whose logits the graph
+  // returns. Internal: its backward (input, weight, bias gradients as
+  // output_mask asks; zeros for an all-zero gradient).
+  m.def("linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
+  m.def(
+      "linear_backward(Tensor grad, Tensor input, Tensor weight, bool[3] output_mask) -> "
+      "(Tensor, Tensor, Tensor)");
   // Internal: its forward (loss, log-sum-exp per row in opmath), the forward
   // that also computes the gradients for a loss gradient of one (a scalar loss
   // with grads_in_forward: three matmuls of the head instead of four), and the
@@ -144,11 +158,11 @@ TORCH_LIBRARY_FRAGMENT(memslim, m) {
   m.def(
       "linear_cross_entropy_forward(Tensor input, Tensor weight, Tensor? bias, Tensor target, "
       "int reduction, int ignore_index, float label_smoothing, ScalarType? logits_dtype, "
-      "int chunk) -> (Tensor, Tensor)");
+      "int chunk, Tensor? logits=None) -> (Tensor, Tensor)");
   m.def(
       "linear_cross_entropy_fused(Tensor input, Tensor weight, Tensor? bias, Tensor target, "
       "int reduction, int ignore_index, float label_smoothing, ScalarType? logits_dtype, "
-      "int chunk, bool[3] output_mask) -> (Tensor, Tensor, Tensor, Tensor)");
+      "int chunk, bool[3] output_mask, Tensor? logits=None) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "linear_cross_entropy_backward(Tensor grad, Tensor input, Tensor weight, Tensor? bias, "
       "Tensor target, int reduction, int ignore_index, float label_smoothing, "

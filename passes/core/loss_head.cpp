@@ -15,6 +15,10 @@ namespace memslim {
 
 namespace {
 
+// A head's linear whose logits others read too becomes this (linear_ops.cpp):
+// aten's linear whose backward skips an undefined or all-zero gradient.
+constexpr const char* kHeadLinear = "memslim::linear";
+
 // The head as matched: linear -> [to(dtype)] -> [view to 2-D] -> cross_entropy.
 struct Head {
   NodeRef linear;
@@ -49,7 +53,8 @@ Head match_head(const GraphView& g, NodeRef ce) {
     const NodeRef p = g.producer(x);
     if (!p || g.is_input(x)) break;
     if (g.owner(p) != g.owner(ce)) break;
-    if (g.kind(p) == "aten::linear" && g.num_inputs(p) == 3) {
+    // memslim::linear: a head whose linear an earlier site of this pass took
+    if ((g.kind(p) == "aten::linear" || g.kind(p) == kHeadLinear) && g.num_inputs(p) == 3) {
       h.linear = p;
       h.chain.push_back(p);
       std::reverse(h.chain.begin(), h.chain.end());
@@ -118,6 +123,15 @@ bool under_autocast(const GraphView& g, NodeRef n) {
     }
   }
   return true;
+}
+
+// The remark's last clause: which form of the op the site got.
+std::string form_text(const std::string& readers) {
+  if (readers.empty())
+    return "; form: computes its own logits chunk by chunk (nothing else reads them)";
+  return "; form: reads the logits it returns to " + readers +
+         " (the linear becomes memslim::linear, whose backward skips an unused logits' zero "
+         "gradient)";
 }
 
 } // namespace
@@ -199,7 +213,13 @@ FormulaDecision decide_loss_head(const GraphView& g, NodeRef n, const CostPolicy
   const bool h_kept = h_else || !readers.empty();
   const int64_t ours =
       grads ? *hb + *wb + (h_kept && !h_else ? *hb : 0) : (h_else ? 0 : *hb) + tb + lse;
-  d.price = {aten, ours, readers.empty() ? 0.0 : 1.0};
+  // Logits others read (the graph returns them): the op reads the linear's
+  // output in place of its own forward matmul, and the linear becomes
+  // memslim::linear, whose backward sees only the other readers' gradient
+  // (skipped when undefined or all zero): the head's three matmuls, as aten's.
+  // The recomputing form adds its backward's matmul, as without readers.
+  const bool given = !readers.empty();
+  d.price = {aten, ours, given && !grads ? 1.0 : 0.0};
   const int64_t freed = aten - ours;
   std::ostringstream why;
   if (freed < policy.min_bytes || freed <= 0) {
@@ -215,9 +235,7 @@ FormulaDecision decide_loss_head(const GraphView& g, NodeRef n, const CostPolicy
                 : "the input, targets and log-sum-exp (backward recomputes the logits)")
       << " instead of log_softmax's output, frees " << freed << " B (" << aten << " -> " << ours
       << ")";
-  if (!readers.empty())
-    why << "; the logits stay for " << readers << " (one more matmul of the head in forward)";
-  d.text = why.str();
+  d.text = why.str() + form_text(readers);
   d.verdict = Decision::Verdict::Rewrote;
   out.op = "memslim::linear_cross_entropy";
   out.args = {value_arg(h),
@@ -232,6 +250,10 @@ FormulaDecision decide_loss_head(const GraphView& g, NodeRef n, const CostPolicy
                         head.logits_dtype ? "logits_dtype" : "None"),
               const_arg(c10::IValue(int64_t{0}), "chunk"),
               const_arg(c10::IValue(grads), "grads_in_forward")};
+  // logits: every argument explicit (TorchScript matches a node's schema by its inputs)
+  out.args.push_back(given ? value_arg(g.output(head.linear, 0))
+                           : const_arg(c10::IValue(), "None"));
+  if (given && g.kind(head.linear) != kHeadLinear) out.swaps.push_back({head.linear, kHeadLinear});
   out.covers = head.chain;
   out.guarded = {h, w, target, logits, g.output(n, 0)};
   if (!g.constant(b)) out.guarded.push_back(b);

@@ -77,10 +77,11 @@ const std::set<std::string> kKeepsNothing = {
 };
 // Ops keeping every tensor input.
 const std::set<std::string> kKeepsAll = {
-    "aten::mul",    "aten::div",          "aten::matmul",      "aten::mm",
-    "aten::bmm",    "aten::linear",       "aten::conv1d",      "aten::conv2d",
-    "aten::conv3d", "aten::_convolution", "aten::convolution", "aten::conv_transpose2d",
-    "aten::einsum", "aten::baddbmm",
+    "aten::mul",       "aten::div",          "aten::matmul",      "aten::mm",
+    "aten::bmm",       "aten::linear",       "aten::conv1d",      "aten::conv2d",
+    "aten::conv3d",    "aten::_convolution", "aten::convolution", "aten::conv_transpose2d",
+    "aten::einsum",    "aten::baddbmm",
+    "memslim::linear", // a loss head's linear (linear_ops.cpp): input and weight
 };
 // Ops keeping their first input (and possibly small statistics). Average
 // pooling: aten's backward reads the input (avg_pool2d_backward(grad, self)).

@@ -205,6 +205,13 @@ void run_formula_pass(const FormulaRule& rule, FxGraphView& g, const CostPolicy&
         for (const FormulaArg& a : d.args)
           inputs.push_back(a.constant ? add_constant(g, *a.constant, a.name) : g.id(a.value));
         replace_formula(g, n, d.op, inputs, d.covers, out);
+        for (const FormulaSwap& s : d.swaps) { // covered nodes that stay as another op
+          std::vector<size_t> same;
+          for (size_t i = 0; i < g.num_inputs(s.node); ++i)
+            same.push_back(g.id(g.input(s.node, i)));
+          g.rewrite_node(g.id(s.node), s.kind, "", same);
+          out.rewrites.push_back({g.id(s.node), s.kind, "", std::nullopt, {}, std::nullopt});
+        }
         return false;
       },
       record(out));

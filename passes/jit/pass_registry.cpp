@@ -79,7 +79,12 @@ void run_formula_pass(const FormulaRule& rule, const std::shared_ptr<torch::jit:
         torch::jit::Node* root = JitGraphView::node(site);
         const std::vector<FormulaArg> args = d.args;
         const c10::Symbol op = c10::Symbol::fromQualString(d.op);
-        prop.apply = [&g, root, args, op]() {
+        // covered nodes that stay as another op (their old node, read by
+        // nobody once swapped, goes with the covered nodes)
+        std::vector<std::pair<torch::jit::Node*, c10::Symbol>> swaps;
+        for (const FormulaSwap& s : d.swaps)
+          swaps.emplace_back(JitGraphView::node(s.node), c10::Symbol::fromQualString(s.kind));
+        prop.apply = [&g, root, args, op, swaps]() {
           std::vector<torch::jit::Value*> inputs;
           {
             torch::jit::WithInsertPoint guard(root);
@@ -88,6 +93,7 @@ void run_formula_pass(const FormulaRule& rule, const std::shared_ptr<torch::jit:
                                           : JitGraphView::value(a.value));
           }
           replace_output(*g, root, root->output(), op, inputs);
+          for (const auto& [n, kind] : swaps) replace_output(*g, n, n->output(), kind, n->inputs());
           return std::string();
         };
         prop.rewrote = d.decision.text;

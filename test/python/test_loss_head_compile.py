@@ -3,7 +3,8 @@
 What: a loss head (transformers' form: float cast, flattened tokens, ignore_index) through
 the backend: loss and gradients as close to eager's as plain torch.compile's are (x2, or
 1e-6), what autograd keeps at least the logits' size below plain torch.compile's, the
-record; the model returning its logits too (they stay, still the model's); and
+record; the model returning its logits too (still the model's; the op reads them, their
+linear skips the unused logits' zero gradient), and the user's loss reading them; and
 memslim.compile on a transformers GPT-2 from a config: the loss_type it sets joins the
 logits and the loss in one graph (torch._dynamo.explain), and the head is rewritten there.
 Why: torch.compile is where language models train; a graph break or a partitioner that
@@ -79,12 +80,40 @@ def test_backend_takes_the_head(return_logits):
         assert _rel(results["memslim"][1][k], want[k]) <= max(2 * drift, 1e-6), k
     if return_logits:
         torch.testing.assert_close(results["memslim"][0][1], want_out[1], rtol=1e-6, atol=1e-6)
+        assert "form: reads the logits it returns to" in records[0], records
     kept = {
         k: memslim.saved_bytes(lambda a, b, f=f: f(a, b)[0] if return_logits else f(a, b), x, t)
         for k, f in ways.items()
     }
     logits = 2 * 64 * VOCAB * 4
     assert kept["memslim"] <= kept["inductor"] - logits + (128 * D + VOCAB * D) * 4 + 128 * D * 4
+
+
+def test_backend_user_loss_reads_the_returned_logits():
+    """The user's loss also reads the logits the graph returns: their gradient is
+    nonzero, and memslim::linear's backward adds it (the loss op gives them none)."""
+    x, t = _inputs()
+    torch.manual_seed(0)
+    model = Head(return_logits=True)
+
+    def step(x, t):
+        loss, logits = model(x, t)
+        return loss, logits
+
+    def run(f):
+        model.zero_grad(set_to_none=True)
+        loss, logits = f(x, t)
+        (loss + logits.square().mean() * 0.1).backward()
+        return {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    want = run(step)
+    got = {}
+    for backend in ("inductor", "memslim"):
+        torch._dynamo.reset()
+        got[backend] = run(torch.compile(step, backend=backend))
+    for k in want:
+        drift = _rel(got["inductor"][k], want[k])
+        assert _rel(got["memslim"][k], want[k]) <= max(2 * drift, 1e-6), k
 
 
 def test_memslim_compile_joins_transformers_loss_graph():

@@ -7,8 +7,11 @@
 // computes the loss a chunk of tokens at a time and keeps neither the logits
 // nor log_softmax's output. A formula pass (core/pass_table.h FormulaRule):
 // the cross_entropy node becomes the op, the cast and view and the linear go
-// unless something else reads them (transformers returns the logits: they
-// stay, computed by the linear as before, at one more matmul of the head).
+// unless something else reads them. Where something does (transformers
+// returns the logits), the linear stays as memslim::linear (a FormulaSwap:
+// aten's linear whose backward skips an undefined or all-zero gradient) and
+// the op reads its output (`logits`) in place of its own forward matmul: the
+// head's three matmuls, nothing logits-sized kept; the remark names the form.
 // Priced from what autograd keeps: aten keeps log_softmax's output (tokens x
 // vocabulary) and the linear's input; the op keeps the input's and weight's
 // gradients (a scalar loss: computed in forward, three matmuls as aten's) or,

@@ -58,12 +58,19 @@ struct FormulaArg {
   std::optional<c10::IValue> constant; // set for a constant
   std::string name;                    // how the constant is named: "reduction"
 };
+// A covered node that stays (others read it) as another op of the same
+// arguments: the loss head's linear whose logits the graph also returns.
+struct FormulaSwap {
+  NodeRef node;
+  std::string kind; // "memslim::linear"
+};
 struct FormulaDecision {
   Decision decision;
   std::string op; // "memslim::linear_cross_entropy"
   std::vector<FormulaArg> args;
   std::vector<NodeRef> covers; // producers first, the site last
   std::vector<ValueRef> guarded;
+  std::vector<FormulaSwap> swaps; // applied after the site's rewrite
   bool rewrite() const { return decision.verdict == Decision::Verdict::Rewrote; }
 };
 struct FormulaRule {
