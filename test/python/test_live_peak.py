@@ -55,3 +55,21 @@ def test_start_placeholders_count_and_are_freed_resident_never():
     # w in start but resident (a parameter): as without it.
     resident = {_storage(ph[2].meta["val"])}
     assert _live_peak(graph, start=ph, resident=resident) == 3 * KB16
+
+
+def test_a_backward_is_walked_in_the_order_that_peaks_least():
+    # Inductor reorders a graph for its peak (reorder_for_peak_memory): a backward that,
+    # in graph order, makes an input's gradient before the weight's holds the gradient
+    # and the saved input together; the weight's first frees the saved input.
+    def f(saved, grad, w):
+        gi = torch.mm(grad, w)  # graph order: saved, grad, gi
+        gw = torch.mm(grad.t(), saved)  # saved, grad, gi, gw: then saved dies
+        return gi, gw
+
+    graph = _graph(f, (64, 64), (64, 64), (64, 64))
+    ph = list(graph.find_nodes(op="placeholder"))
+    resident = {_storage(ph[2].meta["val"])}
+    from memslim.budget.measure import _walk_peak
+
+    assert _walk_peak(graph, list(graph.nodes), start=ph[:2], resident=resident) == 4 * KB16
+    assert _live_peak(graph, start=ph[:2], resident=resident) == 3 * KB16

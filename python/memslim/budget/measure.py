@@ -120,14 +120,100 @@ def _fused(node, outputs) -> bool:
 
 
 def _live_peak(graph: torch.fx.Graph, start: Sequence = (), resident=frozenset()) -> int:
-    """The highest bytes of live storages while `graph` runs in node order: the
-    placeholders in `start` live from the beginning (the backward's saved tensors and
-    incoming gradients), each storage freed after the last node reading it unless it is
-    an output or `resident` (the parameters', the module's inputs'); every other node's
-    value allocated when it runs, unless it views a live storage or Inductor fuses it
+    """The highest bytes of live storages while `graph` runs: the placeholders in
+    `start` live from the beginning (the backward's saved tensors and incoming
+    gradients), each storage freed after the last node reading it unless it is an output
+    or `resident` (the parameters', the module's inputs'); every other node's value
+    allocated when it runs, unless it views a live storage or Inductor fuses it
     (_fused); a pointwise op's output takes the place of an input of its size that dies
-    there (Inductor's in-place buffer reuse). An estimate of Inductor's buffers, not a
-    count of them."""
+    there (Inductor's in-place buffer reuse). The nodes run in the graph's order or in
+    a least-peak-first order (_least_peak_order), whichever peaks lower: Inductor's
+    reorder_for_peak_memory (on by default) takes the lowest of its orders, the graph's
+    among them (a backward's mm for an input's gradient before the one for a weight's,
+    in graph order, holds both the gradient and the saved input: the residual MLP of
+    bench/peak_target.py was predicted 6 MiB over its measured backward). An estimate
+    of Inductor's buffers, not a count of them."""
+    nodes = list(graph.nodes)
+    peak = _walk_peak(graph, nodes, start, resident)
+    order = _least_peak_order(graph, start, resident)
+    return peak if order is None else min(peak, _walk_peak(graph, order, start, resident))
+
+
+def _least_peak_order(graph: torch.fx.Graph, start, resident):
+    """A topological order of `graph`'s nodes, greedy for the least memory (Inductor's
+    topological_sort_lpmf on FX nodes): of the nodes ready, one that keeps the memory
+    within the highest so far, the least after it runs, else the least while it runs
+    (then the least after it).
+    Sizes as _walk_peak counts them (views and fused nodes allocate nothing; a storage
+    is freed when its last reader has run). None for a graph too large to reorder
+    cheaply."""
+    nodes = [n for n in graph.nodes if n.op != "output"]
+    if len(nodes) > 4000:
+        return None
+    out_node = next(iter(graph.find_nodes(op="output")), None)
+    outputs: set = set()
+    if out_node is not None:
+        torch.fx.node.map_arg(out_node.args, outputs.add)
+    key, alloc = {}, {}
+    seen = set()
+    for n in nodes:
+        k = _storage(n.meta.get("val"))
+        key[n] = k
+        first = k is not None and k not in seen
+        seen.add(k)
+        if n.op == "placeholder":
+            alloc[n] = 0
+        elif first and not _fused(n, outputs):
+            alloc[n] = _storage_nbytes(n.meta.get("val"))
+        else:
+            alloc[n] = 0
+    size = {}
+    for n in nodes:
+        if key[n] is not None and key[n] not in size:
+            size[key[n]] = _storage_nbytes(n.meta.get("val"))
+    kept = {key[o] for o in outputs if o in key} | set(resident)
+    readers: dict = {}  # storage -> readers not run yet
+    for n in nodes:
+        for k in {key.get(a) for a in n.all_input_nodes} - {None, key[n]}:
+            readers[k] = readers.get(k, 0) + 1
+    waiting = {n: len(set(n.all_input_nodes)) for n in nodes}
+    users = {n: [u for u in n.users if u.op != "output"] for n in nodes}
+    ready = [n for n in nodes if waiting[n] == 0]
+    index = {n: i for i, n in enumerate(nodes)}
+    live = sum(size.get(key[n], 0) for n in start if key.get(n) not in kept)
+    high, order = live, []
+
+    def frees(n) -> int:
+        ks = {key.get(a) for a in n.all_input_nodes} - {None, key[n]}
+        return sum(size.get(k, 0) for k in ks if readers.get(k) == 1 and k not in kept)
+
+    while ready:
+        if any(n.op == "placeholder" for n in ready):
+            n = min((n for n in ready if n.op == "placeholder"), key=index.get)
+        else:
+            under = [n for n in ready if live + alloc[n] <= high]
+            if under:
+                n = min(under, key=lambda n: (live + alloc[n] - frees(n), index[n]))
+            else:
+                n = min(ready, key=lambda n: (live + alloc[n], alloc[n] - frees(n), index[n]))
+        ready.remove(n)
+        order.append(n)
+        live += alloc[n]
+        high = max(high, live)
+        live -= frees(n)
+        for k in {key.get(a) for a in n.all_input_nodes} - {None, key[n]}:
+            readers[k] -= 1
+        for u in users[n]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                ready.append(u)
+    if len(order) != len(nodes):
+        return None
+    return order + ([out_node] if out_node is not None else [])
+
+
+def _walk_peak(graph: torch.fx.Graph, order, start: Sequence = (), resident=frozenset()) -> int:
+    """_live_peak's walk over the nodes in `order` (a topological order of `graph`)."""
     out_node = next(iter(graph.find_nodes(op="output")), None)
     outputs: set = set()
     if out_node is not None:
@@ -138,7 +224,7 @@ def _live_peak(graph: torch.fx.Graph, start: Sequence = (), resident=frozenset()
     held: dict = {}  # node -> the storages it holds
     dying: dict = {}  # node -> the nodes whose last reader it is
     last_use = {}
-    for n in graph.nodes:
+    for n in order:
         for a in n.all_input_nodes:
             last_use[a] = n
     for a, n in last_use.items():
@@ -172,7 +258,7 @@ def _live_peak(graph: torch.fx.Graph, start: Sequence = (), resident=frozenset()
             if inplace is not None:
                 return
 
-    for n in graph.nodes:
+    for n in order:
         if n.op == "output":
             break
         val = n.meta.get("val")
