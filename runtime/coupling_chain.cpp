@@ -34,9 +34,13 @@
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/SavedTensorHooks.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/ir/irparser.h>
@@ -389,9 +393,9 @@ struct KeptBlocks {
   std::vector<at::Tensor> in1, in2, out1, out2;
 };
 
-// saved holds, after the chain's two outputs, per block in order, its inputs
-// (if in_at) then outputs (if out_at).
-KeptBlocks kept_blocks(const variable_list& saved, const std::vector<int64_t>& in_at,
+// `acts` holds the chain's two outputs, then per block in order its inputs (if
+// in_at) then outputs (if out_at); they are moved out, so each is held once.
+KeptBlocks kept_blocks(std::vector<at::Tensor>& acts, const std::vector<int64_t>& in_at,
                        const std::vector<int64_t>& out_at, size_t blocks) {
   KeptBlocks k{std::vector<at::Tensor>(blocks), std::vector<at::Tensor>(blocks),
                std::vector<at::Tensor>(blocks), std::vector<at::Tensor>(blocks)};
@@ -399,17 +403,61 @@ KeptBlocks kept_blocks(const variable_list& saved, const std::vector<int64_t>& i
   size_t i = 0, o = 0;
   for (size_t b = 0; b < blocks; ++b) {
     if (i < in_at.size() && size_t(in_at[i]) == b) {
-      k.in1[b] = saved[at++];
-      k.in2[b] = saved[at++];
+      k.in1[b] = std::move(acts[at++]);
+      k.in2[b] = std::move(acts[at++]);
       ++i;
     }
     if (o < out_at.size() && size_t(out_at[o]) == b) {
-      k.out1[b] = saved[at++];
-      k.out2[b] = saved[at++];
+      k.out1[b] = std::move(acts[at++]);
+      k.out2[b] = std::move(acts[at++]);
       ++o;
     }
   }
   return k;
+}
+
+// Whether nothing but `t` itself refers to its memory: one reference to the
+// tensor (the caller's) and one to its storage (no view, no other tensor over
+// it). Only then may a sum land in it: a gradient the engine handed in or one
+// the re-run produced can be shared (the same tensor for both halves under
+// (y1 + y2).sum(), the cotangent passed through an add), and an in-place add
+// would change the other reader's value.
+bool sole_owner(const at::Tensor& t) {
+  return t.defined() && t.use_count() == 1 && real_data(t) && t.storage().use_count() == 1 &&
+         !t.requires_grad() && t.is_non_overlapping_and_dense();
+}
+
+// acc += d: in place where `acc` is `sole_owner`'s and the sum keeps its size
+// and dtype, else a new tensor (the old one is released by the assignment).
+void accumulate(at::Tensor& acc, const at::Tensor& d) {
+  if (!acc.defined()) {
+    acc = d;
+  } else if (sole_owner(acc) && acc.sizes() == d.sizes() && acc.device() == d.device() &&
+             at::result_type(acc, d) == acc.scalar_type()) {
+    acc.add_(d);
+  } else {
+    acc = at::add(acc, d);
+  }
+}
+
+// The gradients of `roots` (graph edges of a re-run's outputs) with respect to
+// `wrt`, as torch::autograd::grad computes them (allow_unused), from edges, so
+// that the outputs' values are not held while their backward runs.
+variable_list grad_from_edges(const torch::autograd::edge_list& roots, const variable_list& cots,
+                              const variable_list& wrt) {
+  torch::autograd::edge_list outputs;
+  for (const at::Tensor& t : wrt) {
+    TORCH_INTERNAL_ASSERT(t.requires_grad());
+    c10::intrusive_ptr<torch::autograd::Node> fn = t.grad_fn();
+    if (!fn) fn = torch::autograd::impl::try_get_grad_accumulator(t);
+    if (fn)
+      outputs.emplace_back(fn, uint32_t(t.output_nr()));
+    else // never reached from the roots: an undefined gradient
+      outputs.emplace_back(c10::make_intrusive<torch::autograd::Identity>(), 0);
+  }
+  return torch::autograd::Engine::get_default_engine().execute(roots, cots, /*keep_graph=*/false,
+                                                               /*create_graph=*/false,
+                                                               /*accumulate_grad=*/false, outputs);
 }
 
 // One backward call's working set: the state the functions read (`slot`: each
@@ -429,8 +477,7 @@ struct ChainBackward {
   // Gradients of the state (parameters), summed over the functions reading them.
   void add_grad(size_t index, const at::Tensor& g) {
     if (!g.defined() || !slot[index]) return;
-    at::Tensor& r = result[slot[index]];
-    r = r.defined() ? at::add(r, g) : g;
+    accumulate(result[slot[index]], g);
   }
 
   // The state a function reads: leaves for the entries that need a gradient.
@@ -450,10 +497,14 @@ struct ChainBackward {
   }
 
   // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt
-  // from y (or the kept exact one), and the gradients: `g_in` (in's) and
-  // the state's gain fn's vector-Jacobian product, `gy` becomes x's.
-  at::Tensor half(size_t fn, const at::Tensor& in_value, const at::Tensor& y,
-                  const at::Tensor& exact_x, at::Tensor& gy, at::Tensor& g_in) {
+  // from y (or the kept exact one), and the gradients: `g_in` (in's) gains
+  // fn's vector-Jacobian product, as does the state's; `gy` becomes x's.
+  // What is no longer needed is let go before fn's backward runs: y once x
+  // is rebuilt, fn's outputs once the cotangents are formed (the graph's
+  // edges stand for them), so a half holds its input, x, the gradients and
+  // fn's own backward, and the chain's peak does not grow with its length.
+  at::Tensor half(size_t fn, const at::Tensor& in_value, at::Tensor& y, at::Tensor exact_x,
+                  at::Tensor& gy, at::Tensor& g_in) {
     const int64_t k = c.combine[fn];
     std::vector<at::Tensor> wrt;
     std::vector<size_t> wrt_index;
@@ -468,7 +519,8 @@ struct ChainBackward {
     }
     Outs od;
     for (const at::Tensor& t : o) od.push_back(t.detach());
-    const at::Tensor x = exact_x.defined() ? exact_x : rebuild(k, y, od);
+    const at::Tensor x = exact_x.defined() ? std::move(exact_x) : rebuild(k, y, od);
+    y.reset();
     // dL/d outputs: f: gy; m, t of x * m + t: gy x, gy; of (x + t) * m:
     // gy (x + t), gy m (each summed to its output's shape where it broadcast).
     Outs cot;
@@ -482,22 +534,27 @@ struct ChainBackward {
       gx = at::mul(gy, od[0]);
       cot = {at::mul(gy, at::add(x, od[1])), gx};
     }
-    std::vector<at::Tensor> diff, diff_cot;
+    torch::autograd::edge_list roots;
+    variable_list diff_cot;
     for (size_t j = 0; j < o.size(); ++j) {
       if (!o[j].requires_grad()) continue;
-      diff.push_back(o[j]);
+      roots.push_back(torch::autograd::impl::gradient_edge(o[j]));
       at::Tensor ct = cot[j];
       if (ct.sizes() != o[j].sizes()) ct = at::sum_to(ct, o[j].sizes());
       diff_cot.push_back(ct.to(o[j].scalar_type()));
     }
-    if (!diff.empty()) {
-      auto d = torch::autograd::grad(diff, wrt, diff_cot, /*retain_graph=*/false,
-                                     /*create_graph=*/false, /*allow_unused=*/true);
-      if (d[0].defined()) g_in = at::add(g_in, d[0]);
+    o.clear();
+    od.clear();
+    cot.clear();
+    if (gx.sizes() != x.sizes()) gx = at::sum_to(gx, x.sizes());
+    gy = std::move(gx);
+    if (!roots.empty()) {
+      auto d = grad_from_edges(roots, diff_cot, wrt);
+      roots.clear();
+      diff_cot.clear();
+      if (d[0].defined()) accumulate(g_in, d[0]);
       for (size_t j = 0; j < wrt_index.size(); ++j) add_grad(wrt_index[j], d[j + 1]);
     }
-    if (gx.sizes() != x.sizes()) gx = at::sum_to(gx, x.sizes());
-    gy = gx;
     return x;
   }
 };
@@ -579,6 +636,27 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         saved.push_back(state[i]);
     }
     ctx->saved_data["unversioned"] = unversioned;
+    // The activations (the outputs and kept block inputs / outputs, `acts`
+    // entries of `saved`) go where backward can let each go once its block is
+    // done: saved_data, as detached aliases (an output there with its
+    // grad_fn would be a cycle) and their versions, checked in backward as
+    // autograd checks saved tensors. Under saved-tensor hooks (offloading,
+    // memslim.saved_bytes) they are saved tensors as any op's, so the hooks
+    // see them; then they live until backward returns.
+    const size_t acts = 2 + 2 * (in_at.size() + out_at.size());
+    const bool hooked = at::SavedTensorDefaultHooks::get_hooks().has_value();
+    ctx->saved_data["acts_saved"] = hooked;
+    if (!hooked) {
+      std::vector<at::Tensor> alias;
+      std::vector<int64_t> version;
+      for (size_t i = 0; i < acts; ++i) {
+        alias.push_back(saved[i].detach());
+        version.push_back(int64_t(saved[i]._version()));
+      }
+      ctx->saved_data["acts"] = alias;
+      ctx->saved_data["acts_version"] = version;
+      saved.erase(saved.begin(), saved.begin() + long(acts));
+    }
     ctx->save_for_backward(saved);
     return {y1, y2};
   }
@@ -651,7 +729,9 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     c.checked = true;
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  // `grads` by reference: the engine hands them over (CppNode calls backward
+  // with its own list), so moving them out lets each be freed once replaced.
+  static variable_list backward(AutogradContext* ctx, variable_list& grads) {
     TORCH_CHECK(!at::GradMode::is_enabled(), kOp,
                 ": double backward is not supported (the blocks are differentiated on rebuilt, "
                 "detached inputs); keep such code out of the optimized model");
@@ -664,31 +744,35 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     const std::vector<std::vector<int64_t>> strides = saved_strides(ctx);
     std::vector<at::Tensor> state = ctx->saved_data["unversioned"].toTensorVector();
     const Layout l = layout(c->fns.size(), arity, links, state.size());
-    const variable_list saved = ctx->get_saved_variables();
+    variable_list saved = ctx->get_saved_variables();
+    std::vector<at::Tensor> acts = take_acts(ctx, saved, in_at.size() + out_at.size());
     {
       size_t next = saved.size();
       for (size_t i = state.size(); i-- > 0;)
         if (!state[i].defined()) state[i] = saved[--next]; // saved last, in order
     }
-    const KeptBlocks ex = kept_blocks(saved, in_at, out_at, l.blocks);
+    saved.clear();
     const auto where = ctx->saved_data["where"].toIntVector();
     std::vector<size_t> slot(state.size(), 0); // state index -> autograd input index
     for (size_t i = 0; i < where.size(); ++i) slot[size_t(where[i])] = 2 + i;
     // + fns, arity, links, anchor_every, bound, combine, where, size
     variable_list result(2 + where.size() + 8);
     ChainBackward step{ctx, *c, l, state, rng, strides, slot, result, {}};
-    at::Tensor g1 = grads[0], g2 = grads[1];
-    if (!g1.defined()) g1 = at::zeros_like(saved[0]);
-    if (!g2.defined()) g2 = at::zeros_like(saved[1]);
-    at::Tensor r1 = saved[0], r2 = saved[1];
+    at::Tensor g1 = std::move(grads[0]), g2 = std::move(grads[1]);
+    if (!g1.defined()) g1 = at::zeros_like(acts[0]);
+    if (!g2.defined()) g2 = at::zeros_like(acts[1]);
+    at::Tensor r1 = std::move(acts[0]), r2 = std::move(acts[1]);
+    KeptBlocks ex = kept_blocks(acts, in_at, out_at, l.blocks);
+    acts.clear();
     for (size_t b = l.blocks; b-- > 0;) {
       if (ex.out1[b].defined()) {
-        r1 = ex.out1[b];
-        r2 = ex.out2[b];
+        r1 = std::move(ex.out1[b]);
+        r2 = std::move(ex.out2[b]);
       }
       // G: y1 -> g; x2 rebuilt from y2. Then F: x2 -> f; x1 rebuilt from y1.
-      r2 = step.half(2 * b + 1, r1, r2, ex.in2[b], g2, g1);
-      r1 = step.half(2 * b, r2, r1, ex.in1[b], g1, g2);
+      // Each half lets its y go: only the block's current pair is held.
+      r2 = step.half(2 * b + 1, r1, r2, std::move(ex.in2[b]), g2, g1);
+      r1 = step.half(2 * b, r2, r1, std::move(ex.in1[b]), g1, g2);
       // Back across the link to the previous block's outputs: direct, or
       // cat then chunk into the same pieces, the identity for the gradient too;
       // a link that re-split kept that block's outputs (ex.out): the gradient
@@ -696,6 +780,8 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
       if (b > 0 && ex.out1[b - 1].defined()) {
         const int64_t cat_dim = l.links[3 * (b - 1) + 1], chunk_dim = l.links[3 * (b - 1) + 2];
         const at::Tensor whole = at::cat({g1, g2}, chunk_dim);
+        g1.reset();
+        g2.reset();
         auto parts = whole.split_with_sizes(
             {ex.out1[b - 1].size(cat_dim), ex.out2[b - 1].size(cat_dim)}, cat_dim);
         g1 = parts[0].contiguous();
@@ -705,6 +791,34 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     result[0] = ctx->needs_input_grad(0) ? g1 : at::Tensor();
     result[1] = ctx->needs_input_grad(1) ? g2 : at::Tensor();
     return result;
+  }
+
+  // The activations forward kept (the outputs, then the kept blocks'), moved
+  // out of where they were kept: saved_data, dropped there unless the graph
+  // is kept for another backward (retain_graph), so the walk holds the only
+  // references; or the first `saved` entries under saved-tensor hooks.
+  static std::vector<at::Tensor> take_acts(AutogradContext* ctx, variable_list& saved,
+                                           size_t kept) {
+    const size_t n = 2 + 2 * kept;
+    std::vector<at::Tensor> acts;
+    if (ctx->saved_data["acts_saved"].toBool()) {
+      for (size_t i = 0; i < n; ++i) acts.push_back(std::move(saved[i]));
+      saved.erase(saved.begin(), saved.begin() + long(n));
+      return acts;
+    }
+    acts = ctx->saved_data["acts"].toTensorVector();
+    const auto version = ctx->saved_data["acts_version"].toIntVector();
+    TORCH_INTERNAL_ASSERT(acts.size() == n && version.size() == n);
+    for (size_t i = 0; i < n; ++i)
+      TORCH_CHECK(int64_t(acts[i]._version()) == version[i], kOp,
+                  ": one of the tensors its backward needs (the chain's outputs or a block "
+                  "input it kept) was modified by an inplace operation: it is at version ",
+                  acts[i]._version(), "; expected version ", version[i], " instead");
+    if (!torch::autograd::get_current_graph_task_keep_graph()) {
+      ctx->saved_data.erase("acts");
+      ctx->saved_data.erase("acts_version");
+    }
+    return acts;
   }
 };
 
