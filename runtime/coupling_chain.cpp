@@ -20,6 +20,10 @@
 //   generator is put back afterwards (the user's stream is not shifted);
 // - nothing is freed by hand: inputs are simply not saved, so another reader of
 //   a chain input keeps it alive on its own;
+// - backward lets go as it walks (the outputs and kept inputs in saved_data,
+//   dropped as consumed; F's / G's outputs before their backward; sums in
+//   place where nothing else holds the tensor): its peak is one re-run plus the
+//   pair, its gradients and the parameter gradients, whatever the chain's length;
 // - drift: a block whose input cannot be rebuilt (a shape or dtype change
 //   through a half, a link that re-splits; on each call, an affine half whose
 //   scale m holds a zero, a NaN or an inf), every `anchor_every`-th block, and
@@ -38,8 +42,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
-#include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -51,6 +53,7 @@
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "memslim/plain_cpu.h"
 #include "memslim/replay.h"
@@ -393,8 +396,7 @@ struct KeptBlocks {
   std::vector<at::Tensor> in1, in2, out1, out2;
 };
 
-// `acts` holds the chain's two outputs, then per block in order its inputs (if
-// in_at) then outputs (if out_at); they are moved out, so each is held once.
+// Moved out of `acts`: the chain's outputs, then per block its inputs (in_at), outputs (out_at).
 KeptBlocks kept_blocks(std::vector<at::Tensor>& acts, const std::vector<int64_t>& in_at,
                        const std::vector<int64_t>& out_at, size_t blocks) {
   KeptBlocks k{std::vector<at::Tensor>(blocks), std::vector<at::Tensor>(blocks),
@@ -416,50 +418,6 @@ KeptBlocks kept_blocks(std::vector<at::Tensor>& acts, const std::vector<int64_t>
   return k;
 }
 
-// Whether nothing but `t` itself refers to its memory: one reference to the
-// tensor (the caller's) and one to its storage (no view, no other tensor over
-// it). Only then may a sum land in it: a gradient the engine handed in or one
-// the re-run produced can be shared (the same tensor for both halves under
-// (y1 + y2).sum(), the cotangent passed through an add), and an in-place add
-// would change the other reader's value.
-bool sole_owner(const at::Tensor& t) {
-  return t.defined() && t.use_count() == 1 && real_data(t) && t.storage().use_count() == 1 &&
-         !t.requires_grad() && t.is_non_overlapping_and_dense();
-}
-
-// acc += d: in place where `acc` is `sole_owner`'s and the sum keeps its size
-// and dtype, else a new tensor (the old one is released by the assignment).
-void accumulate(at::Tensor& acc, const at::Tensor& d) {
-  if (!acc.defined()) {
-    acc = d;
-  } else if (sole_owner(acc) && acc.sizes() == d.sizes() && acc.device() == d.device() &&
-             at::result_type(acc, d) == acc.scalar_type()) {
-    acc.add_(d);
-  } else {
-    acc = at::add(acc, d);
-  }
-}
-
-// The gradients of `roots` (graph edges of a re-run's outputs) with respect to
-// `wrt`, as torch::autograd::grad computes them (allow_unused), from edges, so
-// that the outputs' values are not held while their backward runs.
-variable_list grad_from_edges(const torch::autograd::edge_list& roots, const variable_list& cots,
-                              const variable_list& wrt) {
-  torch::autograd::edge_list outputs;
-  for (const at::Tensor& t : wrt) {
-    TORCH_INTERNAL_ASSERT(t.requires_grad());
-    c10::intrusive_ptr<torch::autograd::Node> fn = t.grad_fn();
-    if (!fn) fn = torch::autograd::impl::try_get_grad_accumulator(t);
-    if (fn)
-      outputs.emplace_back(fn, uint32_t(t.output_nr()));
-    else // never reached from the roots: an undefined gradient
-      outputs.emplace_back(c10::make_intrusive<torch::autograd::Identity>(), 0);
-  }
-  return torch::autograd::Engine::get_default_engine().execute(roots, cots, /*keep_graph=*/false,
-                                                               /*create_graph=*/false,
-                                                               /*accumulate_grad=*/false, outputs);
-}
-
 // One backward call's working set: the state the functions read (`slot`: each
 // entry's autograd input index, 0 for none), the forward's generator states and
 // strides, and the gradients gathered into `result`.
@@ -477,7 +435,7 @@ struct ChainBackward {
   // Gradients of the state (parameters), summed over the functions reading them.
   void add_grad(size_t index, const at::Tensor& g) {
     if (!g.defined() || !slot[index]) return;
-    accumulate(result[slot[index]], g);
+    replay::accumulate(result[slot[index]], g);
   }
 
   // The state a function reads: leaves for the entries that need a gradient.
@@ -496,13 +454,10 @@ struct ChainBackward {
     }
   }
 
-  // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt
-  // from y (or the kept exact one), and the gradients: `g_in` (in's) gains
-  // fn's vector-Jacobian product, as does the state's; `gy` becomes x's.
-  // What is no longer needed is let go before fn's backward runs: y once x
-  // is rebuilt, fn's outputs once the cotangents are formed (the graph's
-  // edges stand for them), so a half holds its input, x, the gradients and
-  // fn's own backward, and the chain's peak does not grow with its length.
+  // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt from
+  // y (or the kept exact one), `g_in` (in's) and the state's gradients gain
+  // fn's vector-Jacobian product, `gy` becomes x's. y goes once x is rebuilt,
+  // fn's outputs before their backward runs (their graph edges stand for them).
   at::Tensor half(size_t fn, const at::Tensor& in_value, at::Tensor& y, at::Tensor exact_x,
                   at::Tensor& gy, at::Tensor& g_in) {
     const int64_t k = c.combine[fn];
@@ -543,16 +498,13 @@ struct ChainBackward {
       if (ct.sizes() != o[j].sizes()) ct = at::sum_to(ct, o[j].sizes());
       diff_cot.push_back(ct.to(o[j].scalar_type()));
     }
-    o.clear();
-    od.clear();
-    cot.clear();
+    o = od = cot = Outs();
     if (gx.sizes() != x.sizes()) gx = at::sum_to(gx, x.sizes());
     gy = std::move(gx);
     if (!roots.empty()) {
-      auto d = grad_from_edges(roots, diff_cot, wrt);
-      roots.clear();
+      auto d = replay::grad_from_edges(roots, diff_cot, wrt);
       diff_cot.clear();
-      if (d[0].defined()) accumulate(g_in, d[0]);
+      if (d[0].defined()) replay::accumulate(g_in, d[0]);
       for (size_t j = 0; j < wrt_index.size(); ++j) add_grad(wrt_index[j], d[j + 1]);
     }
     return x;
@@ -636,17 +588,12 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         saved.push_back(state[i]);
     }
     ctx->saved_data["unversioned"] = unversioned;
-    // The activations (the outputs and kept block inputs / outputs, `acts`
-    // entries of `saved`) go where backward can let each go once its block is
-    // done: saved_data, as detached aliases (an output there with its
-    // grad_fn would be a cycle) and their versions, checked in backward as
-    // autograd checks saved tensors. Under saved-tensor hooks (offloading,
-    // memslim.saved_bytes) they are saved tensors as any op's, so the hooks
-    // see them; then they live until backward returns.
+    // The activations (`acts` first entries of `saved`) go to saved_data, so
+    // backward can let each go: detached aliases (an output with its grad_fn
+    // would be a cycle) and their versions, checked as autograd checks. Under
+    // saved-tensor hooks (offloading, memslim.saved_bytes) they stay saved tensors.
     const size_t acts = 2 + 2 * (in_at.size() + out_at.size());
-    const bool hooked = at::SavedTensorDefaultHooks::get_hooks().has_value();
-    ctx->saved_data["acts_saved"] = hooked;
-    if (!hooked) {
+    if (!at::SavedTensorDefaultHooks::get_hooks().has_value()) {
       std::vector<at::Tensor> alias;
       std::vector<int64_t> version;
       for (size_t i = 0; i < acts; ++i) {
@@ -729,8 +676,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     c.checked = true;
   }
 
-  // `grads` by reference: the engine hands them over (CppNode calls backward
-  // with its own list), so moving them out lets each be freed once replaced.
+  // `grads` by reference (CppNode passes its own list): moved out, each goes once replaced.
   static variable_list backward(AutogradContext* ctx, variable_list& grads) {
     TORCH_CHECK(!at::GradMode::is_enabled(), kOp,
                 ": double backward is not supported (the blocks are differentiated on rebuilt, "
@@ -751,26 +697,21 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
       for (size_t i = state.size(); i-- > 0;)
         if (!state[i].defined()) state[i] = saved[--next]; // saved last, in order
     }
-    saved.clear();
     const auto where = ctx->saved_data["where"].toIntVector();
     std::vector<size_t> slot(state.size(), 0); // state index -> autograd input index
     for (size_t i = 0; i < where.size(); ++i) slot[size_t(where[i])] = 2 + i;
     // + fns, arity, links, anchor_every, bound, combine, where, size
     variable_list result(2 + where.size() + 8);
     ChainBackward step{ctx, *c, l, state, rng, strides, slot, result, {}};
-    at::Tensor g1 = std::move(grads[0]), g2 = std::move(grads[1]);
-    if (!g1.defined()) g1 = at::zeros_like(acts[0]);
-    if (!g2.defined()) g2 = at::zeros_like(acts[1]);
+    at::Tensor g1 = std::move(grads[0]), g2 = std::move(grads[1]); // zeros for None: materialized
     at::Tensor r1 = std::move(acts[0]), r2 = std::move(acts[1]);
     KeptBlocks ex = kept_blocks(acts, in_at, out_at, l.blocks);
-    acts.clear();
     for (size_t b = l.blocks; b-- > 0;) {
       if (ex.out1[b].defined()) {
         r1 = std::move(ex.out1[b]);
         r2 = std::move(ex.out2[b]);
       }
       // G: y1 -> g; x2 rebuilt from y2. Then F: x2 -> f; x1 rebuilt from y1.
-      // Each half lets its y go: only the block's current pair is held.
       r2 = step.half(2 * b + 1, r1, r2, std::move(ex.in2[b]), g2, g1);
       r1 = step.half(2 * b, r2, r1, std::move(ex.in1[b]), g1, g2);
       // Back across the link to the previous block's outputs: direct, or
@@ -779,9 +720,7 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
       // goes back through cat / chunk there.
       if (b > 0 && ex.out1[b - 1].defined()) {
         const int64_t cat_dim = l.links[3 * (b - 1) + 1], chunk_dim = l.links[3 * (b - 1) + 2];
-        const at::Tensor whole = at::cat({g1, g2}, chunk_dim);
-        g1.reset();
-        g2.reset();
+        const at::Tensor whole = at::cat({std::exchange(g1, {}), std::exchange(g2, {})}, chunk_dim);
         auto parts = whole.split_with_sizes(
             {ex.out1[b - 1].size(cat_dim), ex.out2[b - 1].size(cat_dim)}, cat_dim);
         g1 = parts[0].contiguous();
@@ -793,16 +732,15 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     return result;
   }
 
-  // The activations forward kept (the outputs, then the kept blocks'), moved
-  // out of where they were kept: saved_data, dropped there unless the graph
-  // is kept for another backward (retain_graph), so the walk holds the only
-  // references; or the first `saved` entries under saved-tensor hooks.
+  // The activations forward kept, taken out of saved_data (dropped there unless
+  // retain_graph: the walk holds the only references) or of `saved` (hooks).
   static std::vector<at::Tensor> take_acts(AutogradContext* ctx, variable_list& saved,
                                            size_t kept) {
     const size_t n = 2 + 2 * kept;
     std::vector<at::Tensor> acts;
-    if (ctx->saved_data["acts_saved"].toBool()) {
-      for (size_t i = 0; i < n; ++i) acts.push_back(std::move(saved[i]));
+    if (ctx->saved_data.find("acts") == ctx->saved_data.end()) { // saved under hooks
+      acts.assign(std::make_move_iterator(saved.begin()),
+                  std::make_move_iterator(saved.begin() + long(n)));
       saved.erase(saved.begin(), saved.begin() + long(n));
       return acts;
     }
@@ -811,13 +749,11 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     TORCH_INTERNAL_ASSERT(acts.size() == n && version.size() == n);
     for (size_t i = 0; i < n; ++i)
       TORCH_CHECK(int64_t(acts[i]._version()) == version[i], kOp,
-                  ": one of the tensors its backward needs (the chain's outputs or a block "
-                  "input it kept) was modified by an inplace operation: it is at version ",
+                  ": an output or kept input its backward needs was modified by an inplace "
+                  "operation: it is at version ",
                   acts[i]._version(), "; expected version ", version[i], " instead");
-    if (!torch::autograd::get_current_graph_task_keep_graph()) {
-      ctx->saved_data.erase("acts");
-      ctx->saved_data.erase("acts_version");
-    }
+    if (!torch::autograd::get_current_graph_task_keep_graph())
+      for (const char* key : {"acts", "acts_version"}) ctx->saved_data.erase(key);
     return acts;
   }
 };
