@@ -20,6 +20,10 @@
 //   generator is put back afterwards (the user's stream is not shifted);
 // - nothing is freed by hand: inputs are simply not saved, so another reader of
 //   a chain input keeps it alive on its own;
+// - backward lets go as it walks (the outputs and kept inputs in saved_data,
+//   dropped as consumed; F's / G's outputs before their backward; sums in
+//   place where nothing else holds the tensor): its peak is one re-run plus the
+//   pair, its gradients and the parameter gradients, whatever the chain's length;
 // - drift: a block whose input cannot be rebuilt (a shape or dtype change
 //   through a half, a link that re-splits; on each call, an affine half whose
 //   scale m holds a zero, a NaN or an inf), every `anchor_every`-th block, and
@@ -34,9 +38,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/SavedTensorHooks.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/ir/irparser.h>
@@ -47,6 +53,7 @@
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "memslim/plain_cpu.h"
 #include "memslim/replay.h"
@@ -389,9 +396,8 @@ struct KeptBlocks {
   std::vector<at::Tensor> in1, in2, out1, out2;
 };
 
-// saved holds, after the chain's two outputs, per block in order, its inputs
-// (if in_at) then outputs (if out_at).
-KeptBlocks kept_blocks(const variable_list& saved, const std::vector<int64_t>& in_at,
+// Moved out of `acts`: the chain's outputs, then per block its inputs (in_at), outputs (out_at).
+KeptBlocks kept_blocks(std::vector<at::Tensor>& acts, const std::vector<int64_t>& in_at,
                        const std::vector<int64_t>& out_at, size_t blocks) {
   KeptBlocks k{std::vector<at::Tensor>(blocks), std::vector<at::Tensor>(blocks),
                std::vector<at::Tensor>(blocks), std::vector<at::Tensor>(blocks)};
@@ -399,13 +405,13 @@ KeptBlocks kept_blocks(const variable_list& saved, const std::vector<int64_t>& i
   size_t i = 0, o = 0;
   for (size_t b = 0; b < blocks; ++b) {
     if (i < in_at.size() && size_t(in_at[i]) == b) {
-      k.in1[b] = saved[at++];
-      k.in2[b] = saved[at++];
+      k.in1[b] = std::move(acts[at++]);
+      k.in2[b] = std::move(acts[at++]);
       ++i;
     }
     if (o < out_at.size() && size_t(out_at[o]) == b) {
-      k.out1[b] = saved[at++];
-      k.out2[b] = saved[at++];
+      k.out1[b] = std::move(acts[at++]);
+      k.out2[b] = std::move(acts[at++]);
       ++o;
     }
   }
@@ -429,8 +435,7 @@ struct ChainBackward {
   // Gradients of the state (parameters), summed over the functions reading them.
   void add_grad(size_t index, const at::Tensor& g) {
     if (!g.defined() || !slot[index]) return;
-    at::Tensor& r = result[slot[index]];
-    r = r.defined() ? at::add(r, g) : g;
+    replay::accumulate(result[slot[index]], g);
   }
 
   // The state a function reads: leaves for the entries that need a gradient.
@@ -449,11 +454,12 @@ struct ChainBackward {
     }
   }
 
-  // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt
-  // from y (or the kept exact one), and the gradients: `g_in` (in's) and
-  // the state's gain fn's vector-Jacobian product, `gy` becomes x's.
-  at::Tensor half(size_t fn, const at::Tensor& in_value, const at::Tensor& y,
-                  const at::Tensor& exact_x, at::Tensor& gy, at::Tensor& g_in) {
+  // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt from
+  // y (or the kept exact one), `g_in` (in's) and the state's gradients gain
+  // fn's vector-Jacobian product, `gy` becomes x's. y goes once x is rebuilt,
+  // fn's outputs before their backward runs (their graph edges stand for them).
+  at::Tensor half(size_t fn, const at::Tensor& in_value, at::Tensor& y, at::Tensor exact_x,
+                  at::Tensor& gy, at::Tensor& g_in) {
     const int64_t k = c.combine[fn];
     std::vector<at::Tensor> wrt;
     std::vector<size_t> wrt_index;
@@ -468,7 +474,8 @@ struct ChainBackward {
     }
     Outs od;
     for (const at::Tensor& t : o) od.push_back(t.detach());
-    const at::Tensor x = exact_x.defined() ? exact_x : rebuild(k, y, od);
+    const at::Tensor x = exact_x.defined() ? std::move(exact_x) : rebuild(k, y, od);
+    y.reset();
     // dL/d outputs: f: gy; m, t of x * m + t: gy x, gy; of (x + t) * m:
     // gy (x + t), gy m (each summed to its output's shape where it broadcast).
     Outs cot;
@@ -482,22 +489,24 @@ struct ChainBackward {
       gx = at::mul(gy, od[0]);
       cot = {at::mul(gy, at::add(x, od[1])), gx};
     }
-    std::vector<at::Tensor> diff, diff_cot;
+    torch::autograd::edge_list roots;
+    variable_list diff_cot;
     for (size_t j = 0; j < o.size(); ++j) {
       if (!o[j].requires_grad()) continue;
-      diff.push_back(o[j]);
+      roots.push_back(torch::autograd::impl::gradient_edge(o[j]));
       at::Tensor ct = cot[j];
       if (ct.sizes() != o[j].sizes()) ct = at::sum_to(ct, o[j].sizes());
       diff_cot.push_back(ct.to(o[j].scalar_type()));
     }
-    if (!diff.empty()) {
-      auto d = torch::autograd::grad(diff, wrt, diff_cot, /*retain_graph=*/false,
-                                     /*create_graph=*/false, /*allow_unused=*/true);
-      if (d[0].defined()) g_in = at::add(g_in, d[0]);
+    o = od = cot = Outs();
+    if (gx.sizes() != x.sizes()) gx = at::sum_to(gx, x.sizes());
+    gy = std::move(gx);
+    if (!roots.empty()) {
+      auto d = replay::grad_from_edges(roots, diff_cot, wrt);
+      diff_cot.clear();
+      if (d[0].defined()) replay::accumulate(g_in, d[0]);
       for (size_t j = 0; j < wrt_index.size(); ++j) add_grad(wrt_index[j], d[j + 1]);
     }
-    if (gx.sizes() != x.sizes()) gx = at::sum_to(gx, x.sizes());
-    gy = gx;
     return x;
   }
 };
@@ -579,6 +588,22 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
         saved.push_back(state[i]);
     }
     ctx->saved_data["unversioned"] = unversioned;
+    // The activations (`acts` first entries of `saved`) go to saved_data, so
+    // backward can let each go: detached aliases (an output with its grad_fn
+    // would be a cycle) and their versions, checked as autograd checks. Under
+    // saved-tensor hooks (offloading, memslim.saved_bytes) they stay saved tensors.
+    const size_t acts = 2 + 2 * (in_at.size() + out_at.size());
+    if (!at::SavedTensorDefaultHooks::get_hooks().has_value()) {
+      std::vector<at::Tensor> alias;
+      std::vector<int64_t> version;
+      for (size_t i = 0; i < acts; ++i) {
+        alias.push_back(saved[i].detach());
+        version.push_back(int64_t(saved[i]._version()));
+      }
+      ctx->saved_data["acts"] = alias;
+      ctx->saved_data["acts_version"] = version;
+      saved.erase(saved.begin(), saved.begin() + long(acts));
+    }
     ctx->save_for_backward(saved);
     return {y1, y2};
   }
@@ -651,7 +676,8 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     c.checked = true;
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  // `grads` by reference (CppNode passes its own list): moved out, each goes once replaced.
+  static variable_list backward(AutogradContext* ctx, variable_list& grads) {
     TORCH_CHECK(!at::GradMode::is_enabled(), kOp,
                 ": double backward is not supported (the blocks are differentiated on rebuilt, "
                 "detached inputs); keep such code out of the optimized model");
@@ -664,38 +690,37 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     const std::vector<std::vector<int64_t>> strides = saved_strides(ctx);
     std::vector<at::Tensor> state = ctx->saved_data["unversioned"].toTensorVector();
     const Layout l = layout(c->fns.size(), arity, links, state.size());
-    const variable_list saved = ctx->get_saved_variables();
+    variable_list saved = ctx->get_saved_variables();
+    std::vector<at::Tensor> acts = take_acts(ctx, saved, in_at.size() + out_at.size());
     {
       size_t next = saved.size();
       for (size_t i = state.size(); i-- > 0;)
         if (!state[i].defined()) state[i] = saved[--next]; // saved last, in order
     }
-    const KeptBlocks ex = kept_blocks(saved, in_at, out_at, l.blocks);
     const auto where = ctx->saved_data["where"].toIntVector();
     std::vector<size_t> slot(state.size(), 0); // state index -> autograd input index
     for (size_t i = 0; i < where.size(); ++i) slot[size_t(where[i])] = 2 + i;
     // + fns, arity, links, anchor_every, bound, combine, where, size
     variable_list result(2 + where.size() + 8);
     ChainBackward step{ctx, *c, l, state, rng, strides, slot, result, {}};
-    at::Tensor g1 = grads[0], g2 = grads[1];
-    if (!g1.defined()) g1 = at::zeros_like(saved[0]);
-    if (!g2.defined()) g2 = at::zeros_like(saved[1]);
-    at::Tensor r1 = saved[0], r2 = saved[1];
+    at::Tensor g1 = std::move(grads[0]), g2 = std::move(grads[1]); // zeros for None: materialized
+    at::Tensor r1 = std::move(acts[0]), r2 = std::move(acts[1]);
+    KeptBlocks ex = kept_blocks(acts, in_at, out_at, l.blocks);
     for (size_t b = l.blocks; b-- > 0;) {
       if (ex.out1[b].defined()) {
-        r1 = ex.out1[b];
-        r2 = ex.out2[b];
+        r1 = std::move(ex.out1[b]);
+        r2 = std::move(ex.out2[b]);
       }
       // G: y1 -> g; x2 rebuilt from y2. Then F: x2 -> f; x1 rebuilt from y1.
-      r2 = step.half(2 * b + 1, r1, r2, ex.in2[b], g2, g1);
-      r1 = step.half(2 * b, r2, r1, ex.in1[b], g1, g2);
+      r2 = step.half(2 * b + 1, r1, r2, std::move(ex.in2[b]), g2, g1);
+      r1 = step.half(2 * b, r2, r1, std::move(ex.in1[b]), g1, g2);
       // Back across the link to the previous block's outputs: direct, or
       // cat then chunk into the same pieces, the identity for the gradient too;
       // a link that re-split kept that block's outputs (ex.out): the gradient
       // goes back through cat / chunk there.
       if (b > 0 && ex.out1[b - 1].defined()) {
         const int64_t cat_dim = l.links[3 * (b - 1) + 1], chunk_dim = l.links[3 * (b - 1) + 2];
-        const at::Tensor whole = at::cat({g1, g2}, chunk_dim);
+        const at::Tensor whole = at::cat({std::exchange(g1, {}), std::exchange(g2, {})}, chunk_dim);
         auto parts = whole.split_with_sizes(
             {ex.out1[b - 1].size(cat_dim), ex.out2[b - 1].size(cat_dim)}, cat_dim);
         g1 = parts[0].contiguous();
@@ -705,6 +730,31 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     result[0] = ctx->needs_input_grad(0) ? g1 : at::Tensor();
     result[1] = ctx->needs_input_grad(1) ? g2 : at::Tensor();
     return result;
+  }
+
+  // The activations forward kept, taken out of saved_data (dropped there unless
+  // retain_graph: the walk holds the only references) or of `saved` (hooks).
+  static std::vector<at::Tensor> take_acts(AutogradContext* ctx, variable_list& saved,
+                                           size_t kept) {
+    const size_t n = 2 + 2 * kept;
+    std::vector<at::Tensor> acts;
+    if (ctx->saved_data.find("acts") == ctx->saved_data.end()) { // saved under hooks
+      acts.assign(std::make_move_iterator(saved.begin()),
+                  std::make_move_iterator(saved.begin() + long(n)));
+      saved.erase(saved.begin(), saved.begin() + long(n));
+      return acts;
+    }
+    acts = ctx->saved_data["acts"].toTensorVector();
+    const auto version = ctx->saved_data["acts_version"].toIntVector();
+    TORCH_INTERNAL_ASSERT(acts.size() == n && version.size() == n);
+    for (size_t i = 0; i < n; ++i)
+      TORCH_CHECK(int64_t(acts[i]._version()) == version[i], kOp,
+                  ": an output or kept input its backward needs was modified by an inplace "
+                  "operation: it is at version ",
+                  acts[i]._version(), "; expected version ", version[i], " instead");
+    if (!torch::autograd::get_current_graph_task_keep_graph())
+      for (const char* key : {"acts", "acts_version"}) ctx->saved_data.erase(key);
+    return acts;
   }
 };
 

@@ -1,16 +1,20 @@
 //===- replay.cpp - functions cut from a model, run again in backward ------===//
 //
 // See replay.h: parsing, write and randomness facts, running with copies of
-// written state, and the generator-state replay.
+// written state, the generator-state replay, and the backward walk's helpers.
 //
 //===----------------------------------------------------------------------===//
 #include "memslim/replay.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/jit/ir/irparser.h>
 
 #include <mutex>
 #include <unordered_map>
+
+#include "memslim/plain_cpu.h"
 
 namespace memslim::replay {
 
@@ -187,6 +191,46 @@ RngReplay::~RngReplay() {
     gen->set_state(now);
   } catch (...) {
   }
+}
+
+// Only then may a sum land in it: a gradient the engine handed in or one a
+// re-run produced can be shared (the same tensor for both halves under
+// (y1 + y2).sum(), a cotangent an add passes through), and an in-place add
+// would change the other reader's value.
+bool sole_owner(const at::Tensor& t) {
+  return t.defined() && t.use_count() == 1 && real_data(t) && t.storage().use_count() == 1 &&
+         !t.requires_grad() && !t.is_inference() && t.is_non_overlapping_and_dense();
+}
+
+void accumulate(at::Tensor& acc, const at::Tensor& d) {
+  if (!acc.defined()) {
+    acc = d;
+  } else if (sole_owner(acc) && acc.sizes() == d.sizes() && acc.device() == d.device() &&
+             at::result_type(acc, d) == acc.scalar_type()) {
+    acc.add_(d);
+  } else {
+    acc = at::add(acc, d);
+  }
+}
+
+// As torch::autograd::grad's run_backward builds its edges: a leaf's through
+// its grad accumulator, one the roots never reach gets an undefined gradient.
+std::vector<at::Tensor> grad_from_edges(const torch::autograd::edge_list& roots,
+                                        const std::vector<at::Tensor>& cots,
+                                        const std::vector<at::Tensor>& wrt) {
+  torch::autograd::edge_list outputs;
+  for (const at::Tensor& t : wrt) {
+    TORCH_INTERNAL_ASSERT(t.requires_grad());
+    c10::intrusive_ptr<torch::autograd::Node> fn = t.grad_fn();
+    if (!fn) fn = torch::autograd::impl::try_get_grad_accumulator(t);
+    if (fn)
+      outputs.emplace_back(fn, uint32_t(t.output_nr()));
+    else
+      outputs.emplace_back(c10::make_intrusive<torch::autograd::Identity>(), 0);
+  }
+  return torch::autograd::Engine::get_default_engine().execute(roots, cots, /*keep_graph=*/false,
+                                                               /*create_graph=*/false,
+                                                               /*accumulate_grad=*/false, outputs);
 }
 
 } // namespace memslim::replay

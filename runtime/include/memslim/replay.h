@@ -17,6 +17,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
@@ -79,5 +80,18 @@ std::vector<at::Tensor> join_present(at::TensorList present, const std::vector<i
 
 // Whether grad mode is on and `data` or a state entry requires grad.
 bool needs_autograd(std::initializer_list<at::Tensor> data, const std::vector<at::Tensor>& state);
+
+// A backward that re-runs and lets go as it goes (coupling_chain's walk):
+// sole_owner(t): nothing but the caller's `t` refers to its memory (one
+// reference to the tensor, one to its storage), so a sum may land in it;
+// accumulate(acc, d): acc += d, in place where acc is sole_owner's and the sum
+// keeps its size and dtype, else a new tensor; grad_from_edges: what
+// torch::autograd::grad(allow_unused) computes, from the roots' graph edges,
+// so the re-run's outputs need not be held while their backward runs.
+bool sole_owner(const at::Tensor& t);
+void accumulate(at::Tensor& acc, const at::Tensor& d);
+std::vector<at::Tensor> grad_from_edges(const torch::autograd::edge_list& roots,
+                                        const std::vector<at::Tensor>& cots,
+                                        const std::vector<at::Tensor>& wrt);
 
 } // namespace memslim::replay
