@@ -146,8 +146,9 @@ def test_autocast_casts_as_aten_linear():
 
 
 # The GLU form: gu = linear(x, W_gu); g, u = two halves of gu's last dim.
-def _halves(gu, form):
-    n = gu.shape[-1] // 2
+def _halves(gu, form, n):
+    # n an int, as a model's width is (gu.shape[-1] // 2 traces as ops on the shape: the
+    # slices' bounds are then no constants, and the record says "two views of").
     if form == "chunk":
         return gu.chunk(2, dim=-1)
     if form == "split":
@@ -179,7 +180,7 @@ def test_op_on_strided_halves_matches_aten(form, act, dtype):
     outs, grads = [], []
     for use_op in (False, True):
         gu, wl = base.clone().requires_grad_(), w.clone().requires_grad_()
-        g, u = _halves(gu, form)
+        g, u = _halves(gu, form, 24)
         assert not g.is_contiguous() and g.data_ptr() != u.data_ptr()
         y = op(g, u, wl, None, act, params) if use_op else F.linear(f(g) * u, wl)
         outs.append(y)
@@ -198,10 +199,10 @@ class GLUBlock(torch.nn.Module):
         super().__init__()
         self.gate_up = torch.nn.Linear(d, 2 * ff, bias=False)
         self.down = torch.nn.Linear(ff, d, bias=True)
-        self.form, self.act = form, act
+        self.form, self.act, self.ff = form, act, ff
 
     def forward(self, x):
-        g, u = _halves(self.gate_up(x), self.form)
+        g, u = _halves(self.gate_up(x), self.form, self.ff)
         return x + self.down(ACTS[self.act][0](g) * u)
 
 

@@ -2,7 +2,8 @@
 
 What: an MLP whose g and u are the two halves of one projection (chunk) through the
 backend: the record names the form, gradients as eager's (fp32 within 1e-5), saved bytes
-below eager's by at least act(g)'s and the product's.
+below plain torch.compile's (Inductor recomputes silu itself; measured 22,176 B against
+Inductor's 25,536 and eager's 32,256).
 Why: the backend's pre-dispatch graph keeps aten.chunk with getitems; the pass must see
 the halves there as in torch.export's graph.
 """
@@ -25,7 +26,10 @@ def test_compile_glu_chunk_form():
     compiled(x).square().mean().backward()
     for k, p in model.named_parameters():
         torch.testing.assert_close(p.grad, want[k], rtol=1e-5, atol=1e-5)
-    freed = eager_bytes - memslim.saved_bytes(compiled, x)
-    assert freed >= 2 * 2 * 3 * 7 * 40 * 4, (freed, eager_bytes)
+    ours = memslim.saved_bytes(compiled, x)
+    assert ours < eager_bytes, (ours, eager_bytes)
     gated = [str(d) for d in memslim.report(compiled) if "fuse-gated-mlp" in str(d)]
     assert sum("rewrote" in r and "the two halves of" in r for r in gated) == 2, gated
+    torch._dynamo.reset()
+    inductor = memslim.saved_bytes(torch.compile(GLUStack("chunk")), x)
+    assert ours < inductor, (ours, inductor)
