@@ -1,10 +1,13 @@
 //===- gated_mlp.cpp - linear(act(g) * u) keeping g and u ------------------===//
 //
-// Finds, prices and decides one gated MLP's down projection (see gated_mlp.h).
+// Finds, prices and decides one gated MLP's down projection (see gated_mlp.h),
+// also the GLU form whose g and u are two views of one projection (chunk,
+// split, slices of its last dim): one storage, counted once in the price.
 //
 //===----------------------------------------------------------------------===//
 #include "memslim/core/gated_mlp.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "memslim/core/activation_table.h"
@@ -32,6 +35,80 @@ NodeRef activation_at(const GraphView& g, NodeRef mul, size_t i) {
   return a;
 }
 
+std::optional<int64_t> int_constant(const GraphView& g, ValueRef v) {
+  const auto c = g.constant(v);
+  if (!c || !c->isInt()) return std::nullopt;
+  return c->toInt();
+}
+
+// A view's dim argument as a non-negative dim of `base`, or null.
+std::optional<int64_t> dim_of(const GraphView& g, ValueRef dim, ValueRef base) {
+  const auto d = int_constant(g, dim);
+  const auto r = g.rank(base);
+  if (!d || !r || *d < -*r || *d >= *r) return std::nullopt;
+  return *d < 0 ? *d + *r : *d;
+}
+
+// Where g and u are views of one tensor along one dim: the two outputs of an
+// aten::chunk / split / split_with_sizes (through prim::ListUnpack in
+// TorchScript; FX's getitems are the node's outputs), or two aten::slice of
+// one base with step 1. `halves`: exactly the two halves of the base's last
+// dim (the GLU form: gate_up_proj's output chunked), else some other pair of
+// pieces (chunk into 3: the base stays kept whole either way).
+struct Views {
+  ValueRef base;
+  std::string form; // "aten::chunk", "aten::split", "aten::slice"
+  bool halves = false;
+};
+
+std::optional<Views> views_of_one(const GraphView& g, ValueRef gate, ValueRef up) {
+  if (gate == up) return std::nullopt;
+  const NodeRef pg = g.producer(gate), pu = g.producer(up);
+  if (!pg || !pu || g.is_input(gate) || g.is_input(up)) return std::nullopt;
+  const auto gs = g.sizes(gate);
+  Views out;
+  std::optional<int64_t> dim;
+  if (pg == pu) {
+    const bool unpacked = g.kind(pg) == "prim::ListUnpack";
+    const NodeRef s = unpacked ? g.producer(g.input(pg, 0)) : pg;
+    if (!s) return std::nullopt;
+    const std::string k = g.kind(s);
+    if (k != "aten::chunk" && k != "aten::split" && k != "aten::split_with_sizes" &&
+        k != "aten::unsafe_chunk" && k != "aten::unsafe_split")
+      return std::nullopt;
+    if (g.num_inputs(s) != 3 || !g.is_tensor(g.input(s, 0))) return std::nullopt;
+    out.base = g.input(s, 0);
+    out.form = k;
+    dim = dim_of(g, g.input(s, 2), out.base);
+  } else {
+    if (g.kind(pg) != "aten::slice" || g.kind(pu) != "aten::slice" || g.num_inputs(pg) != 5 ||
+        g.num_inputs(pu) != 5 || g.input(pg, 0) != g.input(pu, 0))
+      return std::nullopt;
+    out.base = g.input(pg, 0);
+    out.form = "aten::slice";
+    dim = dim_of(g, g.input(pg, 1), out.base);
+    if (!dim || dim != dim_of(g, g.input(pu, 1), out.base)) return std::nullopt;
+    for (NodeRef n : {pg, pu})
+      if (int_constant(g, g.input(n, 4)) != 1) return std::nullopt;
+    // The halves: one slice starts at 0 (or None), the other where it ends.
+    auto start = [&](NodeRef n) -> std::optional<int64_t> {
+      const auto c = g.constant(g.input(n, 2));
+      if (c && c->isNone()) return 0;
+      return int_constant(g, g.input(n, 2));
+    };
+    const auto bs = g.sizes(out.base);
+    const auto a = start(pg), b = start(pu);
+    if (!a || !b || !gs || !bs || *dim != static_cast<int64_t>(bs->size()) - 1) return out;
+    const int64_t n = gs->back();
+    out.halves = 2 * n == bs->back() && std::min(*a, *b) == 0 && std::max(*a, *b) == n;
+    return out;
+  }
+  const auto bs = g.sizes(out.base);
+  out.halves = dim && gs && bs && *dim == static_cast<int64_t>(bs->size()) - 1 &&
+               2 * gs->back() == bs->back();
+  return out;
+}
+
 } // namespace
 
 bool is_gated_mlp_site(const GraphView& g, NodeRef n) {
@@ -57,37 +134,42 @@ FormulaDecision decide_gated_mlp(const GraphView& g, NodeRef n, const CostPolicy
   }
   const ValueRef prod = g.output(mul, 0), act_out = g.output(a, 0);
   const ValueRef gate = g.input(a, 0), up = g.input(mul, 1 - gi);
-  if (up == act_out || g.owner(a) != g.owner(n) || g.owner(mul) != g.owner(n)) {
-    d.text = "the product is not act(g) * u in one block";
+  // The form, said by every record from here on: g and u as views of one
+  // projection (the GLU form) or two values.
+  const auto views = views_of_one(g, gate, up);
+  const std::string form =
+      views ? std::string(views->halves ? "the two halves of " : "two views of ") +
+                  g.name(views->base) + " (" + views->form + ")"
+            : std::string();
+  auto kept = [&](std::string why) {
+    d.text = form.empty() ? why : why + "; g and u: " + form;
     return out;
+  };
+  if (up == act_out || g.owner(a) != g.owner(n) || g.owner(mul) != g.owner(n)) {
+    return kept("the product is not act(g) * u in one block");
   }
   if (!only_reader(g, prod, n) || !only_reader(g, act_out, mul)) {
-    d.text = "the product or the activation has other readers";
-    return out;
+    return kept("the product or the activation has other readers");
   }
   const auto ps = g.sizes(prod), as = g.sizes(act_out), us = g.sizes(up);
   const auto pb = g.bytes(prod), ab = g.bytes(act_out), ub = g.bytes(up), gb = g.bytes(gate);
   if (!ps || !as || !us || !pb || !ab || !ub || !gb) {
-    d.text = "unknown shape (give input shapes)";
-    return out;
+    return kept("unknown shape (give input shapes)");
   }
   if (*as != *ps || *us != *ps || g.dtype(gate) != g.dtype(up)) {
-    d.text = "act(g) and u do not have the product's shape and dtype (a broadcast)";
-    return out;
+    return kept("act(g) and u do not have the product's shape and dtype (a broadcast)");
   }
   auto spec = activation_spec_of(g, a);
   if (!spec) {
-    d.text = "the activation's arguments are not constants";
-    return out;
+    return kept("the activation's arguments are not constants");
   }
   constexpr double kWork = 2.0; // act(g) and the product, once more in backward
   if (policy.max_added_work >= 0 && kWork > policy.max_added_work) {
     std::ostringstream why;
     why << "adds ~" << kWork << " evaluations per element in backward, above the maximum "
         << policy.max_added_work;
-    d.text = why.str();
     d.price = {std::nullopt, std::nullopt, kWork};
-    return out;
+    return kept(why.str());
   }
   const ActivationInfo info = *activation_info(c10::Symbol::fromQualString(g.kind(a)));
   const saved::NodeSet self{a, mul, n};
@@ -99,19 +181,29 @@ FormulaDecision decide_gated_mlp(const GraphView& g, NodeRef n, const CostPolicy
   const bool same = up == gate;
   const int64_t g_kept = (info.aten_keeps == Keeps::Input || same) && !g_else ? *gb : 0;
   const int64_t u_kept = !same && !u_else ? *ub : 0;
-  const int64_t aten = g_kept + *ab + u_kept + *pb;
-  const int64_t ours = (g_else ? 0 : *gb) + u_kept;
+  int64_t aten = g_kept + *ab + u_kept + *pb;
+  int64_t ours = (g_else ? 0 : *gb) + u_kept;
+  // g and u views of one tensor (gate_up_proj chunked): one storage, kept by
+  // aten's mul (u) either way and by the op through both views: counted once,
+  // on both sides, unless another node keeps it (or a view of it) anyway.
+  const auto base_b = views ? g.bytes(views->base) : std::nullopt;
+  if (views && base_b) {
+    const bool base_else = g_else || u_else || saved::kept_by_other(g, views->base, self);
+    const int64_t base_kept = base_else ? 0 : *base_b;
+    aten = base_kept + *ab + *pb;
+    ours = base_kept;
+  }
   d.price = {aten, ours, kWork};
   const int64_t freed = aten - ours;
   std::ostringstream why;
   if (freed < policy.min_bytes || freed <= 0) {
     why << "frees " << freed << " B, below the " << policy.min_bytes << " B minimum";
-    d.text = why.str();
-    return out;
+    return kept(why.str());
   }
   why << "rewrote aten::linear at " << g.name(g.output(n, 0)) << " of " << g.kind(a) << "("
-      << g.name(gate) << ") * " << g.name(up)
-      << " (memslim::gated_linear): keeps the gate and up projections, recomputes the "
+      << g.name(gate) << ") * " << g.name(up);
+  if (views) why << ", " << form;
+  why << " (memslim::gated_linear): keeps the gate and up projections, recomputes the "
          "product in backward, frees "
       << freed << " B (" << aten << " -> " << ours << ")";
   d.text = why.str();

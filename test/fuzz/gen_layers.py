@@ -64,28 +64,52 @@ class LayerStatements:
         return [Stmt([line], [r.id], [feat])]
 
     def s_gated(self):
-        """A gated MLP (SwiGLU / GeGLU, any activation of the table): two projections of
-        one value, act(g) * u, a down projection (fuse-gated-mlp's site)."""
+        """A gated MLP (SwiGLU / GeGLU, any activation of the table): act(g) * u, a down
+        projection (fuse-gated-mlp's site). g and u are two projections of one value, or
+        (the GLU form, half the time) the two halves of one projection's last dim: chunk,
+        torch.split or slices, the gate the first half or the second."""
         v = self.pick()
         cin, ff = v.shape[-1], self.rng.choice(WIDTHS)
         cout = cin if self.in_loop else self.rng.choice(WIDTHS)
         feat, t = self.rng.choice(ACTS)
-        g, u, a = (self.new(v.shape[:-1] + (ff,)) for _ in range(3))
-        r = self.new(v.shape[:-1] + (cout,))
-        wg, wu, wd = self.param((ff, cin)), self.param((ff, cin)), self.param((cout, ff))
+        form = self.rng.choice(["two", "two", "two", "chunk", "split", "slice"])
+        shape, feats = v.shape[:-1] + (ff,), ["gated_mlp", "act:" + feat]
+        if form == "two":
+            g, u = self.new(shape), self.new(shape)
+            wg, wu = self.param((ff, cin)), self.param((ff, cin))
+            lines = [
+                "%s = F.linear(%s, self.%s)" % (V(g), V(v), wg),
+                "%s = F.linear(%s, self.%s)" % (V(u), V(v), wu),
+            ]
+        else:
+            gu = self.new(v.shape[:-1] + (2 * ff,))
+            g, u = (self.new(shape, contig=False, alias=gu) for _ in range(2))  # views of gu
+            self.uses[gu.id] = self.uses.get(gu.id, 0) + 1
+            halves = [V(g), V(u)] if self.rng.random() < 0.7 else [V(u), V(g)]
+            lines = ["%s = F.linear(%s, self.%s)" % (V(gu), V(v), self.param((2 * ff, cin)))]
+            if form == "chunk":
+                lines.append("%s, %s = %s.chunk(2, dim=-1)" % (*halves, V(gu)))
+            elif form == "split":
+                lines.append("%s, %s = torch.split(%s, %d, -1)" % (*halves, V(gu), ff))
+            else:
+                lines.append(
+                    "%s, %s = %s[..., :%d], %s[..., %d:]" % (*halves, V(gu), ff, V(gu), ff)
+                )
+            feats.append("gated_glu:" + form)
+        a, r = self.new(shape), self.new(v.shape[:-1] + (cout,))
         self.save(v, g, u, a)
+        wd = self.param((cout, ff))
         for x in (g, u, a):  # read here: not made program outputs (the site needs them alone)
             self.uses[x.id] = self.uses.get(x.id, 0) + 1
         prod = "%s * %s" % (t.format(x=V(g)), V(u))
         if self.rng.random() < 0.3:
             prod = "%s * %s" % (V(u), t.format(x=V(g)))
-        lines = [
-            "%s = F.linear(%s, self.%s)" % (V(g), V(v), wg),
-            "%s = F.linear(%s, self.%s)" % (V(u), V(v), wu),
+        lines += [
             "%s = %s" % (V(a), prod),
             "%s = F.linear(%s, self.%s)" % (V(r), V(a), wd),
         ]
-        return [Stmt(lines, [g.id, u.id, a.id, r.id], ["gated_mlp", "act:" + feat])]
+        ids = [g.id, u.id, a.id, r.id] if form == "two" else [gu.id, g.id, u.id, a.id, r.id]
+        return [Stmt(lines, ids, feats)]
 
     def s_head(self):
         """A loss head: cross_entropy over a linear's logits (fuse-loss-head's site), the

@@ -8,7 +8,11 @@
 // FormulaRule): the linear becomes the op; the activation and the mul go.
 // Priced from what autograd keeps: aten keeps g or act(g) in the activation,
 // act(g) and u in the mul, the product in the linear; the op keeps g and u
-// (what another node keeps anyway counted once; u may be g itself).
+// (what another node keeps anyway counted once; u may be g itself). The GLU
+// form, g and u two views of one projection (`gate_up_proj(x).chunk(2, -1)`,
+// torch.split, slices of the last dim), is the same site: the op keeps the
+// two views, i.e. the projection's one storage, which aten's mul keeps too
+// (priced once on both sides); every record names the form.
 // Why here: both front ends decide with this function.
 //
 //===----------------------------------------------------------------------===//
