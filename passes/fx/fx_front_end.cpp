@@ -489,7 +489,8 @@ const std::vector<std::string>& fx_default_passes() {
   return passes;
 }
 
-FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const CostPolicy& policy) {
+FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const CostPolicy& policy,
+                FxLadders ladders) {
   FxResult out;
   for (const std::string& p : passes) {
     const PassSpec* spec = find_pass_spec(p);
@@ -507,8 +508,10 @@ FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const Co
       out.decisions.push_back({p, Decision::Verdict::Note, "", spec->fx_absent, {}});
   }
   if (policy.memory_budget > 0) {
-    out.ladder = budget_ladder(g, policy, ApplyAs::Op);
-    out.pieces = budget_ladder(g, policy, ApplyAs::Tags);
+    if (ladders == FxLadders::Both || ladders == FxLadders::Op)
+      out.ladder = budget_ladder(g, policy, ApplyAs::Op);
+    if (ladders == FxLadders::Both || ladders == FxLadders::Tags)
+      out.pieces = budget_ladder(g, policy, ApplyAs::Tags);
   }
   return out;
 }

@@ -168,19 +168,30 @@ void bind_fx(py::module& m) {
   m.def(
       "fx_run",
       [](const FxGraph& graph, const std::optional<std::vector<std::string>>& passes,
-         const py::dict& policy) {
+         const py::dict& policy, const std::string& ladders) {
         memslim::FxGraphView g;
         graph.build(g);
+        using memslim::FxLadders;
+        const FxLadders which = ladders == "both"   ? FxLadders::Both
+                                : ladders == "op"   ? FxLadders::Op
+                                : ladders == "tags" ? FxLadders::Tags
+                                : ladders == "none"
+                                    ? FxLadders::None
+                                    : throw std::invalid_argument(
+                                          "fx_run: ladders must be 'both', 'op', 'tags' or "
+                                          "'none', got '" +
+                                          ladders + "'");
         // None: the default pipeline; []: no pass (the budget's ladder alone).
         FxRun run;
         run.result = memslim::run_fx(g, passes ? *passes : memslim::fx_default_passes(),
-                                     policy_from_dict(policy));
+                                     policy_from_dict(policy), which);
         run.records = decision_dicts(run.result.decisions);
         return run;
       },
       "Runs `passes` (None: the FX default pipeline) over the graph, then the budget's "
-      "ladders when the policy has a memory_budget.",
-      py::arg("graph"), py::arg("passes"), py::arg("policy"));
+      "ladders named by `ladders` ('both', 'op': the whole blocks', 'tags': the pieces', "
+      "'none') when the policy has a memory_budget.",
+      py::arg("graph"), py::arg("passes"), py::arg("policy"), py::arg("ladders") = "both");
 }
 
 } // namespace memslim_py

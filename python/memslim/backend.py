@@ -219,13 +219,13 @@ def _keep_rewrites(
     the partitioner options to compile with)."""
     budget = policy.get("memory_budget")
     decisions, apply, ladder, _ = fx._plan(
-        aten, _compile_passes(), policy, regions="tags", serial=serial
+        aten, _compile_passes(), policy, regions="tags", serial=serial, ladders="op"
     )
     rewrote = any(d.verdict == "rewrote" for d in decisions)
     if budget is not None and needs_grad:
         skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
         # The pieces ladder over the unmodified graph (no pass run): tried first.
-        _, _, _, plain = fx._plan(aten, [], policy, regions="tags", serial=serial)
+        _, _, _, plain = fx._plan(aten, [], policy, regions="tags", serial=serial, ladders="tags")
         from .budget import plan_cache
 
         key = key or plan_cache.key(aten, skip, policy)

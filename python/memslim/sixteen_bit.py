@@ -82,7 +82,9 @@ def keep_paying_passes(gm, example_inputs, policy, passes: List[str], decisions,
         serial = fx._Serializer(
             aten.graph, _leaf_grad(aten, example_inputs), _parameters(aten, example_inputs)
         )
-        plan, apply, _, _ = fx._plan(aten, trial, policy, regions="tags", serial=serial)
+        plan, apply, _, _ = fx._plan(
+            aten, trial, policy, regions="tags", serial=serial, ladders="none"
+        )
         with _dynamic_output_shapes(mode):
             apply()
             without = _partitioned_saved_bytes(aten, fakes)

@@ -83,9 +83,15 @@ struct FxResult {
 
 // The passes the FX front end runs when none are named.
 const std::vector<std::string>& fx_default_passes();
+// Which block ladders run_fx builds under a memory budget: each costs a greedy
+// walk that re-prices every move at every step (TinyDecoder, 32 blocks: ~7 s),
+// so a caller asks only for those it reads.
+enum class FxLadders { Both, Op, Tags, None };
+
 // Runs `passes` (flags, in order) over `g`, then, when the policy has a
-// memory budget, builds the block ladders over what they left. Throws
-// std::invalid_argument for a flag no pass has.
-FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const CostPolicy& policy);
+// memory budget, builds the block ladders named by `ladders` over what they
+// left. Throws std::invalid_argument for a flag no pass has.
+FxResult run_fx(FxGraphView& g, const std::vector<std::string>& passes, const CostPolicy& policy,
+                FxLadders ladders = FxLadders::Both);
 
 } // namespace memslim
