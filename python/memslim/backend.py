@@ -224,8 +224,12 @@ def _keep_rewrites(
     rewrote = any(d.verdict == "rewrote" for d in decisions)
     if budget is not None and needs_grad:
         skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
-        # The pieces ladder over the unmodified graph (no pass run): tried first.
-        _, _, _, plain = fx._plan(aten, [], policy, regions="tags", serial=serial, ladders="tags")
+        # The pieces ladder over the unmodified graph (no pass run): tried first; built
+        # where the planner first reads it (a plan replayed from the cache that is not
+        # one of its steps never does), always before the pipeline's apply().
+        plain = _Lazy(
+            lambda: fx._plan(aten, [], policy, regions="tags", serial=serial, ladders="tags")[3]
+        )
         from .budget import plan_cache
 
         key = key or plan_cache.key(aten, skip, policy)
@@ -272,6 +276,28 @@ def _keep_rewrites(
             )
         )
     return decisions, rewrote, {}
+
+
+class _Lazy:
+    """A budget ladder built at its first use (fx._plan's walk costs ~O(pieces^3):
+    TinyDecoder, 32 blocks, 14-28 s for its pieces ladder)."""
+
+    def __init__(self, build):
+        self._build, self._ladder = build, None
+
+    def __getattr__(self, name):
+        if self._build is not None:
+            self._ladder, self._build = self._build() or _NoLadder(), None
+        return getattr(self._ladder, name)
+
+
+class _NoLadder:
+    """What _Lazy stands for where the core built no ladder: no step to take."""
+
+    why, segments, refused, steps, skipped = "no ladder was built", 0, [], [], 0
+
+    def tag(self, k: int) -> None:
+        pass
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
