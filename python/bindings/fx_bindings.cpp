@@ -160,6 +160,19 @@ void bind_results(py::module& m) {
       .def_property_readonly("chains", [](const FxRun& r) { return r.result.chains; });
 }
 
+// fx_run's `ladders` argument.
+memslim::FxLadders ladders_from(const std::string& name) {
+  using memslim::FxLadders;
+  static const std::pair<const char*, FxLadders> kNames[] = {{"both", FxLadders::Both},
+                                                             {"op", FxLadders::Op},
+                                                             {"tags", FxLadders::Tags},
+                                                             {"none", FxLadders::None}};
+  for (const auto& [n, which] : kNames)
+    if (name == n) return which;
+  throw std::invalid_argument("fx_run: ladders must be 'both', 'op', 'tags' or 'none', got '" +
+                              name + "'");
+}
+
 } // namespace
 
 void bind_fx(py::module& m) {
@@ -171,20 +184,10 @@ void bind_fx(py::module& m) {
          const py::dict& policy, const std::string& ladders) {
         memslim::FxGraphView g;
         graph.build(g);
-        using memslim::FxLadders;
-        const FxLadders which = ladders == "both"   ? FxLadders::Both
-                                : ladders == "op"   ? FxLadders::Op
-                                : ladders == "tags" ? FxLadders::Tags
-                                : ladders == "none"
-                                    ? FxLadders::None
-                                    : throw std::invalid_argument(
-                                          "fx_run: ladders must be 'both', 'op', 'tags' or "
-                                          "'none', got '" +
-                                          ladders + "'");
         // None: the default pipeline; []: no pass (the budget's ladder alone).
         FxRun run;
         run.result = memslim::run_fx(g, passes ? *passes : memslim::fx_default_passes(),
-                                     policy_from_dict(policy), which);
+                                     policy_from_dict(policy), ladders_from(ladders));
         run.records = decision_dicts(run.result.decisions);
         return run;
       },

@@ -19,6 +19,7 @@ from .knapsack import FUSED_RECOMPUTE, TORCH_KNAPSACK
 from .measure import Partition, _forget_fx_sources, _partitioned_saved_bytes, shared_joints
 
 
+@shared_joints()  # a graph's dry runs share its joint trace where only options differ
 def _meet_budget(
     aten,
     fakes,
@@ -78,8 +79,7 @@ def _meet_budget(
     estimate is monotone; the measured storages are what bench/memory_budget.py checks;
     a smaller budget's fraction is at most a larger one's). On a
     ladder: the first step whose measured bytes meet the target, found by bisection
-    over the steps (each probe is one dry-run partition; those of the same graph and
-    tags share one joint trace: measure.shared_joints), then back while the step
+    over the steps (each probe is one dry-run partition), then back while the step
     before also meets it. Where measured bytes fall along a ladder, a smaller budget
     takes a later step (a recomputed dropout keeps the generator's state, 5 KB on the
     CPU, so on tiny graphs they can rise by that much along it). Returns whether the
@@ -96,50 +96,38 @@ def _meet_budget(
     which is not monotone along a ladder (re-runs add working memory in backward):
     there the walk finds the ladder's least value first (_Probes.walk)."""
     outcome = {} if outcome is None else outcome
-    with shared_joints():  # the dry runs below share AOTAutograd's joint where they can
-        entry = plan_cache.lookup(cache_key) if cache_key else None
-        before = (
-            Partition.of(entry["before"], entry.get("profile"))
-            if entry
-            else _partitioned_saved_bytes(aten, fakes, skip)
-        )
-        target = share(before) if share is not None else target_bytes(budget, before)
-        outcome.update(before=before, target=target)
-        if share is not None and not (budget <= 1 and target == target_bytes(budget, before)):
-            # The graph's share, in bytes, is its budget (where it is the model's fraction of
-            # the graph's own bytes, the fraction stays: torch's knapsack is tried at it).
-            budget = max(target, 2)
-        sub = plan_cache.sub_key(budget, target)
-        if entry and sub in entry.get("plans", {}):
-            return _replay(entry["plans"][sub], aten, apply, ladder, plain, decisions, outcome)
-        return _planned(
-            cache_key,
-            sub,
-            decisions,
-            lambda: _plan(
-                aten,
-                fakes,
-                apply,
-                ladder,
-                plain,
-                budget,
-                skip,
-                decisions,
-                outcome,
-                before,
-                target,
-                value,
-            ),
-            outcome,
-        )
 
-
-def _planned(cache_key, sub, decisions, plan_it, outcome):
-    """plan_it()'s plan (or BudgetError), stored in the plan cache under `cache_key`."""
-    before = outcome["before"]
+    entry = plan_cache.lookup(cache_key) if cache_key else None
+    before = (
+        Partition.of(entry["before"], entry.get("profile"))
+        if entry
+        else _partitioned_saved_bytes(aten, fakes, skip)
+    )
+    target = share(before) if share is not None else target_bytes(budget, before)
+    outcome.update(before=before, target=target)
+    if share is not None and not (budget <= 1 and target == target_bytes(budget, before)):
+        # The graph's share, in bytes, is its budget (where it is the model's fraction of
+        # the graph's own bytes, the fraction stays: torch's knapsack is tried at it).
+        budget = max(target, 2)
+    sub = plan_cache.sub_key(budget, target)
+    if entry and sub in entry.get("plans", {}):
+        return _replay(entry["plans"][sub], aten, apply, ladder, plain, decisions, outcome)
     first = len(decisions)
     try:
-        rewrote, options = plan_it()
+        rewrote, options = _plan(
+            aten,
+            fakes,
+            apply,
+            ladder,
+            plain,
+            budget,
+            skip,
+            decisions,
+            outcome,
+            before,
+            target,
+            value,
+        )
     except BudgetError as e:
         if cache_key:
             plan = {"error": str(e), "reachable": e.reachable, "notes": _notes(decisions[first:])}

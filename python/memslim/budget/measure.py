@@ -154,23 +154,13 @@ def _least_peak_order(graph: torch.fx.Graph, start, resident):
     outputs: set = set()
     if out_node is not None:
         torch.fx.node.map_arg(out_node.args, outputs.add)
-    key, alloc = {}, {}
-    seen = set()
+    key, alloc, size = {}, {}, {}  # node -> storage, bytes it allocates; storage -> bytes
     for n in nodes:
-        k = _storage(n.meta.get("val"))
-        key[n] = k
-        first = k is not None and k not in seen
-        seen.add(k)
-        if n.op == "placeholder":
-            alloc[n] = 0
-        elif first and not _fused(n, outputs):
-            alloc[n] = _storage_nbytes(n.meta.get("val"))
-        else:
-            alloc[n] = 0
-    size = {}
-    for n in nodes:
-        if key[n] is not None and key[n] not in size:
-            size[key[n]] = _storage_nbytes(n.meta.get("val"))
+        k = key[n] = _storage(n.meta.get("val"))
+        first = k is not None and k not in size
+        if first:
+            size[k] = _storage_nbytes(n.meta.get("val"))
+        alloc[n] = size[k] if first and n.op != "placeholder" and not _fused(n, outputs) else 0
     kept = {key[o] for o in outputs if o in key} | set(resident)
     readers: dict = {}  # storage -> readers not run yet
     for n in nodes:
@@ -198,9 +188,10 @@ def _least_peak_order(graph: torch.fx.Graph, start, resident):
                 n = min(ready, key=lambda n: (live + alloc[n], alloc[n] - frees(n), index[n]))
         ready.remove(n)
         order.append(n)
+        freed = frees(n)
         live += alloc[n]
         high = max(high, live)
-        live -= frees(n)
+        live -= freed
         for k in {key.get(a) for a in n.all_input_nodes} - {None, key[n]}:
             readers[k] -= 1
         for u in users[n]:
