@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 import memslim
 import memslim.fx
+from test_loss_head_pass import _way
 
 op = torch.ops.memslim.linear_cross_entropy
 lin = torch.ops.memslim.linear
@@ -164,15 +165,6 @@ def _grads(mod, x, t, user_reads_logits):
     total = loss + (logits.square().mean() * 0.1 if user_reads_logits else 0)
     total.backward()
     return loss, logits, {k: p.grad.clone() for k, p in mod.named_parameters()}
-
-
-def _way(model, way, x, t):
-    if way == "torchscript":
-        opt = memslim.optimize(model, (x, t))
-        return opt, opt
-    ep = torch.export.export(model, (x, t))
-    memslim.fx.optimize(ep)
-    return ep, ep.module()
 
 
 @pytest.mark.parametrize("way", ["torchscript", "export"])
