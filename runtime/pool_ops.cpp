@@ -57,6 +57,17 @@ std::pair<at::Tensor, at::Tensor> origins(const at::Tensor& idx, const Pool2d& q
   return {oh, ow};
 }
 
+// The input plane's index of each window position pos (in [0, kh kw)):
+// idx = (oh + (pos / kw) dh) W + ow + (pos % kw) dw, the window origins' plane index
+// plus a per-position offset looked up in a table of kh kw entries.
+at::Tensor index_of(const at::Tensor& pos, const Pool2d& q, const c10::Scalar& w_in) {
+  auto [oh, ow] = origins(pos, q);
+  const at::Tensor slot = at::arange(q.kh * q.kw, pos.options());
+  const at::Tensor offset =
+      slot.div(q.kw, "floor").mul_(q.dh).mul_(w_in).add_(slot.remainder(q.kw).mul_(q.dw));
+  return at::take(offset, pos).add_(oh.mul(w_in) + ow);
+}
+
 struct MaxPool2dFunction : public torch::autograd::Function<MaxPool2dFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::IntArrayRef k,
                             at::IntArrayRef s, at::IntArrayRef p, at::IntArrayRef d, bool ceil) {
@@ -75,8 +86,15 @@ struct MaxPool2dFunction : public torch::autograd::Function<MaxPool2dFunction> {
       const at::Tensor iw = idx - ih * w_in;
       pos = (ih - oh).div_(q.dh, "floor").mul_(q.kw).add_((iw - ow).div_(q.dw, "floor"));
     }
+    // aten's channels-last CUDA kernel gives index 0 to a window that holds only -inf
+    // (its mask starts at 0, not at the window's first element): a position outside
+    // the window is kept as -1 and given back as index 0, as aten's backward reads it.
+    // Any index the window cannot give back is kept so (the check is a round trip).
+    const bool index0 = !x.is_cpu();
+    if (index0) pos = pos.masked_fill(index_of(pos.clamp(0, q.kh * q.kw - 1), q, w_in).ne(idx), -1);
     const auto small = q.kh * q.kw <= 127 ? at::kChar : at::kShort;
     ctx->save_for_backward({pos.to(small)});
+    ctx->saved_data["index0"] = index0;
     ctx->saved_data["sizes"] = x.sym_sizes().vec();
     ctx->saved_data["format"] = static_cast<int64_t>(x.suggest_memory_format());
     ctx->saved_data["k"] = k.vec();
@@ -98,14 +116,10 @@ struct MaxPool2dFunction : public torch::autograd::Function<MaxPool2dFunction> {
     const auto k = ctx->saved_data["k"].toIntVector(), s = ctx->saved_data["s"].toIntVector(),
                p = ctx->saved_data["p"].toIntVector(), d = ctx->saved_data["d"].toIntVector();
     const Pool2d q = pool_of(k, s, p, d);
-    auto [oh, ow] = origins(pos, q);
-    // idx = (oh + (pos / kw) dh) W + ow + (pos % kw) dw: the window origins' plane
-    // index plus a per-position offset looked up in a table of kh kw entries.
     const c10::Scalar w_in(sizes.back());
-    const at::Tensor slot = at::arange(q.kh * q.kw, pos.options());
-    const at::Tensor offset =
-        slot.div(q.kw, "floor").mul_(q.dh).mul_(w_in).add_(slot.remainder(q.kw).mul_(q.dw));
-    const at::Tensor idx = at::take(offset, pos).add_(oh.mul(w_in) + ow);
+    const at::Tensor idx = ctx->saved_data["index0"].toBool()
+                               ? index_of(pos.clamp_min(0), q, w_in).masked_fill_(pos.lt(0), 0)
+                               : index_of(pos, q, w_in);
     // aten's backward reads the input for its shape and layout only.
     const at::Tensor shape_only = at::empty_symint(
         sizes, grads[0].options().memory_format(

@@ -11,7 +11,9 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/jit/ir/irparser.h>
 
+#include <memory>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 
 #include "memslim/plain_cpu.h"
@@ -213,6 +215,19 @@ void accumulate(at::Tensor& acc, const at::Tensor& d) {
   }
 }
 
+// torch 2.14 holds autograd nodes in intrusive_ptr, torch 2.11 (the GPU machine's) in
+// shared_ptr: the pointer type is read from the tensor's grad_fn.
+using NodePtr = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>;
+
+// (I is a parameter so that the branch not taken is never instantiated.)
+template <typename P = NodePtr, typename I = torch::autograd::Identity>
+P make_identity() {
+  if constexpr (std::is_same_v<P, std::shared_ptr<torch::autograd::Node>>)
+    return std::make_shared<I>();
+  else
+    return c10::make_intrusive<I>();
+}
+
 // As torch::autograd::grad's run_backward builds its edges: a leaf's through
 // its grad accumulator, one the roots never reach gets an undefined gradient.
 std::vector<at::Tensor> grad_from_edges(const torch::autograd::edge_list& roots,
@@ -221,12 +236,12 @@ std::vector<at::Tensor> grad_from_edges(const torch::autograd::edge_list& roots,
   torch::autograd::edge_list outputs;
   for (const at::Tensor& t : wrt) {
     TORCH_INTERNAL_ASSERT(t.requires_grad());
-    c10::intrusive_ptr<torch::autograd::Node> fn = t.grad_fn();
+    NodePtr fn = t.grad_fn();
     if (!fn) fn = torch::autograd::impl::try_get_grad_accumulator(t);
     if (fn)
       outputs.emplace_back(fn, uint32_t(t.output_nr()));
     else
-      outputs.emplace_back(c10::make_intrusive<torch::autograd::Identity>(), 0);
+      outputs.emplace_back(make_identity(), 0);
   }
   return torch::autograd::Engine::get_default_engine().execute(roots, cots, /*keep_graph=*/false,
                                                                /*create_graph=*/false,

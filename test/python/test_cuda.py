@@ -134,3 +134,21 @@ def test_cuda_optimize_hand_written_mish_trains_like_eager():
     torch.testing.assert_close(y2, y1, rtol=1e-5, atol=1e-5)
     for a, b in zip(g2, g1):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cuda_max_pool2d_all_minus_inf_window_like_aten(channels_last):
+    # aten's channels-last CUDA kernel gives a window of -inf alone the plane index 0, outside
+    # the window; memslim's position table could not hold it and its backward indexed out of
+    # bounds (a device-side assert; the GPU check of 2026-11-30).
+    x = torch.randn(2, 3, 17, 19, device="cuda")
+    x[0, 1] = float("-inf")
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    x.requires_grad_()
+    ref = torch.nn.functional.max_pool2d(x, 3, 2, 1)
+    out = torch.ops.memslim.max_pool2d(x, [3, 3], [2, 2], [1, 1], [1, 1], False)
+    g = torch.randn_like(ref)
+    (gr,) = torch.autograd.grad(ref, x, g)
+    (go,) = torch.autograd.grad(out, x, g)
+    assert torch.equal(ref, out) and torch.equal(gr, go)
