@@ -142,6 +142,7 @@ Keeps keeps_of(const Top& t) {
 
 Pricer::Pricer(const Top& t, const std::vector<Segment>& segs, ApplyAs as)
     : t_(t), segs_(segs), keeps_(keeps_of(t)), tags_(as == ApplyAs::Tags) {
+  std::vector<std::vector<const void*>> inputs;
   for (size_t i = 0; i < segs.size(); ++i) {
     std::vector<const void*> in;
     for (ValueRef v : segs[i].fn.external)
@@ -155,42 +156,109 @@ Pricer::Pricer(const Top& t, const std::vector<Segment>& segs, ApplyAs as)
         if (!b && keeps_.why.empty()) keeps_.why = t.g.name(ValueRef{v});
         keeps_.bytes[v] = b.value_or(0);
       }
-    inputs_.push_back(std::move(in));
+    inputs.push_back(std::move(in));
+  }
+  // Dense ids, and each table in them.
+  std::unordered_map<const void*, uint32_t> id;
+  for (const auto& [v, b] : keeps_.bytes) {
+    id.emplace(v, uint32_t(bytes_.size()));
+    bytes_.push_back(b);
+  }
+  keeps_at_.resize(t.order.size());
+  makes_at_.resize(t.order.size());
+  for (size_t i = 0; i < t.order.size(); ++i) {
+    for (const void* v : keeps_.by_node[i]) keeps_at_[i].push_back(id.at(v));
+    for (size_t o = 0; o < t.g.num_outputs(t.order[i]); ++o) {
+      const ValueRef v = t.g.output(t.order[i], o);
+      const auto it = id.find(v.p);
+      if (it != id.end() && storage_root(t.g, v) == v) makes_at_[i].push_back(it->second);
+    }
+  }
+  for (size_t s = 0; s < segs.size(); ++s) {
+    nodes_of_.emplace_back();
+    for (NodeRef n : segs[s].fn.nodes) nodes_of_.back().push_back(t.index(n));
+    inputs_.emplace_back();
+    for (const void* v : inputs[s]) inputs_.back().push_back(id.at(v));
+  }
+  // freed()'s reverse tables.
+  keepers_.resize(bytes_.size());
+  readers_.resize(bytes_.size());
+  maker_.assign(bytes_.size(), kNone);
+  unit_of_.assign(t.order.size(), kNone);
+  for (size_t i = 0; i < t.order.size(); ++i) {
+    for (uint32_t v : keeps_at_[i]) keepers_[v].push_back(i);
+    for (uint32_t v : makes_at_[i]) maker_[v] = i;
+  }
+  for (size_t s = 0; s < segs.size(); ++s) {
+    std::vector<uint32_t> vals = inputs_[s];
+    for (uint32_t v : inputs_[s]) readers_[v].push_back(s);
+    for (size_t i : nodes_of_[s]) {
+      local_ = local_ && unit_of_[i] == kNone;
+      unit_of_[i] = s;
+      vals.insert(vals.end(), keeps_at_[i].begin(), keeps_at_[i].end());
+      vals.insert(vals.end(), makes_at_[i].begin(), makes_at_[i].end());
+    }
+    std::sort(vals.begin(), vals.end());
+    vals.erase(std::unique(vals.begin(), vals.end()), vals.end());
+    values_of_.push_back(std::move(vals));
   }
 }
 
-Figures Pricer::price(const std::vector<BlockRun>& runs) const {
-  // Which run covers each top-level index.
-  std::vector<size_t> run_of(t_.order.size(), kNone);
-  for (size_t r = 0; r < runs.size(); ++r)
-    for (size_t s = runs[r].begin; s < runs[r].end; ++s)
-      for (NodeRef n : segs_[s].fn.nodes) run_of[t_.index(n)] = r;
-  // The storages each run makes (a view or in-place write of what it reads
-  // is the read value's storage).
-  std::unordered_map<const void*, size_t> made;
-  for (size_t i = 0; i < t_.order.size(); ++i) {
-    if (run_of[i] == kNone) continue;
-    for (size_t o = 0; o < t_.g.num_outputs(t_.order[i]); ++o) {
-      const ValueRef v = t_.g.output(t_.order[i], o);
-      if (storage_root(t_.g, v) == v) made[v.p] = run_of[i];
+// Whether value v is kept when unit s is in the run starting at run_at[s] (kNone:
+// in none), by price()'s rules.
+bool Pricer::kept(uint32_t v, const std::vector<size_t>& run_at) const {
+  auto run = [&](size_t i) { return unit_of_[i] == kNone ? kNone : run_at[unit_of_[i]]; };
+  const size_t made = maker_[v] == kNone ? kNone : run(maker_[v]);
+  for (size_t i : keepers_[v])
+    if (run(i) == kNone && (!tags_ || made == kNone)) return true;
+  for (size_t s : readers_[v])
+    if (run_at[s] != kNone && run_at[s] != made) return true;
+  return false;
+}
+
+int64_t Pricer::freed(const std::vector<BlockRun>& before,
+                      const std::vector<BlockRun>& after) const {
+  auto assign = [&](const std::vector<BlockRun>& runs) {
+    std::vector<size_t> at(segs_.size(), kNone);
+    for (const BlockRun& r : runs)
+      for (size_t s = r.begin; s < r.end; ++s) at[s] = r.begin;
+    return at;
+  };
+  const std::vector<size_t> a = assign(before), b = assign(after);
+  std::vector<bool> seen(bytes_.size(), false);
+  int64_t freed = 0;
+  for (size_t s = 0; s < segs_.size(); ++s) {
+    if (a[s] == b[s]) continue;
+    for (uint32_t v : values_of_[s]) {
+      if (seen[v]) continue;
+      seen[v] = true;
+      freed += (kept(v, a) ? bytes_[v] : 0) - (kept(v, b) ? bytes_[v] : 0);
     }
   }
+  return freed;
+}
+
+Figures Pricer::price(const std::vector<BlockRun>& runs) const {
+  const size_t n = t_.order.size(), ids = bytes_.size();
+  // Which run covers each top-level index, and makes each storage (a view or
+  // in-place write of what it reads is the read value's storage).
+  std::vector<size_t> run_of(n, kNone), made(ids, kNone);
+  for (size_t r = 0; r < runs.size(); ++r)
+    for (size_t s = runs[r].begin; s < runs[r].end; ++s)
+      for (size_t i : nodes_of_[s]) {
+        run_of[i] = r;
+        for (uint32_t v : makes_at_[i]) made[v] = r;
+      }
   // Kept values and the lowest index keeping each (backward frees a value
   // once it has passed its lowest keeper).
-  std::unordered_map<const void*, size_t> lowest;
-  auto keep = [&](const void* v, size_t at) {
-    auto it = lowest.find(v);
-    if (it == lowest.end())
-      lowest.emplace(v, at);
-    else
-      it->second = std::min(it->second, at);
-  };
+  std::vector<size_t> lowest(ids, kNone);
+  auto keep = [&](uint32_t v, size_t at) { lowest[v] = std::min(lowest[v], at); };
   // A tagged run's values are recomputed for every reader (not kept); an
   // op's output is kept where a later node keeps it.
-  for (size_t i = 0; i < t_.order.size(); ++i)
+  for (size_t i = 0; i < n; ++i)
     if (run_of[i] == kNone)
-      for (const void* v : keeps_.by_node[i])
-        if (!tags_ || !made.count(v)) keep(v, i);
+      for (uint32_t v : keeps_at_[i])
+        if (!tags_ || made[v] == kNone) keep(v, i);
   for (size_t r = 0; r < runs.size(); ++r) {
     // The op stands where the run ended; a tagged run's first node reads
     // its inputs in backward last.
@@ -198,34 +266,31 @@ Figures Pricer::price(const std::vector<BlockRun>& runs) const {
     // What the run's units read from outside it (a boundary between two
     // runs included: each has a checkpoint of its own).
     for (size_t s = runs[r].begin; s < runs[r].end; ++s)
-      for (const void* v : inputs_[s]) {
-        const auto it = made.find(v);
-        if (it == made.end() || it->second != r) keep(v, at);
-      }
+      for (uint32_t v : inputs_[s])
+        if (made[v] != r) keep(v, at);
   }
   Figures f;
-  // (lowest keeper, bytes), sorted: what is alive when backward reaches an index.
-  std::vector<std::pair<size_t, int64_t>> alive;
-  alive.reserve(lowest.size());
-  for (const auto& [v, at] : lowest) {
-    f.kept += keeps_.bytes.at(v);
-    alive.emplace_back(at, keeps_.bytes.at(v));
-  }
-  std::sort(alive.begin(), alive.end());
-  std::vector<int64_t> upto(alive.size() + 1, 0);
-  for (size_t i = 0; i < alive.size(); ++i) upto[i + 1] = upto[i] + alive[i].second;
+  // upto[i]: the bytes whose lowest keeper is below i: what is alive when
+  // backward reaches index i - 1.
+  std::vector<int64_t> upto(n + 1, 0);
+  for (size_t v = 0; v < ids; ++v)
+    if (lowest[v] != kNone) {
+      f.kept += bytes_[v];
+      upto[lowest[v] + 1] += bytes_[v];
+    }
+  for (size_t i = 0; i < n; ++i) upto[i + 1] += upto[i];
   f.peak = f.kept;
-  for (const BlockRun& r : runs) {
-    const size_t at = segs_[r.end - 1].last;
-    const auto end = std::upper_bound(alive.begin(), alive.end(),
-                                      std::make_pair(at, std::numeric_limits<int64_t>::max()));
-    const int64_t live = upto[size_t(end - alive.begin())];
+  std::vector<size_t> seen(ids, kNone); // the run that counted a replayed value
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const int64_t live = upto[segs_[runs[r].end - 1].last + 1];
     int64_t replay = 0;
-    std::unordered_set<const void*> seen;
-    for (size_t s = r.begin; s < r.end; ++s)
-      for (NodeRef n : segs_[s].fn.nodes)
-        for (const void* v : keeps_.by_node[t_.index(n)])
-          if (!lowest.count(v) && seen.insert(v).second) replay += keeps_.bytes.at(v);
+    for (size_t s = runs[r].begin; s < runs[r].end; ++s)
+      for (size_t i : nodes_of_[s])
+        for (uint32_t v : keeps_at_[i])
+          if (lowest[v] == kNone && seen[v] != r) {
+            seen[v] = r;
+            replay += bytes_[v];
+          }
     f.peak = std::max(f.peak, live + replay);
   }
   return f;

@@ -11,6 +11,8 @@
 #include "core_test_util.h"
 #include "memslim/core/couplings.h"
 #include "memslim/core/recompute_blocks.h"
+#include "memslim/core/recompute_blocks_detail.h"
+#include "memslim/core/top_level.h"
 #include "memslim/fx/fx_front_end.h"
 #include "memslim/fx/fx_graph_view.h"
 
@@ -454,6 +456,58 @@ TEST(Core, TagLadderReRunsTheCheapPieceFirst) {
   ASSERT_GE(ops.steps.size(), 2u);
   EXPECT_EQ(ops.segments.size(), 2u);
   EXPECT_GT(ops.steps[1].flops, tags.steps[1].flops * 4);
+}
+
+namespace {
+
+// Choices of runs over `units` units: none, every run of one to three units, and every
+// two disjoint runs of one or two units (touching ones too).
+std::vector<std::vector<memslim::BlockRun>> run_choices(size_t units) {
+  std::vector<std::vector<memslim::BlockRun>> out{{}};
+  for (size_t b = 0; b < units; ++b)
+    for (size_t e = b + 1; e <= std::min(units, b + 3); ++e) {
+      out.push_back({{b, e}});
+      if (e - b > 2) continue;
+      for (size_t b2 = e; b2 < units; ++b2)
+        for (size_t e2 = b2 + 1; e2 <= std::min(units, b2 + 2); ++e2)
+          out.push_back({{b, e}, {b2, e2}});
+    }
+  return out;
+}
+
+// Pricer::freed (local) against the difference of two whole prices, over every pair
+// of choices: the ladder scores its moves by the first.
+void expect_freed_is_the_prices_difference(const memslim::GraphView& g,
+                                           const std::vector<memslim::Segment>& segs,
+                                           memslim::ApplyAs as) {
+  const memslim::Top t(g);
+  const memslim::blocks_detail::Pricer pricer(t, segs, as);
+  ASSERT_TRUE(pricer.why().empty() && pricer.local());
+  const auto choices = run_choices(segs.size());
+  ASSERT_GT(choices.size(), 20u);
+  size_t nonzero = 0;
+  for (const auto& a : choices) {
+    const int64_t kept_a = pricer.price(a).kept;
+    for (const auto& b : choices) {
+      const int64_t want = kept_a - pricer.price(b).kept;
+      ASSERT_EQ(pricer.freed(a, b), want) << a.size() << " -> " << b.size();
+      nonzero += want != 0;
+    }
+  }
+  EXPECT_GT(nonzero, choices.size()); // the choices differ in what they keep
+}
+
+} // namespace
+
+TEST(Core, PricersLocalFreedBytesAreTheWholePricesDifference) {
+  Residuals r(4);
+  expect_freed_is_the_prices_difference(r.g, memslim::find_segments(r.g), memslim::ApplyAs::Op);
+  GeluMlp m(3);
+  const memslim::Top t(m.g);
+  const auto pieces = memslim::blocks_detail::pieces_of(t, memslim::find_segments(m.g));
+  ASSERT_GE(pieces.size(), 9u);
+  expect_freed_is_the_prices_difference(m.g, pieces, memslim::ApplyAs::Tags);
+  expect_freed_is_the_prices_difference(m.g, pieces, memslim::ApplyAs::Op);
 }
 
 TEST(Core, RunFxHandsBackBothLaddersUnderABudget) {

@@ -47,12 +47,33 @@ class Pricer {
 
   Figures price(const std::vector<BlockRun>& runs) const;
 
+  // price(before).kept - price(after).kept, from the values whose keepers, maker or
+  // readers lie in units the two choices assign differently (a value's status
+  // depends on those alone): a few values per move where price walks the graph.
+  // Only where local(): no node in two units.
+  int64_t freed(const std::vector<BlockRun>& before, const std::vector<BlockRun>& after) const;
+  bool local() const { return local_; }
+
  private:
   const Top& t_;
   const std::vector<Segment>& segs_;
   Keeps keeps_;
   bool tags_;
-  std::vector<std::vector<const void*>> inputs_; // per segment: countable input + externals
+  // The kept values (Keeps::bytes' keys) by dense id, so that a price is a few passes
+  // over arrays: the budget ladder prices every move of every step.
+  std::vector<int64_t> bytes_;                  // per id
+  std::vector<std::vector<uint32_t>> keeps_at_; // per top-level index: the ids it keeps
+  std::vector<std::vector<uint32_t>> makes_at_; // per top-level index: storages it makes
+  std::vector<std::vector<size_t>> nodes_of_;   // per segment: its top-level indices
+  std::vector<std::vector<uint32_t>> inputs_;   // per segment: countable input + externals
+  // For freed(): each value's keepers (top-level indices), maker and reading units;
+  // each unit's values (what it keeps, makes, reads); each top-level index's unit.
+  std::vector<std::vector<size_t>> keepers_, readers_;
+  std::vector<size_t> maker_, unit_of_;
+  std::vector<std::vector<uint32_t>> values_of_;
+  bool local_ = true;
+
+  bool kept(uint32_t v, const std::vector<size_t>& run_at) const;
 };
 
 // Whether segment a's output is segment a + 1's input (a run may span both).
