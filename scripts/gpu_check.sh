@@ -16,7 +16,7 @@ ROOT=$PWD
 usage() {
   sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'
   echo "usage: scripts/gpu_check.sh [--dry-run] [--skip-build] [--build-dir DIR] [--parts 1,2,3,4]"
-  echo "       [--smoke-models] [--verbose]   (env: PYTHON, OUT, GPU_CHECK_COMMIT, JOBS)"
+  echo "       [--budget-s S] [--smoke-models] [--verbose]   (env: PYTHON, OUT, GPU_CHECK_COMMIT, JOBS)"
 }
 DRY=0
 SKIP_BUILD=0
@@ -34,6 +34,11 @@ while [ $# -gt 0 ]; do
       [[ $# -ge 2 && $2 =~ ^[1-4](,[1-4])*$ ]] ||
         { echo "gpu_check: --parts takes a list of 1, 2, 3, 4 such as 1,3" >&2; exit 2; }
       PYARGS+=(--parts "$2")
+      shift ;;
+    --budget-s)
+      [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] ||
+        { echo "gpu_check: --budget-s takes whole seconds such as 120" >&2; exit 2; }
+      PYARGS+=(--budget-s "$2")
       shift ;;
     --smoke-models | --verbose) PYARGS+=("$1") ;;
     -h | --help) usage; exit 0 ;;
