@@ -3,9 +3,11 @@
 // What: each __global__ kernel reads only its thread index and grid size and
 // calls the host+device body from elementwise.h, which the CPU tests run for
 // every thread index of a small grid. One thread owns whole 8-element groups
-// (one byte of bits) and moves full groups as 16-byte vectors when aligned.
-// Launch: 256 threads, enough blocks to cover the groups, capped at 32 per SM
-// worth of work via the grid-stride loop. Runs on the caller's stream.
+// (one byte of bits) and moves full groups as 16-byte vectors when aligned;
+// a forward thread takes kForwardGroupsPerThread groups per round.
+// Launch: 256 threads, enough blocks to cover the groups (the forward's
+// rounds) once, at most 65535 blocks (larger tensors loop in the grid-stride
+// body). Runs on the caller's stream.
 //
 //===----------------------------------------------------------------------===//
 #include <cuda_runtime.h>
@@ -54,7 +56,7 @@ void check_launch(const char* what) {
 struct ForwardLaunch {
   template <Act A, typename S>
   static void run(const ForwardArgs& a, cudaStream_t s) {
-    forward_kernel<A, S><<<blocks_for(groups_for(a.n)), kThreads, 0, s>>>(typed<S>(a));
+    forward_kernel<A, S><<<blocks_for(forward_threads(a.n)), kThreads, 0, s>>>(typed<S>(a));
     check_launch("forward");
   }
 };

@@ -172,7 +172,9 @@ void check_bodies(int64_t n, int offset, const ActParams& p) {
 
 template <Act A>
 void check_all_dtypes(const ActParams& p = params_for(A)) {
-  for (int64_t n : {int64_t(0), int64_t(1), int64_t(8), int64_t(1003)}) {
+  // 7: a tail group only; 448: whole forward rounds of the 14-thread grid
+  // (14 threads x kForwardGroupsPerThread groups x 8); 1003: partial rounds.
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(448), int64_t(1003)}) {
     for (int offset : {0, 1}) {
       SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << offset);
       check_bodies<A, float>(n, offset, p);

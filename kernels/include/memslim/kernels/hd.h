@@ -2,9 +2,10 @@
 //
 // What: the MEMSLIM_HD qualifier, math wrappers overloaded for float/double,
 // 16-bit storage conversions (IEEE half and bfloat16 held as uint16_t), an
-// atomic add that works on both sides, and the compute type for each storage
-// type. Why: kernels/ carries no torch, so everything a kernel body needs to
-// run unchanged on the host and on the device lives here.
+// atomic add and a slot reservation (warp-aggregated on the device) that work
+// on both sides, and the compute type for each storage type. Why: kernels/
+// carries no torch, so everything a kernel body needs to run unchanged on the
+// host and on the device lives here.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -12,6 +13,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#if defined(__CUDACC__)
+#include <cooperative_groups.h>
+#include <cooperative_groups/scan.h>
+#endif
 #if defined(__F16C__) && !defined(__CUDACC__)
 #include <immintrin.h>
 #endif
@@ -24,6 +29,14 @@
 #define MEMSLIM_HD inline __attribute__((always_inline))
 #else
 #define MEMSLIM_HD inline
+#endif
+
+// Full unrolling of a constant-trip loop on the device, so that arrays indexed
+// by its counter stay in registers (not local memory); nothing on the host.
+#if defined(__CUDACC__)
+#define MEMSLIM_UNROLL _Pragma("unroll")
+#else
+#define MEMSLIM_UNROLL
 #endif
 
 namespace memslim {
@@ -228,6 +241,35 @@ MEMSLIM_HD unsigned long long atomic_add(unsigned long long* p, unsigned long lo
   return atomicAdd(p, v);
 #else
   return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+MEMSLIM_HD int popcount32(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __popc(v);
+#else
+  return __builtin_popcount(v);
+#endif
+}
+
+// Reserves `k` consecutive slots of a list whose length is `*count`; returns
+// the first. On the device the threads calling it together (a converged warp)
+// add their k's with one atomic: an exclusive scan over the coalesced group,
+// the last thread adds the total, and its old value is broadcast (same-address
+// atomics serialise in L2; per element they cost more than the bytes, issue
+// 13's GPU run of 2026-11-30). On the host, one relaxed atomic when k > 0.
+MEMSLIM_HD unsigned long long reserve_slots(unsigned long long* count, unsigned k) {
+#if defined(__CUDA_ARCH__)
+  namespace cg = cooperative_groups;
+  const cg::coalesced_group g = cg::coalesced_threads();
+  const unsigned before = cg::exclusive_scan(g, k);
+  const unsigned last = g.size() - 1;
+  unsigned long long base = 0;
+  if (g.thread_rank() == last && before + k != 0)
+    base = atomicAdd(count, (unsigned long long)(before + k));
+  return g.shfl(base, last) + before;
+#else
+  return k != 0 ? atomic_add(count, k) : 0ull;
 #endif
 }
 
