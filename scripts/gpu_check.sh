@@ -101,6 +101,16 @@ elif [ $SKIP_BUILD -eq 0 ]; then
   fi
 fi
 [ -n "$BUILD_ROW" ] && PYARGS+=(--build "$BUILD_ROW")
+# A compiler whose libstdc++ is linked in statically (the GPU machine's /opt/gcc g++ 13.3)
+# leaves a copy of its stream and locale code in the passes library beside the libstdc++.so
+# that torch loads: the two mix and `ostream << n` segfaulted in the passes (2026-11-30).
+# The system's libstdc++ preloaded binds every call to one copy (measured: the crash gone).
+if nm -DC --defined-only "$BUILD/lib/libmemslim_passes.so" 2>/dev/null | grep -q "std::codecvt<"; then
+  LIBSTD=$(ldconfig -p 2>/dev/null | grep -m1 'libstdc++.so.6 ' | awk '{print $NF}')
+  echo "gpu_check: the build carries its own libstdc++ code (compiler $(grep -m1 'CMAKE_CXX_COMPILER:' \
+    "$BUILD/CMakeCache.txt" | cut -d= -f2)): preloading ${LIBSTD:-nothing found}"
+  [ -n "$LIBSTD" ] && export LD_PRELOAD=$LIBSTD${LD_PRELOAD:+:$LD_PRELOAD}
+fi
 export MEMSLIM_BUILD_DIR=$BUILD
 export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$BUILD/inductor-cache}
