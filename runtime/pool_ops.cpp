@@ -90,11 +90,11 @@ struct MaxPool2dFunction : public torch::autograd::Function<MaxPool2dFunction> {
     // (its mask starts at 0, not at the window's first element): a position outside
     // the window is kept as -1 and given back as index 0, as aten's backward reads it.
     // Any index the window cannot give back is kept so (the check is a round trip).
-    const bool index0 = !x.is_cpu();
-    if (index0) pos = pos.masked_fill(index_of(pos.clamp(0, q.kh * q.kw - 1), q, w_in).ne(idx), -1);
+    // (Off the CPU only: aten's CPU kernel never gives such an index.)
+    if (!x.is_cpu())
+      pos = pos.masked_fill(index_of(pos.clamp(0, q.kh * q.kw - 1), q, w_in).ne(idx), -1);
     const auto small = q.kh * q.kw <= 127 ? at::kChar : at::kShort;
     ctx->save_for_backward({pos.to(small)});
-    ctx->saved_data["index0"] = index0;
     ctx->saved_data["sizes"] = x.sym_sizes().vec();
     ctx->saved_data["format"] = static_cast<int64_t>(x.suggest_memory_format());
     ctx->saved_data["k"] = k.vec();
@@ -117,7 +117,7 @@ struct MaxPool2dFunction : public torch::autograd::Function<MaxPool2dFunction> {
                p = ctx->saved_data["p"].toIntVector(), d = ctx->saved_data["d"].toIntVector();
     const Pool2d q = pool_of(k, s, p, d);
     const c10::Scalar w_in(sizes.back());
-    const at::Tensor idx = ctx->saved_data["index0"].toBool()
+    const at::Tensor idx = !pos.is_cpu()
                                ? index_of(pos.clamp_min(0), q, w_in).masked_fill_(pos.lt(0), 0)
                                : index_of(pos, q, w_in);
     // aten's backward reads the input for its shape and layout only.

@@ -151,41 +151,26 @@ struct Moves {
 
 // The move freeing the most bytes per added work without raising the peak (its
 // figures in `best_f`), or null; the first of equal scores. Moves are scored by their
-// freed bytes alone (Pricer::freed, local) and priced whole in the order of their
-// scores until one keeps the peak: the same move as pricing every one.
+// freed bytes (Pricer::freed where local, a whole price else) and priced whole in the
+// order of their scores until one keeps the peak: the same move as pricing every one.
 const Move* best_move(const Pricer& pricer, const std::vector<BlockRun>& runs,
                       const std::vector<Move>& moves, const Figures& now, int64_t min_freed,
                       Figures& best_f) {
-  if (pricer.local()) {
-    std::vector<std::pair<double, size_t>> order;
-    for (size_t i = 0; i < moves.size(); ++i) {
-      const int64_t freed = pricer.freed(runs, moves[i].runs);
-      if (freed >= min_freed) order.emplace_back(double(freed) / (moves[i].flops + 1.0), i);
-    }
-    std::stable_sort(order.begin(), order.end(),
-                     [](const auto& x, const auto& y) { return x.first > y.first; });
-    for (const auto& [score, i] : order) {
-      const Figures f = pricer.price(moves[i].runs);
-      if (f.peak > now.peak) continue;
-      best_f = f;
-      return &moves[i];
-    }
-    return nullptr;
+  std::vector<std::pair<double, size_t>> order;
+  for (size_t i = 0; i < moves.size(); ++i) {
+    const int64_t freed = pricer.local() ? pricer.freed(runs, moves[i].runs)
+                                         : now.kept - pricer.price(moves[i].runs).kept;
+    if (freed >= min_freed) order.emplace_back(double(freed) / (moves[i].flops + 1.0), i);
   }
-  const Move* best = nullptr;
-  double best_score = -1;
-  for (const Move& m : moves) {
-    const Figures f = pricer.price(m.runs);
-    const int64_t freed = now.kept - f.kept;
-    if (freed < min_freed || f.peak > now.peak) continue;
-    const double score = double(freed) / (m.flops + 1.0);
-    if (score > best_score) {
-      best = &m;
-      best_f = f;
-      best_score = score;
-    }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (const auto& [score, i] : order) {
+    const Figures f = pricer.price(moves[i].runs);
+    if (f.peak > now.peak) continue;
+    best_f = f;
+    return &moves[i];
   }
-  return best;
+  return nullptr;
 }
 
 } // namespace
