@@ -1,6 +1,7 @@
 """Inductor's cache keys for the recompute tags memslim puts on a graph.
 
-What: _region_digest (which nodes carry recompute tags, as a hash), _region_tags_key (a
+What: LADDER_TAGGED (the node metadata marking a ladder step's tags), _region_digest
+(which nodes carry recompute tags, as a hash), _region_tags_key (a
 CustomGraphPass whose uuid is that digest, so that Inductor's and AOTAutograd's caches key
 on the tags), _untag_placeholders (takes tags off the joint graph's inputs) and
 _keyed_by_tags (Inductor's config with both added after the user's joint passes, for the
@@ -14,6 +15,12 @@ from __future__ import annotations
 import contextlib
 
 import torch
+
+
+# Node metadata key on the nodes a budget ladder step tagged (fx.BlockLadder.tag): its
+# value is the node's recompute tags before (a dict, maybe empty). The dry runs
+# (budget.measure) trace a graph without them and put them on a copy of its joint.
+LADDER_TAGGED = "memslim_ladder_tagged"
 
 
 def _region_tags_key(digest: str):

@@ -21,6 +21,7 @@ import torch
 import torch.fx
 
 from . import _C
+from .cache_keys import LADDER_TAGGED
 from ._policy import policy_keywords
 from . import records
 from .records import Decision
@@ -524,6 +525,7 @@ class BlockLadder:
         from torch.utils.checkpoint import CheckpointPolicy
 
         for n, meta in self._saved.items():
+            n.meta.pop(LADDER_TAGGED, None)
             for key in ("recompute", "ac_graph_id"):
                 n.meta.pop(key, None)
                 if key in meta:
@@ -540,6 +542,7 @@ class BlockLadder:
                 self._saved[n] = {
                     key: n.meta[key] for key in ("recompute", "ac_graph_id") if key in n.meta
                 }
+                n.meta[LADDER_TAGGED] = self._saved[n]  # (budget.measure retags joints by it)
                 n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
                 n.meta["ac_graph_id"] = start
             start += 1

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 import torch
 
 from .. import fx
-from ..cache_keys import _keyed_by_tags
+from ..cache_keys import LADDER_TAGGED, _keyed_by_tags
 
 
 @contextlib.contextmanager
@@ -296,31 +296,109 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
     from torch._inductor.virtualized import V
 
     box = {}
-    key = _joint_key(graph, fakes)
+    overlay = _ladder_overlay(graph)
+    with _ladder_base(graph, overlay):  # (a no-op outside shared_joints())
+        key = _joint_key(graph, fakes)
+        if key is None:  # not shared: traced with the ladder's tags on
+            _ladder_restore(graph, overlay)
+            overlay = {}
 
-    def partition(joint, joint_inputs, **kwargs):
-        fw, bw = _split(joint, joint_inputs, kwargs, key)
-        box["partition"] = _figures(joint, fw, bw, skip)
-        return fw, bw
+        def partition(joint, joint_inputs, **kwargs):
+            fw, bw = _split(joint, joint_inputs, kwargs, key, graph, overlay)
+            box["partition"] = _figures(joint, fw, bw, skip)
+            return fw, bw
 
-    # Inductor's joint passes read V.fake_mode (its seed pass for dropout builds
-    # FakeTensors with it), which compile_fx installs and a dry run must too.
-    # The compile's joint passes, the tags' too (_keyed_by_tags), so the dry run
-    # partitions what the compile will.
-    with V.set_fake_mode(detect_fake_mode(fakes)), _keyed_by_tags(graph), _forget_fx_sources(graph):
-        if key is not None and key in _JOINTS:
-            joint, joint_inputs, kwargs = _JOINTS[key]
-            partition(_copy(joint), joint_inputs, **kwargs)
-        else:
-            aot_module_simplified(
-                graph,
-                fakes,
-                fw_compiler=lambda g, _: g,
-                bw_compiler=lambda g, _: g,
-                partition_fn=partition,
-                decompositions=select_decomp_table(),
-            )
+        # Inductor's joint passes read V.fake_mode (its seed pass for dropout builds
+        # FakeTensors with it), which compile_fx installs and a dry run must too.
+        # The compile's joint passes, the tags' too (_keyed_by_tags), so the dry run
+        # partitions what the compile will.
+        with (
+            V.set_fake_mode(detect_fake_mode(fakes)),
+            _keyed_by_tags(graph),
+            _forget_fx_sources(graph),
+        ):
+            if key is not None and key in _JOINTS:
+                joint, joint_inputs, kwargs = _JOINTS[key]
+                partition(_copy(joint), joint_inputs, **kwargs)
+            else:
+                aot_module_simplified(
+                    graph,
+                    fakes,
+                    fw_compiler=lambda g, _: g,
+                    bw_compiler=lambda g, _: g,
+                    partition_fn=partition,
+                    decompositions=select_decomp_table(),
+                )
     return box.get("partition", Partition.of(0))
+
+
+def _ladder_overlay(graph: torch.fx.GraphModule) -> dict:
+    """The recompute tags a ladder step put on `graph` (LADDER_TAGGED): node name ->
+    its tags now."""
+    return {
+        n.name: {k: n.meta[k] for k in _TAG_KEYS if k in n.meta}
+        for n in graph.graph.nodes
+        if LADDER_TAGGED in n.meta
+    }
+
+
+_TAG_KEYS = ("recompute", "ac_graph_id")
+
+
+def _set_tags(node, tags: dict) -> None:
+    for k in _TAG_KEYS:
+        node.meta.pop(k, None)
+        if k in tags:
+            node.meta[k] = tags[k]
+
+
+@contextlib.contextmanager
+def _ladder_base(graph: torch.fx.GraphModule, overlay: dict):
+    """Inside shared_joints(): `graph` with the ladder step's tags off (the tags each
+    node had before, LADDER_TAGGED's value) while it is keyed and traced, then on again:
+    every ladder step shares the one joint of the graph without them (_retag)."""
+    if _JOINTS is None or not overlay:
+        yield
+        return
+    for n in graph.graph.nodes:
+        if n.name in overlay:
+            _set_tags(n, n.meta[LADDER_TAGGED])
+    try:
+        yield
+    finally:
+        _ladder_restore(graph, overlay)
+
+
+def _ladder_restore(graph: torch.fx.GraphModule, overlay: dict) -> None:
+    for n in graph.graph.nodes:
+        if n.name in overlay:
+            _set_tags(n, overlay[n.name])
+
+
+def _retag(joint: torch.fx.GraphModule, graph: torch.fx.GraphModule, overlay: dict) -> int:
+    """The ladder step's tags (`overlay`, _ladder_overlay) put on a joint of `graph`
+    traced without them, after Inductor's joint passes: each forward node that `graph`'s
+    node made (its "from_node" provenance, which AOTAutograd's trace and the joint
+    passes record) takes that node's tags, as a trace with the tags on gives them. The
+    same figures as a trace with the tags on at every step tried (2026-11-30: TinyDecoder
+    and resnet18, 5 steps each, bytes equal), at a fraction of the time: a dry run is
+    a min-cut, not a trace and the joint passes again. Returns how many nodes it tagged."""
+    if not overlay:
+        return 0
+    gid, done = id(graph.graph), 0
+    for n in joint.graph.nodes:
+        if n.op != "call_function":
+            continue  # (a graph input is never recomputed: _untag_placeholders)
+        stack = list(n.meta.get("from_node") or ())
+        while stack:
+            src = stack.pop()
+            if getattr(src, "graph_id", None) == gid:
+                if src.name in overlay:
+                    _set_tags(n, overlay[src.name])
+                    done += 1
+                break
+            stack.extend(getattr(src, "from_node", None) or ())
+    return done
 
 
 # shared_joints()'s joints: key (_joint_key) -> (the joint after Inductor's joint passes,
@@ -370,9 +448,10 @@ def _overridable() -> bool:
     return "partitioner_fn_override" in inspect.signature(partition_fn).parameters
 
 
-def _split(joint, joint_inputs, kwargs, key):
+def _split(joint, joint_inputs, kwargs, key, graph, overlay):
     """Inductor's partition_fn on `joint`; with a key, the joint as its joint passes
-    leave it is kept for shared_joints() first (the min-cut changes the graph it splits)."""
+    leave it is kept for shared_joints() first (the min-cut changes the graph it splits),
+    and `graph`'s ladder tags (`overlay`) put on what is split (_retag)."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch._inductor.compile_fx import partition_fn
 
@@ -382,13 +461,25 @@ def _split(joint, joint_inputs, kwargs, key):
     if key is None:
         return partition_fn(joint, joint_inputs, **kwargs)
     if key in _JOINTS:  # a copy of a shared joint: its joint passes have run
+        _retag_or_raise(joint, graph, overlay)
         return min_cut(joint, joint_inputs, **kwargs)
 
     def kept(gm, inputs, **kw):
         _JOINTS[key] = (_copy(gm), inputs, kw)
+        _retag_or_raise(gm, graph, overlay)
         return min_cut(gm, inputs, **kw)
 
     return partition_fn(joint, joint_inputs, partitioner_fn_override=kept, **kwargs)
+
+
+def _retag_or_raise(joint, graph, overlay) -> None:
+    if overlay and not _retag(joint, graph, overlay):
+        # (a torch whose trace records no provenance: a dry run that measured the
+        # graph untagged would mislead the planner)
+        raise RuntimeError(
+            "memslim: a dry run could not put the ladder's recompute tags on the joint "
+            "graph (no node provenance)"
+        )
 
 
 def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
