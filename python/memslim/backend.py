@@ -38,7 +38,13 @@ import torch
 
 from . import fx
 from .budget import BudgetError, budget_note, meet_compile_budget
-from .budget.measure import _dynamic_output_shapes, _partitioned_saved_bytes
+from .budget import partitioner
+from .budget.measure import (
+    _dynamic_output_shapes,
+    _ladder_base,
+    _ladder_overlay,
+    _partitioned_saved_bytes,
+)
 from .cache_keys import _keyed_by_tags
 from .chains import _compile_with_chains
 from . import _policy, rng_reads, sixteen_bit
@@ -341,7 +347,6 @@ def _backend(
     memslim.compile's budget.model.ModelTarget, the budget the model's graphs share.
     _static: `gm` traced for the real `example_inputs` with static sizes (a graph with
     dynamic shapes and coupling chains, compiled per shape: chains._PerShape)."""
-    from torch._functorch import config as functorch_config
     from torch._inductor.compile_fx import compile_fx
 
     from . import compiled, inductor_guards
@@ -382,10 +387,16 @@ def _backend(
             )
             if split is not None:
                 return split
-        if target is not None and needs_grad:
-            decisions, rewrote, options, aten = _model_share(
-                gm, example_inputs, target, records, policy, (aten, mode, fakes, serial), _static
-            )
+        budgeted = needs_grad and (target is not None or policy.get("memory_budget") is not None)
+        if budgeted:
+            code = compiled.last_code(records)  # (read once: it is cleared)
+            traced = (aten, mode, fakes, serial)
+            how, got = _budget(gm, example_inputs, target, records, policy, _static, traced, code)
+            if how == "compiled":
+                _LOG.extend(got[0])
+                records.extend(got[0])
+                return got[1]
+            decisions, rewrote, options, aten, mode = got
         else:
             decisions, rewrote, options = _keep_rewrites(
                 aten, serial, mode, fakes, example_inputs, policy, needs_grad
@@ -417,20 +428,97 @@ def _backend(
         return compile_fx(gm, example_inputs, config_patches=inductor_guards.config_patches())
     _LOG.extend(decisions)
     records.extend(decisions)
+    if not rewrote and not options and not _static:
+        return _compile_aten(gm, example_inputs, None, mode, target, None, options)
+    # A budget's plan (options) was measured on `aten`: Dynamo's graph partitions
+    # otherwise (fuzz seed 940108: torch's knapsack at 0.21875 kept 1,628 B of aten,
+    # 1,900 B of Dynamo's graph, over the 1,630 B target). (_static: the static trace,
+    # whatever was rewritten: Dynamo's graph is symbolic.)
+    return _compile_aten(gm, example_inputs, aten, mode, target, None, options)
+
+
+def _budget(gm, example_inputs, target, records, policy, static, traced, code):
+    """A graph under a budget: ("compiled", (decisions, compiled)) where the planner ran
+    inside the compile (budget.partitioner), else ("plan", (decisions, rewrote,
+    partitioner options, the graph planned, its fake mode)) for the backend to compile,
+    planned the old way (traced dry runs; on a fresh trace where the planning inside
+    needed another graph)."""
+    aten, mode, fakes, serial = traced
+    plan = functools.partial(
+        _budget_plan, gm, example_inputs, target, records, policy, static, serial, traced[:3], code
+    )
+    if partitioner.available():
+        compile_with = functools.partial(
+            _compile_aten, gm, example_inputs, aten, mode, target, options={}
+        )
+        planned = partitioner.compile_planned(aten, fakes, plan, compile_with, records)
+        if planned is not None and len(planned) == 2:
+            return "compiled", planned
+        if planned is not None:  # a plan made the old way, replayed from the plan cache
+            return "plan", (*planned, mode)
+        # It needs another trace: planned the old way, on a fresh one.
+        aten, mode, fakes = _aten_graph(gm, example_inputs, static=static)
+        serial = fx._Serializer(
+            aten.graph, _leaf_grad(aten, example_inputs), _parameters(aten, example_inputs)
+        )
+        plan = functools.partial(
+            _budget_plan,
+            gm,
+            example_inputs,
+            target,
+            records,
+            policy,
+            static,
+            serial,
+            (aten, mode, fakes),
+            code,
+        )
+    return "plan", (*plan(), mode)
+
+
+def _budget_plan(gm, example_inputs, target, records, policy, static, serial, traced, code):
+    """The budget's plan of the traced graph `traced` (aten, fake mode, fakes):
+    (decisions, rewrote, partitioner options, the graph planned), the model's share
+    where memslim.compile set a target (`code`: what Dynamo traced, compiled.last_code),
+    else the policy's memory_budget."""
+    aten, mode, fakes = traced
+    if target is not None:
+        return _model_share(
+            gm, example_inputs, target, records, policy, (aten, mode, fakes, serial), static, code
+        )
+    decisions, rewrote, options = _keep_rewrites(
+        aten, serial, mode, fakes, example_inputs, policy, True
+    )
+    return decisions, rewrote, options, aten
+
+
+def _compile_aten(gm, example_inputs, aten, mode, target, planner, options):
+    """Inductor's compile_fx of `aten` (None: of Dynamo's `gm`) with memslim's Inductor
+    guards; under a budget, of its plan: `planner` (budget.partitioner's, which plans
+    inside the partition step or splits a replayed plan) or, where None, the plan's
+    partitioner `options` with its tags on the graph."""
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
+
+    from . import inductor_guards
+
     guards = inductor_guards.config_patches()  # Inductor's own passes kept right
     # A peak target measures the first step: the backward compiled now, with the forward,
     # so whatever its compile allocates is not in the measured step.
     eager_bw = {"force_non_lazy_backward_lowering": True} if target and target.peak else {}
-    with functorch_config.patch(
-        **eager_bw, **options
-    ):  # the partitioner's (a budget's FUSED_RECOMPUTE)
-        # A budget's plan (options) was measured on `aten`: Dynamo's graph partitions
-        # otherwise (fuzz seed 940108: torch's knapsack at 0.21875 kept 1,628 B of aten,
-        # 1,900 B of Dynamo's graph, over the 1,630 B target).
-        if not rewrote and not options and not _static:
+    with functorch_config.patch(**eager_bw, **options):  # (a budget's FUSED_RECOMPUTE)
+        if aten is None:
             return compile_fx(gm, example_inputs, config_patches=guards)
-        # (_static: the static trace, whatever was rewritten: Dynamo's graph is symbolic.)
-        with _dynamic_output_shapes(mode), _keyed_by_tags(aten), _cache_stable(aten):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_dynamic_output_shapes(mode))
+            if planner is not None:
+                # Traced without the ladder's tags; the planner puts them on the joint.
+                overlay = _ladder_overlay(aten)
+                stack.enter_context(_ladder_base(aten, overlay, always=True))
+                stack.enter_context(inductor_config.patch(custom_partitioner_fn=planner))
+            stack.enter_context(_keyed_by_tags(aten))
+            stack.enter_context(_cache_stable(aten))
             return compile_fx(aten, example_inputs, config_patches=guards)
 
 
@@ -466,17 +554,15 @@ def _cache_stable(aten: torch.fx.GraphModule):
         aten.shape_env = env
 
 
-def _model_share(gm, example_inputs, target, records, policy, traced, static=False):
+def _model_share(gm, example_inputs, target, records, policy, traced, static=False, code=None):
     """_keep_rewrites under the model's target (budget.model): this graph's share of it,
     and where the share cannot be met, the graph's smallest reachable plan (the planner
     run again on a fresh trace with that figure as its target) instead of an error: the
     model's target is judged at the end of its forward. Returns (decisions, rewrote,
     options, the aten graph to compile)."""
-    from .compiled import last_code
-
     from .budget import plan_cache
 
-    slot = target.slot(gm, last_code(records))
+    slot = target.slot(gm, code)
     aten, mode, fakes, serial = traced
     leaf = (_leaf_grad(aten, example_inputs), _parameters(aten, example_inputs))
     skip = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}

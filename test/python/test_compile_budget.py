@@ -483,7 +483,9 @@ def _dry_runs(monkeypatch):
 
     from memslim.budget import ladder, measure
 
-    counts = {"dry runs": 0, "traces": 0}
+    import sys
+
+    counts = {"dry runs": 0, "traces": 0, "dry-run traces": 0}
     real, trace = measure._partitioned_saved_bytes, aot.aot_module_simplified
 
     def counted(*a, **k):
@@ -491,7 +493,9 @@ def _dry_runs(monkeypatch):
         return real(*a, **k)
 
     def traced(*a, **k):
-        counts["traces"] += 1
+        counts["traces"] += 1  # (the compile's own too, where it looks the function up)
+        if sys._getframe(1).f_code.co_filename.endswith("measure.py"):
+            counts["dry-run traces"] += 1
         return trace(*a, **k)
 
     for module in (measure, ladder):
@@ -574,3 +578,42 @@ def test_a_budget_met_by_torchs_knapsack_plans_in_three_dry_runs(monkeypatch):
     assert "knapsack" in note.text, note.text
     assert note.bytes_after <= 0.5 * note.bytes_before
     assert counts["dry runs"] == 3, counts
+    # budget.partitioner: the planner ran inside the compile's partition step, each dry
+    # run a min-cut of a copy of the compile's own joint (no dry run traced), and the
+    # graph compiled is the one the plan measured: its saved bytes, counted by the hooks
+    # in the planning forward, are the plan's to the byte.
+    assert counts["dry-run traces"] == 0, counts
+    [model] = [d.text for d in memslim.report(ours) if d.text.startswith("the model:")]
+    assert f"the compiled graphs saved {note.bytes_after:,} B in the planning forward" in model
+
+
+def test_a_plan_needing_the_pipelines_graph_is_planned_on_a_fresh_trace(monkeypatch):
+    # budget.partitioner: the planner runs inside the compile's partition step, on the
+    # joint the compile traced; a way that rewrites the graph (the pipeline's rewrites,
+    # way 4, and the whole-block ladder over them, way 5) needs another trace, so its dry
+    # run raises Retrace out of the compile and the backend plans the old way, on a fresh
+    # trace. Here ways 1-3 are taken away (no pieces ladder, no knapsack): the plan is
+    # the pipeline's, its records written once, its gradients eager's and its bytes, as
+    # the hooks count them in the planning forward, the plan's.
+    from memslim import backend
+    from memslim.budget import knapsack
+
+    monkeypatch.setattr(knapsack, "_torch_knapsack", lambda *a: (None, None, None))
+    monkeypatch.setattr(backend, "_Lazy", lambda build: backend._NoLadder())
+    counts = _dry_runs(monkeypatch)
+    torch.manual_seed(0)
+    model = SmallResNet().train()
+    x = torch.randn(4, 3, 16, 16)
+    eager, ours_m = model, _copy(model)
+    torch._dynamo.reset()
+    ours = memslim.compile(ours_m, memory_budget=0.5, strict=True)
+    want = _step(eager, x)
+    got = _step(ours, x)
+    assert _rel(got, want) <= 1e-5
+    notes = [d.text for d in _budget_notes(ours)]
+    [note] = [d for d in _budget_notes(ours) if d.text.startswith("budget")]
+    assert "pipeline" in note.text or "ladder step" in note.text, note.text
+    assert len(notes) == len(set(notes)), notes  # the aborted planning left nothing
+    assert counts["dry-run traces"] >= 1, counts  # the old way's
+    [model_note] = [d.text for d in memslim.report(ours) if d.text.startswith("the model:")]
+    assert f"saved {note.bytes_after:,} B in the planning forward" in model_note, model_note

@@ -14,7 +14,7 @@ the graph, the ladders and the pipeline's apply().
 
 from __future__ import annotations
 
-from . import BudgetError, budget_note, knapsack, plan_cache, target_bytes
+from . import BudgetError, budget_note, knapsack, partitioner, plan_cache, target_bytes
 from .knapsack import FUSED_RECOMPUTE, TORCH_KNAPSACK
 from .measure import Partition, _forget_fx_sources, _partitioned_saved_bytes, shared_joints
 
@@ -50,20 +50,17 @@ def _meet_budget(
        the backward's kernels (they read the kept input where the backward read the
        saved output: no kernel added), so the planner takes all of them at once, as
        torch's partitioner takes its most aggressive min-cut of fusible ops once that
-       meets the budget. Before 2026-11-27 (40cfc51) the ladder was bisected from step 0 and
-       stopped at the first step meeting the target: resnet50_frac kept 0.31 of eager
-       at 0.5, torch.compile 0.10. (b) is measured first; (a) only where (b) meets the
-       target or there is no light end (a dry run less: issue 48's three per graph).
+       meets the budget (before 2026-11-27, bisected from step 0: resnet50_frac kept 0.31
+       of eager at 0.5, torch.compile 0.10). (b) is measured first; (a) only where (b)
+       meets the target or there is no light end (a dry run less).
     2. Torch's own knapsack (_torch_knapsack): what torch.compile does with
        activation_memory_budget at the user's fraction, taken where its measured
        bytes meet the target (so memslim never keeps more than torch.compile at the
        same budget where torch's plan meets the target), else at the largest smaller
-       fraction whose plan meets it (2026-11-28, d5fb906). Its solver picks
-       the re-runs (convolutions and matrix products among them) at the least
-       estimated time for the bytes, where the ladder below is greedy per byte: on
-       resnet50 at 0.25 (2026-11-27, 40cfc51) both kept 58.6-58.7 MB, torch's at x1.06 of
-       eager's step, the ladder's at x1.32; on the toy CNN at 0.25 the ladder's step
-       peaked 16% above the unmodified graph's, torch's plan not at all.
+       fraction whose plan meets it. Its solver picks the re-runs (matrix products
+       too) at the least estimated time, where the ladder below is greedy per byte:
+       resnet50 at 0.25 kept 58.6-58.7 MB both, torch's at x1.06 of eager's step, the
+       ladder's at x1.32 (2026-11-27); toy CNN at 0.25: the ladder's peak +16%.
     3. The rest of `plain` (steps re-running convolutions and matrix products, the
        cheapest per byte first): the first step meeting the target.
     4. The pipeline's rewrites alone (memslim's own ops decompose into aten in the
@@ -98,6 +95,7 @@ def _meet_budget(
     outcome = {} if outcome is None else outcome
 
     entry = plan_cache.lookup(cache_key) if cache_key else None
+    partitioner.replay_only(entry is not None)  # (NeedsPlanning in the replay-only pass)
     before = (
         Partition.of(entry["before"], entry.get("profile"))
         if entry
@@ -112,6 +110,7 @@ def _meet_budget(
     sub = plan_cache.sub_key(budget, target)
     if entry and sub in entry.get("plans", {}):
         return _replay(entry["plans"][sub], aten, apply, ladder, plain, decisions, outcome)
+    partitioner.replay_only(False)
     first = len(decisions)
     try:
         rewrote, options = _plan(
@@ -135,6 +134,7 @@ def _meet_budget(
         raise
     if cache_key:
         plan = dict(outcome, rewrote=rewrote, options=options, notes=_notes(decisions[first:]))
+        plan["uuid"] = partitioner.plan_key()  # the partitioner key it compiles under
         if isinstance(outcome.get("kept"), Partition):
             plan["profile"] = outcome["kept"].profile()
         plan_cache.store(cache_key, before, sub, plan)
@@ -154,6 +154,7 @@ def _replay(plan, aten, apply, ladder, plain, decisions, outcome):
         decisions.append(budget_note("the plan cache holds this target's error"))
         raise _error(plan["reachable"], plan["error"])
     decisions.append(budget_note("plan replayed from the plan cache (no dry run)"))
+    partitioner.replayed(plan)
     way, step = plan.get("way"), plan.get("step")
     if way == "plain":
         plain.tag(step)

@@ -299,6 +299,10 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
     overlay = _ladder_overlay(graph)
     with _ladder_base(graph, overlay):  # (a no-op outside shared_joints())
         key = _joint_key(graph, fakes)
+        if _STATE["mode"] == "inside" and (key is None or key not in _JOINTS):
+            from .partitioner import Retrace
+
+            raise Retrace("a dry run of a graph the compile did not trace")
         if key is None:  # not shared: traced with the ladder's tags on
             _ladder_restore(graph, overlay)
             overlay = {}
@@ -353,11 +357,12 @@ def _set_tags(node, tags: dict) -> None:
 
 
 @contextlib.contextmanager
-def _ladder_base(graph: torch.fx.GraphModule, overlay: dict):
-    """Inside shared_joints(): `graph` with the ladder step's tags off (the tags each
-    node had before, LADDER_TAGGED's value) while it is keyed and traced, then on again:
-    every ladder step shares the one joint of the graph without them (_retag)."""
-    if _JOINTS is None or not overlay:
+def _ladder_base(graph: torch.fx.GraphModule, overlay: dict, always: bool = False):
+    """Inside shared_joints() (or `always`: the compile under budget.partitioner's
+    planner): `graph` with the ladder step's tags off (the tags each node had before,
+    LADDER_TAGGED's value) while it is keyed and traced, then on again: every ladder
+    step shares the one joint of the graph without them (_retag)."""
+    if (_JOINTS is None and not always) or not overlay:
         yield
         return
     for n in graph.graph.nodes:
@@ -401,6 +406,13 @@ def _retag(joint: torch.fx.GraphModule, graph: torch.fx.GraphModule, overlay: di
     return done
 
 
+# The planner's state while it runs inside the compile (budget.partitioner): "mode" None,
+# "replay" (a plan from the plan cache or NeedsPlanning) or "inside" (dry runs of the
+# compile's joint only); "uuid", the partitioner key a plan made inside is compiled under
+# (stored with it); "replayed_uuid", that of the plan replayed last.
+_STATE = {"mode": None, "uuid": None, "replayed_uuid": None}
+
+
 # shared_joints()'s joints: key (_joint_key) -> (the joint after Inductor's joint passes,
 # its inputs, the partitioner's arguments); None outside shared_joints().
 _JOINTS: Optional[dict] = None
@@ -428,7 +440,10 @@ def _joint_key(graph: torch.fx.GraphModule, fakes):
     (None: not shared, outside shared_joints() or where the partitioner is the user's)."""
     from torch._inductor import config
 
-    if _JOINTS is None or config.custom_partitioner_fn is not None or not _overridable():
+    user = config.custom_partitioner_fn
+    if _JOINTS is None or (user is not None and not getattr(user, "memslim", False)):
+        return None
+    if not _overridable():
         return None
     from ..cache_keys import _region_digest
 
