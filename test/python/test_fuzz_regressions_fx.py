@@ -257,19 +257,24 @@ def test_inplace_activation_under_no_grad_through_compile(session):
         assert float((g - e).norm() / e.norm()) < 1e-5
 
 
-def _compile_leg_session(budget: str):
+def _compile_leg_session(budget: str, dynamic: bool = False):
     """A worker whose programs also run memslim.compile's leg with MEMSLIM_FUZZ_COMPILE_BUDGET
-    = budget ("none": no budget); the variable stays set until the fixture ends, since the
-    worker reads it when it starts, at its first job."""
-    old = os.environ.get("MEMSLIM_FUZZ_COMPILE_BUDGET")
-    os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"] = budget
+    = budget ("none": no budget; `dynamic`: MEMSLIM_FUZZ_COMPILE_DYNAMIC=1); the variables
+    stay set until the fixture ends, since the worker reads them when it starts, at its
+    first job."""
+    names = {"MEMSLIM_FUZZ_COMPILE_BUDGET": budget, "MEMSLIM_FUZZ_COMPILE_DYNAMIC": "1"}
+    if not dynamic:
+        del names["MEMSLIM_FUZZ_COMPILE_DYNAMIC"]
+    old = {k: os.environ.get(k) for k in names}
+    os.environ.update(names)
     s = runner.Session(runner.default_memslim_opt(), cli=False, timeout=300)
     yield s
     s.close()
-    if old is None:
-        del os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"]
-    else:
-        os.environ["MEMSLIM_FUZZ_COMPILE_BUDGET"] = old
+    for k, v in old.items():
+        if v is None:
+            del os.environ[k]
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
@@ -331,6 +336,21 @@ def test_compile_budget_knapsack_keeps_dropout_masks(compile_budget_session):
 # post-grad guard (memslim.inductor_guards) moves alpha off such adds; the refusal is gone.
 def test_compile_budget_chain_with_dropout(compile_budget_session):
     check_corpus(compile_budget_session, "seed930021_compile_budget_chain_dropout_wrong.py")
+
+
+@pytest.fixture(scope="module")
+def compile_budget_dynamic_session():
+    """memslim.compile's leg with memory_budget=0.5 and dynamic=True."""
+    yield from _compile_leg_session("0.5", dynamic=True)
+
+
+# Compile leg with a budget and dynamic shapes, seed 941000 (2026-11-30): the planner inside
+# the compile's partition step ran torch's knapsack on the compile's joint, where a size input
+# is an int, and torch's size estimate raised (the step stopped). It plans the old way now.
+def test_compile_budget_dynamic_knapsack_int_size(compile_budget_dynamic_session):
+    check_corpus(
+        compile_budget_dynamic_session, "seed941000_compile_budget_dynamic_knapsack_int_size.py"
+    )
 
 
 # Long-fuzz seeds 500804 and 501142 (2026-11-29, the 2,000-program run after the one-core

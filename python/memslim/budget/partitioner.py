@@ -26,7 +26,7 @@ import contextlib
 import uuid as uuid_lib
 from typing import Callable, Optional
 
-from . import measure
+from . import BudgetError, measure
 
 
 class NeedsPlanning(Exception):
@@ -96,7 +96,16 @@ def _partitioner_class():
                         raise Retrace("the joint graph cannot be shared")
                     split = {k: v for k, v in kwargs.items() if k != "compiler"}  # (min_cut's)
                     measure._JOINTS[joint_key] = (measure._copy(gm), joint_inputs, split)
-                    self.result = self.plan()
+                    try:
+                        self.result = self.plan()
+                    except (BudgetError, Retrace):
+                        raise
+                    except Exception as e:  # noqa: BLE001
+                        # A dry run on the compile's joint that the old way's traced
+                        # joint would not meet (fuzz seed 941000: a size input the
+                        # compile's trace holds as an int, which torch's knapsack
+                        # cannot size): the old way, on a fresh trace.
+                        raise Retrace(f"{type(e).__name__}: {e}") from e
             options, planned = self.result[2], self.result[3]
             if planned is not self.aten:
                 raise Retrace("the plan is of another trace")
