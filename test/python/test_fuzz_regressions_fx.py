@@ -353,6 +353,27 @@ def test_compile_budget_dynamic_knapsack_int_size(compile_budget_dynamic_session
     )
 
 
+# Found by the same campaign (seeds 941000:941040, 0.5, dynamic; present before the planner
+# moved into the partition step too), not fixed yet: two budgets kept 1.10x / 1.09x the
+# judge's target silently, and a chain piece's compile raised on memslim.norm_fallback's
+# data-dependent size.
+@pytest.mark.xfail(strict=True, reason="seed 941003: budget-miss under dynamic shapes")
+def test_compile_budget_dynamic_miss_941003(compile_budget_dynamic_session):
+    check_corpus(compile_budget_dynamic_session, "seed941003_compile_budget_dynamic_miss.py")
+
+
+@pytest.mark.xfail(strict=True, reason="seed 941005: budget-miss under dynamic shapes")
+def test_compile_budget_dynamic_miss_941005(compile_budget_dynamic_session):
+    check_corpus(compile_budget_dynamic_session, "seed941005_compile_budget_dynamic_miss.py")
+
+
+@pytest.mark.xfail(strict=True, reason="seed 941028: norm_fallback in a chain piece's compile")
+def test_compile_budget_dynamic_norm_fallback_941028(compile_budget_dynamic_session):
+    check_corpus(
+        compile_budget_dynamic_session, "seed941028_compile_budget_dynamic_norm_fallback_shape.py"
+    )
+
+
 # Long-fuzz seeds 500804 and 501142 (2026-11-29, the 2,000-program run after the one-core
 # restructuring; both also wrong at 7c33213, before it): affine coupling blocks with
 # BatchNorm and dropout, through memslim.fx.optimize, a gradient 1.7e-4 / 2.8e-4 off (bar
