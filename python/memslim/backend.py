@@ -444,9 +444,13 @@ def _budget(gm, example_inputs, target, records, policy, static, traced, code):
     planned the old way (traced dry runs; on a fresh trace where the planning inside
     needed another graph)."""
     aten, mode, fakes, serial = traced
-    plan = functools.partial(
-        _budget_plan, gm, example_inputs, target, records, policy, static, serial, traced[:3], code
-    )
+
+    def plan_of(serial, traced):
+        return functools.partial(
+            _budget_plan, gm, example_inputs, target, records, policy, static, serial, traced, code
+        )
+
+    plan = plan_of(serial, traced[:3])
     if partitioner.available():
         compile_with = functools.partial(
             _compile_aten, gm, example_inputs, aten, mode, target, options={}
@@ -461,18 +465,7 @@ def _budget(gm, example_inputs, target, records, policy, static, traced, code):
         serial = fx._Serializer(
             aten.graph, _leaf_grad(aten, example_inputs), _parameters(aten, example_inputs)
         )
-        plan = functools.partial(
-            _budget_plan,
-            gm,
-            example_inputs,
-            target,
-            records,
-            policy,
-            static,
-            serial,
-            (aten, mode, fakes),
-            code,
-        )
+        plan = plan_of(serial, (aten, mode, fakes))
     return "plan", (*plan(), mode)
 
 
