@@ -65,6 +65,9 @@ def _partitioner_class():
         def __init__(self, aten, fakes, plan, key, result=None):
             self.aten, self.fakes, self.plan, self.key = aten, fakes, plan, key
             self.result = result  # (decisions, rewrote, options, aten) once planned
+            # A replayed plan's tags, read now: the compile traces the graph with them off
+            # (measure._ladder_base), and the split puts them on the joint.
+            self.overlay = measure._ladder_overlay(aten) if result is not None else None
 
         def __deepcopy__(self, memo):
             # Inductor's cache key copies its config (custom_partitioner_fn included)
@@ -109,7 +112,10 @@ def _partitioner_class():
             options, planned = self.result[2], self.result[3]
             if planned is not self.aten:
                 raise Retrace("the plan is of another trace")
-            measure._retag_or_raise(gm, self.aten, measure._ladder_overlay(self.aten))
+            overlay = self.overlay
+            if overlay is None:  # planned just now, inside: the tags are on the graph
+                overlay = measure._ladder_overlay(self.aten)
+            measure._retag_or_raise(gm, self.aten, overlay)
             kwargs.setdefault("compiler", "inductor")
             with functorch_config.patch(**options):
                 return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
