@@ -455,12 +455,12 @@ def _budget(gm, example_inputs, target, records, policy, static, traced, code):
         compile_with = functools.partial(
             _compile_aten, gm, example_inputs, aten, mode, target, options={}
         )
-        planned = partitioner.compile_planned(aten, fakes, plan, compile_with, records)
-        if planned is not None and len(planned) == 2:
-            return "compiled", planned
-        if planned is not None:  # a plan made the old way, replayed from the plan cache
-            return "plan", (*planned, mode)
-        # It needs another trace: planned the old way, on a fresh one.
+        how, got = partitioner.compile_planned(aten, fakes, plan, compile_with, records)
+        if how == "compiled":
+            return how, got
+        if how == "plan":  # a plan made the old way, replayed from the plan cache
+            return how, (*got, mode)
+        # "retrace": planned the old way, on a fresh trace.
         aten, mode, fakes = _aten_graph(gm, example_inputs, static=static)
         serial = fx._Serializer(
             aten.graph, _leaf_grad(aten, example_inputs), _parameters(aten, example_inputs)
@@ -508,7 +508,7 @@ def _compile_aten(gm, example_inputs, aten, mode, target, planner, options):
             if planner is not None:
                 # Traced without the ladder's tags; the planner puts them on the joint.
                 overlay = _ladder_overlay(aten)
-                stack.enter_context(_ladder_base(aten, overlay, always=True))
+                stack.enter_context(_ladder_base(aten, overlay))
                 stack.enter_context(inductor_config.patch(custom_partitioner_fn=planner))
             stack.enter_context(_keyed_by_tags(aten))
             stack.enter_context(_cache_stable(aten))

@@ -1,6 +1,7 @@
 """Inductor's cache keys for the recompute tags memslim puts on a graph.
 
-What: LADDER_TAGGED (the node metadata marking a ladder step's tags), _region_digest
+What: TAG_KEYS / tags_of / set_tags (a node's recompute tags), LADDER_TAGGED (the node
+metadata marking a ladder step's tags), _region_digest
 (which nodes carry recompute tags, as a hash), _region_tags_key (a
 CustomGraphPass whose uuid is that digest, so that Inductor's and AOTAutograd's caches key
 on the tags), _untag_placeholders (takes tags off the joint graph's inputs) and
@@ -21,6 +22,22 @@ import torch
 # value is the node's recompute tags before (a dict, maybe empty). The dry runs
 # (budget.measure) trace a graph without them and put them on a copy of its joint.
 LADDER_TAGGED = "memslim_ladder_tagged"
+
+# The node metadata a recompute tag is (torch.utils.checkpoint's and the partitioner's).
+TAG_KEYS = ("recompute", "ac_graph_id")
+
+
+def tags_of(node) -> dict:
+    """`node`'s recompute tags (TAG_KEYS present on it)."""
+    return {k: node.meta[k] for k in TAG_KEYS if k in node.meta}
+
+
+def set_tags(node, tags: dict) -> None:
+    """`node`'s recompute tags made `tags` (those absent from it taken off)."""
+    for k in TAG_KEYS:
+        node.meta.pop(k, None)
+        if k in tags:
+            node.meta[k] = tags[k]
 
 
 def _region_tags_key(digest: str):
@@ -62,8 +79,7 @@ def _untag_placeholders():
     class UntagPlaceholders(CustomGraphPass):
         def __call__(self, graph) -> None:
             for n in graph.find_nodes(op="placeholder"):
-                n.meta.pop("recompute", None)
-                n.meta.pop("ac_graph_id", None)
+                set_tags(n, {})
 
         def uuid(self):
             return ("memslim-untag-placeholders", 1)

@@ -21,7 +21,7 @@ import torch
 import torch.fx
 
 from . import _C
-from .cache_keys import LADDER_TAGGED
+from .cache_keys import LADDER_TAGGED, set_tags, tags_of
 from ._policy import policy_keywords
 from . import records
 from .records import Decision
@@ -526,10 +526,7 @@ class BlockLadder:
 
         for n, meta in self._saved.items():
             n.meta.pop(LADDER_TAGGED, None)
-            for key in ("recompute", "ac_graph_id"):
-                n.meta.pop(key, None)
-                if key in meta:
-                    n.meta[key] = meta[key]
+            set_tags(n, meta)
         self._saved = {}
         self.skipped = 0
         runs = [self._nodes(ids) for ids in self.steps[k].runs]
@@ -539,9 +536,7 @@ class BlockLadder:
                 self.skipped += 1
                 continue
             for n in nodes:
-                self._saved[n] = {
-                    key: n.meta[key] for key in ("recompute", "ac_graph_id") if key in n.meta
-                }
+                self._saved[n] = tags_of(n)
                 n.meta[LADDER_TAGGED] = self._saved[n]  # (budget.measure retags joints by it)
                 n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
                 n.meta["ac_graph_id"] = start

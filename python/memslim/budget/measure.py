@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 import torch
 
 from .. import fx
-from ..cache_keys import LADDER_TAGGED, _keyed_by_tags
+from ..cache_keys import LADDER_TAGGED, _keyed_by_tags, set_tags, tags_of
 
 
 @contextlib.contextmanager
@@ -296,16 +296,15 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
     from torch._inductor.virtualized import V
 
     box = {}
-    overlay = _ladder_overlay(graph)
-    with _ladder_base(graph, overlay):  # (a no-op outside shared_joints())
+    # Shared: the joint traced without a ladder step's tags, put on a copy (_retag); not
+    # shared: traced with them on.
+    overlay = _ladder_overlay(graph) if _sharing() else {}
+    with _ladder_base(graph, overlay):
         key = _joint_key(graph, fakes)
         if _STATE["mode"] == "inside" and (key is None or key not in _JOINTS):
             from .partitioner import Retrace
 
             raise Retrace("a dry run of a graph the compile did not trace")
-        if key is None:  # not shared: traced with the ladder's tags on
-            _ladder_restore(graph, overlay)
-            overlay = {}
 
         def partition(joint, joint_inputs, **kwargs):
             fw, bw = _split(joint, joint_inputs, kwargs, key, graph, overlay)
@@ -339,45 +338,23 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
 def _ladder_overlay(graph: torch.fx.GraphModule) -> dict:
     """The recompute tags a ladder step put on `graph` (LADDER_TAGGED): node name ->
     its tags now."""
-    return {
-        n.name: {k: n.meta[k] for k in _TAG_KEYS if k in n.meta}
-        for n in graph.graph.nodes
-        if LADDER_TAGGED in n.meta
-    }
-
-
-_TAG_KEYS = ("recompute", "ac_graph_id")
-
-
-def _set_tags(node, tags: dict) -> None:
-    for k in _TAG_KEYS:
-        node.meta.pop(k, None)
-        if k in tags:
-            node.meta[k] = tags[k]
+    return {n.name: tags_of(n) for n in graph.graph.nodes if LADDER_TAGGED in n.meta}
 
 
 @contextlib.contextmanager
-def _ladder_base(graph: torch.fx.GraphModule, overlay: dict, always: bool = False):
-    """Inside shared_joints() (or `always`: the compile under budget.partitioner's
-    planner): `graph` with the ladder step's tags off (the tags each node had before,
-    LADDER_TAGGED's value) while it is keyed and traced, then on again: every ladder
-    step shares the one joint of the graph without them (_retag)."""
-    if (_JOINTS is None and not always) or not overlay:
-        yield
-        return
-    for n in graph.graph.nodes:
-        if n.name in overlay:
-            _set_tags(n, n.meta[LADDER_TAGGED])
+def _ladder_base(graph: torch.fx.GraphModule, overlay: dict):
+    """`graph` with the ladder step's tags in `overlay` off (the tags each node had
+    before, LADDER_TAGGED's value) while it is keyed and traced, then on again: every
+    ladder step shares the one joint of the graph without them (_retag), the dry runs'
+    and the compile's under budget.partitioner's planner."""
+    nodes = [n for n in graph.graph.nodes if n.name in overlay]
+    for n in nodes:
+        set_tags(n, n.meta[LADDER_TAGGED])
     try:
         yield
     finally:
-        _ladder_restore(graph, overlay)
-
-
-def _ladder_restore(graph: torch.fx.GraphModule, overlay: dict) -> None:
-    for n in graph.graph.nodes:
-        if n.name in overlay:
-            _set_tags(n, overlay[n.name])
+        for n in nodes:
+            set_tags(n, overlay[n.name])
 
 
 def _retag(joint: torch.fx.GraphModule, graph: torch.fx.GraphModule, overlay: dict) -> int:
@@ -399,7 +376,7 @@ def _retag(joint: torch.fx.GraphModule, graph: torch.fx.GraphModule, overlay: di
             src = stack.pop()
             if getattr(src, "graph_id", None) == gid:
                 if src.name in overlay:
-                    _set_tags(n, overlay[src.name])
+                    set_tags(n, overlay[src.name])
                     done += 1
                 break
             stack.extend(getattr(src, "from_node", None) or ())
@@ -438,12 +415,7 @@ def shared_joints():
 def _joint_key(graph: torch.fx.GraphModule, fakes):
     """What a joint is shared by: the graph, its code, its recompute tags, its inputs
     (None: not shared, outside shared_joints() or where the partitioner is the user's)."""
-    from torch._inductor import config
-
-    user = config.custom_partitioner_fn
-    if _JOINTS is None or (user is not None and not getattr(user, "memslim", False)):
-        return None
-    if not _overridable():
+    if not _sharing():
         return None
     from ..cache_keys import _region_digest
 
@@ -451,6 +423,18 @@ def _joint_key(graph: torch.fx.GraphModule, fakes):
     # which FX then keeps for the process's life (test_compile_budget counts them).
     code = graph.graph.python_code(root_module="self").src
     return (id(graph), code, _region_digest(graph), tuple(id(f) for f in fakes))
+
+
+def _sharing() -> bool:
+    """Whether dry runs share joints: inside shared_joints(), under Inductor's partitioner
+    or memslim's own (budget.partitioner), not a user's, where partition_fn takes an
+    override."""
+    from torch._inductor import config
+
+    user = config.custom_partitioner_fn
+    return (
+        _JOINTS is not None and (user is None or getattr(user, "memslim", False)) and _overridable()
+    )
 
 
 @functools.lru_cache(None)

@@ -81,7 +81,7 @@ def _partitioner_class():
         def uuid(self):
             # AOTAutograd's and Inductor's caches key on it: a fresh planning's is new,
             # a replayed plan's is the one its planning compiled under.
-            return ("memslim-planner", self.key)
+            return _PlannerKey(self.key)
 
         def __call__(self, gm, joint_inputs, **kwargs):
             from torch._functorch import config as functorch_config
@@ -157,10 +157,10 @@ def compile_planned(aten, fakes, plan: Callable, compile_with: Callable, records
     step (or replayed from the plan cache before it). plan(): the backend's planning of
     `aten` (decisions, rewrote, partitioner options, the graph planned). compile_with(
     partitioner): the backend's compile of `aten` with that custom partitioner. Returns
-    (decisions, compiled); or the plan, where the plan cache's was made the old way (the
-    pipeline's rewrites, a fresh trace: the backend compiles it so); or None where the
-    planning needs another trace (Retrace): then nothing of it is left in `records` and
-    the backend plans the old way."""
+    ("compiled", (decisions, compiled)); ("plan", the plan) where the plan cache's was
+    made the old way (the pipeline's rewrites, a fresh trace: the backend compiles it
+    so); or ("retrace", None) where the planning needs another trace (Retrace): then
+    nothing of it is left in `records` and the backend plans the old way."""
     first = len(records)
     try:
         with _replay_only():
@@ -171,16 +171,16 @@ def compile_planned(aten, fakes, plan: Callable, compile_with: Callable, records
         result, key = None, None
     if result is not None:
         if not key or result[3] is not aten:
-            return result
+            return "plan", result
         planner = _partitioner_class()(aten, fakes, plan, key, result)
-        return result[0], compile_with(planner)
+        return "compiled", (result[0], compile_with(planner))
     planner = _partitioner_class()(aten, fakes, plan, uuid_lib.uuid4().hex)
     try:
         compiled = compile_with(planner)
     except Retrace:
         del records[first:]
-        return None
-    return planner.result[0], compiled
+        return "retrace", None
+    return "compiled", (planner.result[0], compiled)
 
 
 def replayed(plan: dict) -> None:
