@@ -24,15 +24,14 @@
 //   dropped as consumed; F's / G's outputs before their backward; sums in
 //   place where nothing else holds the tensor): its peak is one re-run plus the
 //   pair, its gradients and the parameter gradients, whatever the chain's length;
-// - drift: a block whose input cannot be rebuilt (a shape or dtype change
-//   through a half, a link that re-splits; on each call, an affine half whose
-//   scale m holds a zero, a NaN or an inf), every `anchor_every`-th block, and
-//   each block whose rebuilt input, F / G output there, or F / G gradients
-//   there (input and parameters, one fixed cotangent) were off by more than
-//   `drift_bound` (relative, max norm; NaN counts as off) on the chain's first
-//   differentiated call keeps its exact input. The first call keeps every
-//   block's input to measure that. A later batch can still meet an
-//   ill-conditioned point the first did not (an all-zero row under LayerNorm).
+// - drift: a block whose input cannot be rebuilt (a shape or dtype change through a
+//   half, a link that re-splits; on each call, an affine half whose scale m holds a
+//   zero, a NaN or an inf), every `anchor_every`-th block, and each block whose rebuilt
+//   input, F / G output there, or F / G gradients there (input and parameters, one
+//   fixed cotangent) were off by more than `drift_bound` (relative, max norm; NaN
+//   counts as off) on the chain's first differentiated call keeps its exact input (a
+//   warning with its bytes). The first call keeps every block's input to measure that.
+//   A later batch can still meet an ill-conditioned point the first did not.
 // Why a `str[]`: as for recompute_region, text survives printing, saving and
 // memslim-opt round trips; each chain is parsed once per process and cached.
 //
@@ -155,10 +154,9 @@ at::Tensor rebuild(int64_t k, const at::Tensor& y, const Outs& o) {
   return low ? x.to(y.scalar_type()) : x;
 }
 
-// Whether an affine half's scale rules out the inverse on this call (a zero
-// loses x; a NaN or inf cannot be divided out).
-// Tensors without real data (plain_cpu.h: fake / functional / symbolic / meta)
-// are not checked: nothing is inverted there.
+// Whether an affine half's scale rules out the inverse on this call (a zero loses x; a
+// NaN or inf cannot be divided out). Tensors without real data (plain_cpu.h: fake /
+// functional / symbolic / meta) are not checked: nothing is inverted there.
 bool scale_singular(int64_t k, const Outs& o) {
   if (k == 0) return false;
   const at::Tensor& m = o[0];
@@ -214,8 +212,8 @@ std::vector<at::Tensor> slice(at::TensorList state, const Layout& l, size_t fn) 
                                  state.begin() + l.offset[fn] + l.arity[fn]);
 }
 
-// link_b(y1, y2): the next block's inputs, and whether that split differs from
-// (y1, y2) (then the block's outputs cannot be read back from them).
+// link_b(y1, y2): the next block's inputs, and whether that split differs from (y1, y2)
+// (then the block's outputs cannot be read back from them).
 std::pair<at::Tensor, at::Tensor> link(const Layout& l, size_t b, const at::Tensor& y1,
                                        const at::Tensor& y2, bool& resplit) {
   resplit = false;
@@ -223,14 +221,13 @@ std::pair<at::Tensor, at::Tensor> link(const Layout& l, size_t b, const at::Tens
   auto parts = at::chunk(at::cat({y1, y2}, l.links[3 * b + 1]), 2, l.links[3 * b + 2]);
   TORCH_CHECK(parts.size() == 2, kOp, ": a link's chunk gave ", parts.size(), " pieces");
   resplit = !same_meta(parts[0], y1) || !same_meta(parts[1], y2);
-  // The pieces either way: equal values, and the memory layout the original
-  // program's next block reads (a random op fills its mask in memory order:
-  // fuzz seed 800836, a transposed input).
+  // The pieces either way: equal values, and the memory layout the original program's
+  // next block reads (a random op fills its mask in memory order: fuzz seed 800836).
   return {parts[0], parts[1]};
 }
 
-// Forward of the whole chain (no autograd graph). `keep_in` / `keep_out` get the
-// blocks' exact inputs / outputs where asked (or needed).
+// Forward of the whole chain (no autograd graph). `keep_in` / `keep_out` get the blocks'
+// exact inputs / outputs where asked (or needed).
 struct ForwardRecord {
   std::vector<at::Tensor> in1, in2, out1, out2; // per block; undefined: not kept
   std::vector<bool> no_inverse;                 // the add changed shape / dtype
@@ -312,12 +309,11 @@ struct DriftProbe {
     return e;
   }
 
-  // The gradients of function fn at `in` (its input's and its floating-point
-  // state's: parameters) for one fixed cotangent: what backward computes
-  // there. Values can agree to the bound while derivatives do not: a rebuilt
-  // all-zero row under LayerNorm becomes noise times 1/sqrt(eps) and flips
-  // the ReLU6 after it (fuzz seed 900440: an input gradient off by 112 where
-  // eager's is 1).
+  // The gradients of function fn at `in` (its input's and its floating-point state's:
+  // parameters) for one fixed cotangent: what backward computes there. Values can agree
+  // to the bound while derivatives do not: a rebuilt all-zero row under LayerNorm becomes
+  // noise times 1/sqrt(eps) and flips the ReLU6 after it (fuzz seed 900440: an input
+  // gradient off by 112 where eager's is 1).
   std::vector<at::Tensor> vjp(size_t fn, const at::Tensor& in) const {
     at::AutoGradMode grad_mode(true);
     std::vector<at::Tensor> ext = slice(state, l, fn), wrt;
@@ -343,12 +339,11 @@ struct DriftProbe {
     return torch::autograd::grad(diff, wrt, cots, false, false, true);
   }
 
-  // How far the gradients at the rebuilt input are from those at the exact
-  // one, counted only beyond 10x what relative noise of the rebuild's own
-  // size does to them at the exact input: fp32 RevNet's gradients move by
-  // 1e-2 under that noise (eager fp32 is off float64 as much), seed 900440's
-  // do not (a zero row stays zero under relative noise, not under the
-  // rebuild's absolute error).
+  // How far the gradients at the rebuilt input are from those at the exact one, counted
+  // only beyond 10x what relative noise of the rebuild's own size does to them at the
+  // exact input: fp32 RevNet's gradients move by 1e-2 under that noise (eager fp32 is off
+  // float64 as much), seed 900440's do not (a zero row stays zero under relative noise,
+  // not under the rebuild's absolute error).
   double vjp_error(size_t fn, const at::Tensor& in, const at::Tensor& exact_in) const {
     const std::vector<at::Tensor> a = vjp(fn, in), b = vjp(fn, exact_in);
     if (a.size() != b.size()) return double(INFINITY);
@@ -418,9 +413,9 @@ KeptBlocks kept_blocks(std::vector<at::Tensor>& acts, const std::vector<int64_t>
   return k;
 }
 
-// One backward call's working set: the state the functions read (`slot`: each
-// entry's autograd input index, 0 for none), the forward's generator states and
-// strides, and the gradients gathered into `result`.
+// One backward call's working set: the state the functions read (`slot`: each entry's
+// autograd input index, 0 for none), the forward's generator states and strides, and
+// the gradients gathered into `result`.
 struct ChainBackward {
   AutogradContext* ctx;
   Chain& c;
@@ -454,10 +449,10 @@ struct ChainBackward {
     }
   }
 
-  // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt from
-  // y (or the kept exact one), `g_in` (in's) and the state's gradients gain
-  // fn's vector-Jacobian product, `gy` becomes x's. y goes once x is rebuilt,
-  // fn's outputs before their backward runs (their graph edges stand for them).
+  // One half, y = x (+) fn(in): fn re-run on `in` with grad, x rebuilt from y (or the
+  // kept exact one), `g_in` (in's) and the state's gradients gain fn's vector-Jacobian
+  // product, `gy` becomes x's. y goes once x is rebuilt, fn's outputs before their
+  // backward runs (their graph edges stand for them).
   at::Tensor half(size_t fn, const at::Tensor& in_value, at::Tensor& y, at::Tensor exact_x,
                   at::Tensor& gy, at::Tensor& g_in) {
     const int64_t k = c.combine[fn];
@@ -608,13 +603,18 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     return {y1, y2};
   }
 
-  // The chain's first differentiated call: rebuild every block's input from
-  // the outputs, as backward will, and mark the blocks whose rebuilt values are
-  // off by more than the bound (they keep their exact input from now on). Off
-  // means: the rebuilt input against the kept one, and F's / G's output at the
-  // rebuilt point against the output at the exact one, since backward
-  // differentiates them there (a BatchNorm in G turns a 1e-6 error of a
-  // large-mean input into 1e-3 of its output: fuzz seed 701039).
+  // A block's two inputs as autograd counts them: each storage once (chains.py reads it).
+  static int64_t input_bytes(const at::Tensor& a, const at::Tensor& b) {
+    const bool one = a.defined() && b.defined() && a.storage().is_alias_of(b.storage());
+    return (a.defined() ? int64_t(a.storage().nbytes()) : 0) +
+           (b.defined() && !one ? int64_t(b.storage().nbytes()) : 0);
+  }
+
+  // The chain's first differentiated call: rebuild every block's input as backward will,
+  // and mark the blocks off by more than the bound (they keep their exact input from now
+  // on): the rebuilt input against the kept one, and F's / G's output (and gradients)
+  // there against those at the exact one, since backward differentiates them there (a
+  // BatchNorm in G turns 1e-6 of a large-mean input into 1e-3: fuzz seed 701039).
   static void first_call_check(Chain& c, const Layout& l, at::TensorList state, at::Tensor r1,
                                at::Tensor r2, const ForwardRecord& rec, double bound,
                                int64_t anchor_every, std::vector<bool>& keep) {
@@ -667,7 +667,8 @@ struct CouplingChainFunction : public torch::autograd::Function<CouplingChainFun
     for (size_t b = 0; b < l.blocks; ++b)
       if (drift[b])
         TORCH_WARN(kOp, ": block ", b, " of a coupling chain is rebuilt with relative error ",
-                   worst[b], " > ", bound, "; it keeps its exact input from now on");
+                   worst[b], " > ", bound, "; it keeps its exact input (",
+                   input_bytes(rec.in1[b], rec.in2[b]), " B) from now on");
     std::lock_guard<std::mutex> lock(c.mu);
     for (size_t b = 0; b < l.blocks; ++b) {
       c.drift_anchor[b] = c.drift_anchor[b] || drift[b];

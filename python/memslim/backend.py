@@ -512,7 +512,26 @@ def _compile_aten(gm, example_inputs, aten, mode, target, planner, options):
                 stack.enter_context(inductor_config.patch(custom_partitioner_fn=planner))
             stack.enter_context(_keyed_by_tags(aten))
             stack.enter_context(_cache_stable(aten))
-            return compile_fx(aten, example_inputs, config_patches=guards)
+            return compile_fx(aten, _in_mode(mode, example_inputs), config_patches=guards)
+
+
+def _in_mode(mode, example_inputs):
+    """`example_inputs` as fakes of `mode` where they are real (chains._PerShape's static
+    compile hands real tensors): from real inputs AOTAutograd makes a fake mode of its own,
+    without a ShapeEnv for static sizes, where an op with a data-dependent output size
+    (activation_forward's exact list, norm_fallback's channels) cannot be traced (fuzz seed
+    941028: DynamicOutputShapeException in a piece beside a coupling chain). `mode`'s
+    ShapeEnv allows them (_dynamic_output_shapes); sizes stay static."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if mode is None or getattr(mode, "shape_env", None) is None:
+        return example_inputs
+    return [
+        mode.from_tensor(t, static_shapes=True)
+        if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor)
+        else t
+        for t in example_inputs
+    ]
 
 
 def _as_captured(gm, records):

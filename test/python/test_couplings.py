@@ -264,7 +264,8 @@ def test_drift_over_the_bound_keeps_the_exact_input():
     x = torch.randn(4, 8)
     ref, opt, base = pair(Amplified, x)
     assert any("coupling_chain" in r for r in remarks(opt))
-    with pytest.warns(UserWarning, match="keeps its exact input from now on"):
+    # Its bytes: block 0's two halves, one storage (x, 4 x 8 floats).
+    with pytest.warns(UserWarning, match=r"keeps its exact input \(128 B\) from now on"):
         gb = step_grads(opt, x, list(base.parameters()))
     ga = step_grads(ref, x, list(ref.parameters()))
     # With the exact input kept, backward is eager's computation.

@@ -354,20 +354,21 @@ def test_compile_budget_dynamic_knapsack_int_size(compile_budget_dynamic_session
 
 
 # Found by the same campaign (seeds 941000:941040, 0.5, dynamic; present before the planner
-# moved into the partition step too), not fixed yet: two budgets kept 1.10x / 1.09x the
-# judge's target silently, and a chain piece's compile raised on memslim.norm_fallback's
-# data-dependent size.
-@pytest.mark.xfail(strict=True, reason="seed 941003: budget-miss under dynamic shapes")
-def test_compile_budget_dynamic_miss_941003(compile_budget_dynamic_session):
-    check_corpus(compile_budget_dynamic_session, "seed941003_compile_budget_dynamic_miss.py")
+# moved into the partition step too): two budgets kept 1.10x / 1.09x the judge's target
+# silently. Both: a coupling chain's block rebuilt off by more than coupling_drift_bound on
+# its first call keeps its exact input from then on, bytes the plan did not count (data it
+# cannot see before the call). The miss is said now: a record and a warning with its bytes,
+# which account for the difference (the judge checks that).
+@pytest.mark.parametrize("seed", ["941003", "941005"])
+def test_compile_budget_dynamic_chain_drift_miss_is_said(compile_budget_dynamic_session, seed):
+    res = check_corpus(compile_budget_dynamic_session, f"seed{seed}_compile_budget_dynamic_miss.py")
+    assert res.get("budget", "").startswith("missed, said"), res
 
 
-@pytest.mark.xfail(strict=True, reason="seed 941005: budget-miss under dynamic shapes")
-def test_compile_budget_dynamic_miss_941005(compile_budget_dynamic_session):
-    check_corpus(compile_budget_dynamic_session, "seed941005_compile_budget_dynamic_miss.py")
-
-
-@pytest.mark.xfail(strict=True, reason="seed 941028: norm_fallback in a chain piece's compile")
+# Seed 941028, same campaign: a piece beside a coupling chain (chains._PerShape's static
+# compile, real example inputs) was compiled by AOTAutograd in a fake mode of its own with no
+# ShapeEnv, where memslim.norm_fallback's data-dependent size raised DynamicOutputShapeException
+# (the step stopped). The piece is compiled with fakes of the backend's mode now.
 def test_compile_budget_dynamic_norm_fallback_941028(compile_budget_dynamic_session):
     check_corpus(
         compile_budget_dynamic_session, "seed941028_compile_budget_dynamic_norm_fallback_shape.py"

@@ -1,7 +1,7 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 941003: under memslim.compile with
 # memory_budget=0.5 and dynamic=True the compiled graph kept 1,728 B where the fuzz judge's target
 # is 1,568 B (0.5 of plain torch.compile's 3,136 B), with no error and no record saying so
-# (budget-miss, 2026-11-30; also before the planner moved into the partition step). Not understood yet.
+# (budget-miss, 2026-11-30; also before the planner moved into the partition step). A coupling chain block's drift anchor (its exact input kept); said by a record now.
 # features: act:elu act:mish_ act:relu act:selu act:sigmoid_ act_inplace coupling coupling_bn coupling_dropout coupling_gain dropout dtype_float32 hand_silu hand_split mode_train norm norm:layer sum_term
 import math
 

@@ -1,7 +1,7 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 941005: under memslim.compile with
 # memory_budget=0.5 and dynamic=True the compiled graph kept 4,224 B where the fuzz judge's target
 # is 3,888 B (0.5 of plain torch.compile's 7,776 B), silently (budget-miss, 2026-11-30; also
-# before the planner moved into the partition step). Not understood yet.
+# before the planner moved into the partition step). A coupling chain block's drift anchor (its exact input kept); said by a record now.
 # features: act:elu act:mish_ act:relu6 act_inplace addcmul arg_bool coupling coupling_affine dropout dtype_float32 inplace_write linear mode_train pw_unary sum_term tuple_return write_after_dropout
 import math
 

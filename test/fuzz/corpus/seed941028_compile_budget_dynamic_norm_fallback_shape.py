@@ -1,7 +1,7 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 941028: memslim.compile with
 # memory_budget=0.5 and dynamic=True raised DynamicOutputShapeException (memslim.norm_fallback)
 # in the compile of a piece split around a coupling chain (the _static per-shape compile),
-# 2026-11-30; also before the planner moved into the partition step. Not fixed yet.
+# 2026-11-30; also before the planner moved into the partition step. Fixed: backend._in_mode.
 # features: act:elu act:hardswish act:mish act:relu_ act:sigmoid act_inplace act_module addcdiv coupling coupling_affine coupling_bn coupling_dropout dtype_float32 if_training inplace_write mode_train nn_linear pw_unary sum_term tuple_return
 import math
 
