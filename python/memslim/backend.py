@@ -516,20 +516,20 @@ def _compile_aten(gm, example_inputs, aten, mode, target, planner, options):
 
 
 def _in_mode(mode, example_inputs):
-    """`example_inputs` as fakes of `mode` where they are real (chains._PerShape's static
-    compile hands real tensors): from real inputs AOTAutograd makes a fake mode of its own,
-    without a ShapeEnv for static sizes, where an op with a data-dependent output size
-    (activation_forward's exact list, norm_fallback's channels) cannot be traced (fuzz seed
-    941028: DynamicOutputShapeException in a piece beside a coupling chain). `mode`'s
-    ShapeEnv allows them (_dynamic_output_shapes); sizes stay static."""
-    from torch._subclasses.fake_tensor import FakeTensor
+    """`example_inputs` as fakes of `mode` where nothing else gives AOTAutograd a fake mode
+    (chains._PerShape's static compile hands real tensors, outside Dynamo's tracing
+    context): AOTAutograd would make a mode of its own, without a ShapeEnv for static
+    sizes, where an op with a data-dependent output size (activation_forward's exact list,
+    norm_fallback's channels) cannot be traced (fuzz seed 941028: DynamicOutputShapeException
+    in a piece beside a coupling chain). `mode`'s ShapeEnv allows them
+    (_dynamic_output_shapes); sizes stay static. Under Dynamo (a tracing context with its
+    mode) the inputs stay as they are: AOTAutograd fakes them with Dynamo's symbolic sizes."""
+    from torch._guards import detect_fake_mode
 
-    if mode is None or getattr(mode, "shape_env", None) is None:
+    if getattr(mode, "shape_env", None) is None or detect_fake_mode(example_inputs) is not None:
         return example_inputs
     return [
-        mode.from_tensor(t, static_shapes=True)
-        if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor)
-        else t
+        mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
         for t in example_inputs
     ]
 
