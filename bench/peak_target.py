@@ -1,6 +1,7 @@
 """memslim.compile(peak_memory=...): targets met, monotone, and how close the prediction is.
 
-Usage: .venv/bin/python bench/peak_target.py [--models mlp,two_graphs,gpt2_hf,llama_hf,cnn]
+Usage: .venv/bin/python bench/peak_target.py [--models mlp,two_graphs,gpt2_hf,llama_hf,cnn,
+         suite:resnet50,suite:bert,suite:gpt2,suite:llama_small]
          [--fractions 0.8,0.5,0.15] [--md bench/results/peak_target_<date>_<commit>.md]
 
 Per model (one process each, Dynamo reset between cells): the unmodified step's peak
@@ -110,7 +111,20 @@ def make(name):
         )
         ids = torch.randint(0, 8192, (4, 128), generator=g)
         return LlamaForCausalLM(cfg), (ids,), {"labels": ids}, lambda o: o.loss
+    if name.startswith("suite:"):  # the suite's models (bench/_suite_models.py), smaller batches
+        sys.path.insert(0, HERE)
+        from _suite_models import SPECS, loss_fn
+
+        spec = SPECS.get(name[len("suite:") :])
+        if spec is None:
+            raise SystemExit(f"peak_target: unknown suite model {name!r} (bench/_suite_models.py)")
+        x, target = spec.make_inputs(SUITE_BATCH[spec.family])
+        return spec.build(), (x,), {}, lambda out: loss_fn(spec, out, target)
     raise SystemExit(f"peak_target: unknown model {name!r}")
+
+
+# Batches of the suite's models here: each cell is a fresh compile on 2 CPU cores.
+SUITE_BATCH = {"vision": 8, "hf": 4}
 
 
 def resident(model, args, kwargs) -> int:
@@ -261,6 +275,7 @@ def main():
     for name in a.models.split(","):
         print(f"peak_target: {name} ...", file=sys.stderr, flush=True)
         rows += run_model(name, fractions)
+        print(render(rows), file=sys.stderr, flush=True)  # so far (a later model may crash)
     commit = subprocess.run(
         ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()

@@ -49,6 +49,7 @@ from .cache_keys import _keyed_by_tags
 from .chains import _compile_with_chains
 from . import _policy, rng_reads, sixteen_bit
 from . import records as records_store
+from .budget import plan_cache
 from ._policy import policy_keywords
 from .records import Decision
 
@@ -91,10 +92,19 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs, static: bool = False):
             for t in example_inputs
         ]
     mode = detect_fake_mode(fakes)
+    # Dynamo's static graphs: the trace of a former process, where the plan cache keeps it.
+    k = None if static else plan_cache.graph_key(gm, fakes)
+    aten = plan_cache.load_graph(k, mode) if k else None
+    if aten is not None:
+        aten.shape_env = mode.shape_env
+        return aten, mode, fakes
     with _dynamic_output_shapes(mode):
         # "fake": an int input stays the int it is ("symbolic" makes it a symbol).
         tracing = "fake" if static else "symbolic"
-        return make_fx(gm, tracing_mode=tracing, pre_dispatch=True)(*fakes), mode, fakes
+        aten = make_fx(gm, tracing_mode=tracing, pre_dispatch=True)(*fakes)
+    if k:
+        plan_cache.store_graph(k, aten)
+    return aten, mode, fakes
 
 
 def _specialize_tensorified_floats(gm: torch.fx.GraphModule) -> None:

@@ -4,7 +4,8 @@ A small MLP with GELU and LayerNorm under memslim.compile(memory_budget=0.3) (an
 split in two graphs by a graph break, at 0.6: a model whose first process re-plans) in two fresh
 processes sharing a plan-cache directory (Inductor's caches fresh in each): the second
 process's records say the plan was replayed and it ran no dry-run partition
-(budget.measure._partitioned_saved_bytes counted), keeps the same bytes (saved_tensors_hooks)
+(budget.measure._partitioned_saved_bytes counted) nor make_fx trace of Dynamo's graph
+(plan_cache.load_graph read it back), keeps the same bytes (saved_tensors_hooks)
 and computes the same gradients as the first; a plan cache that cannot be written (a file
 where its directory should be) is skipped, the step runs.
 """
@@ -29,6 +30,13 @@ SCRIPT = textwrap.dedent(
     import memslim.budget.ladder as ladder, memslim.backend as backend
     ladder._partitioned_saved_bytes = counted
     backend._partitioned_saved_bytes = counted
+    loaded = [0]  # aten graphs read from the cache instead of traced (plan_cache.load_graph)
+    real_load = backend.plan_cache.load_graph
+    def load(*a, **k):
+        g = real_load(*a, **k)
+        loaded[0] += g is not None
+        return g
+    backend.plan_cache.load_graph = load
 
     class MLP(nn.Module):
         def __init__(s, split):
@@ -61,7 +69,7 @@ SCRIPT = textwrap.dedent(
     grads = [p.grad.flatten().tolist()[:8] for p in m.parameters()]
     texts = [d.text for d in memslim.report(c)]
     model = [t for t in texts if t.startswith("the model:")]
-    print(json.dumps({"dry_runs": calls[0], "replayed": any("replayed from the plan cache" in t
+    print(json.dumps({"dry_runs": calls[0], "loaded": loaded[0], "replayed": any("replayed from the plan cache" in t
           for t in texts), "saved": memslim.saved_bytes(c, x, y, warmup=0), "grads": grads,
           "model": model[-1] if model else ""}))
     """
@@ -87,6 +95,8 @@ def test_a_second_process_replays_the_plan_without_dry_runs(tmp_path):
     second = _run(tmp_path, "b", tmp_path / "plans")
     assert first["dry_runs"] >= 2 and not first["replayed"], first
     assert second["dry_runs"] == 0 and second["replayed"], second
+    # The aten graph too: read back, not traced again, in the second process only.
+    assert first["loaded"] == 0 and second["loaded"] == 1, (first, second)
     assert second["saved"] == first["saved"]
     assert second["grads"] == first["grads"]
     assert list((tmp_path / "plans").glob("*.json"))
@@ -99,6 +109,7 @@ def test_a_second_process_plans_a_split_model_in_one_forward(tmp_path):
     second = _run(tmp_path, "s2", tmp_path / "plans", "split")
     assert "met, after 2 forwards (re-planned)" in first["model"], first["model"]
     assert second["model"].endswith(": met"), second["model"]
+    assert second["loaded"] == 2, second  # both graphs' traces read back
     assert second["dry_runs"] == 0 and second["replayed"], second
     assert second["saved"] == first["saved"]
     assert second["grads"] == first["grads"]

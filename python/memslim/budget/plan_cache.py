@@ -10,6 +10,9 @@ unmodified partition's bytes ("before", which the target is computed from; "prof
 its live peaks for peak_memory='s predictor) and, per
 budget and target, the way the planner took (budget/ladder.py `_replay`), the bytes that
 plan keeps, its notes, or the error of a target no plan meets.
+Beside the plans, `load_graph` / `store_graph` keep the aten graph make_fx traced from
+Dynamo's (torch.fx's GraphPickler, node values included), keyed by Dynamo's graph
+(`graph_key`): a second process replays its plan without tracing again.
 Why: every figure the planner decides by is a dry-run partition (seconds each on a real
 model; issue 48 measured 37-160 s to the first step against torch.compile's 8-16 s with
 the same budget). A plan depends only on the graph and the figures above, so a replay
@@ -147,3 +150,74 @@ def store_model(k: str, shares: list) -> None:
         os.replace(tmp, d / f"{k}.json")
     except OSError:
         pass
+
+
+def graph_key(gm: torch.fx.GraphModule, fakes) -> Optional[str]:
+    """The hash of what make_fx's trace of Dynamo's graph `gm` depends on: its code, every
+    input's metadata, the grad and autocast modes, torch's and memslim's versions. None
+    where the cache is off or the trace may depend on more: a submodule call (its code is
+    not in the graph's) or a symbolic size (a dynamic graph's symbols are the process's)."""
+    if _dir() is None:
+        return None
+    if any(n.op == "call_module" for n in gm.graph.nodes):
+        return None
+    h = hashlib.sha256()
+    h.update(f"graph|{VERSION}|{torch.__version__}|{_memslim_version()}".encode())
+    h.update(f"{torch.is_grad_enabled()}|{torch.is_autocast_enabled('cpu')}".encode())
+    h.update(gm.graph.python_code(root_module="self").src.encode())
+    for v in fakes:
+        if isinstance(v, torch.Tensor):
+            dims = (*v.shape, *v.stride(), v.storage_offset())
+            if not all(isinstance(d, int) for d in dims):
+                return None
+            h.update(
+                f"{dims}:{v.dtype}:{v.device}:{v.requires_grad}:"
+                f"{isinstance(v, torch.nn.Parameter)}".encode()
+            )
+        elif isinstance(v, (int, float, bool, str, type(None))):
+            h.update(f"{type(v).__name__}:{v!r}".encode())
+        else:
+            return None
+    return "aten-" + h.hexdigest()[:40]
+
+
+def load_graph(k: str, fake_mode) -> Optional[torch.fx.GraphModule]:
+    """The aten graph stored under `k`, its values faked in `fake_mode`; None where there
+    is none or it does not load (a cache never fails a step)."""
+    from torch.fx._graph_pickler import GraphPickler
+
+    d = _dir()
+    try:
+        return GraphPickler.loads((d / f"{k}.pkl").read_bytes(), fake_mode)
+    except Exception:  # noqa: BLE001  (a missing or stale entry: trace again)
+        return None
+
+
+def store_graph(k: str, aten: torch.fx.GraphModule) -> None:
+    """Keeps `aten` (without the ShapeEnv make_fx leaves on it) under `k`, where every
+    value in it has static sizes."""
+    from torch.fx._graph_pickler import GraphPickler, Options
+
+    d = _dir()
+    if not all(_static(n.meta.get("val")) for n in aten.graph.nodes):
+        return  # a data-dependent size: its symbol is the process's ShapeEnv's
+    env = aten.__dict__.get("shape_env")
+    try:
+        aten.shape_env = None
+        data = GraphPickler.dumps(aten, Options(ops_filter=None))
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f"{k}.{os.getpid()}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, d / f"{k}.pkl")
+    except Exception:  # noqa: BLE001  (what GraphPickler cannot pickle is traced each time)
+        pass
+    finally:
+        aten.shape_env = env
+
+
+def _static(val) -> bool:
+    if isinstance(val, (list, tuple)):
+        return all(_static(v) for v in val)
+    if isinstance(val, torch.Tensor):
+        return all(isinstance(d, int) for d in (*val.shape, *val.stride()))
+    return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
