@@ -133,3 +133,43 @@ def test_a_cache_that_cannot_be_written_is_skipped(tmp_path):
     got = _run(tmp_path, "c", blocked)
     assert got["dry_runs"] >= 2 and not got["replayed"]
     assert got["saved"] > 0
+
+
+def test_the_graph_key_reads_constants_and_refuses_what_it_cannot_see(tmp_path, monkeypatch):
+    """plan_cache.graph_key: a constant's value is part of the key (the aten graph read back
+    holds the first process's constants), and a graph whose trace may depend on more than
+    the key reads (a submodule call, a symbolic size) has none."""
+    import torch
+
+    from memslim.budget import plan_cache
+
+    monkeypatch.setenv("MEMSLIM_PLAN_CACHE", "1")
+    monkeypatch.setenv("MEMSLIM_PLAN_CACHE_DIR", str(tmp_path))
+
+    class WithConstant(torch.nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.register_buffer("c", torch.tensor([c, 2.0]), persistent=False)
+
+        def forward(self, x):
+            return x * self.c
+
+    x = torch.randn(3, 2)
+    keys = [plan_cache.graph_key(torch.fx.symbolic_trace(WithConstant(c)), [x]) for c in (1, 1, 3)]
+    assert keys[0] is not None and keys[0] == keys[1] and keys[0] != keys[2], keys
+    assert plan_cache.graph_key(torch.fx.symbolic_trace(WithConstant(1)), [x.T]) != keys[0]
+
+    class CallsModule(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    assert plan_cache.graph_key(torch.fx.symbolic_trace(CallsModule()), [x]) is None
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    symbolic = FakeTensorMode(shape_env=ShapeEnv()).from_tensor(x)  # sizes are symbols
+    assert plan_cache.graph_key(torch.fx.symbolic_trace(WithConstant(1)), [symbolic]) is None

@@ -153,18 +153,37 @@ def store_model(k: str, shares: list) -> None:
 
 
 def graph_key(gm: torch.fx.GraphModule, fakes) -> Optional[str]:
+    """graph_key's hash, None where anything in it cannot be read (a cache never fails a
+    step)."""
+    try:
+        return _graph_key(gm, fakes)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _graph_key(gm: torch.fx.GraphModule, fakes) -> Optional[str]:
     """The hash of what make_fx's trace of Dynamo's graph `gm` depends on: its code, every
     input's metadata, the grad and autocast modes, torch's and memslim's versions. None
     where the cache is off or the trace may depend on more: a submodule call (its code is
-    not in the graph's) or a symbolic size (a dynamic graph's symbols are the process's)."""
+    not in the graph's), a constant that is not a small CPU tensor (its value is part of
+    the key) or a symbolic size (a dynamic graph's symbols are the process's)."""
     if _dir() is None:
         return None
     if any(n.op == "call_module" for n in gm.graph.nodes):
         return None
     h = hashlib.sha256()
     h.update(f"graph|{VERSION}|{torch.__version__}|{_memslim_version()}".encode())
-    h.update(f"{torch.is_grad_enabled()}|{torch.is_autocast_enabled('cpu')}".encode())
+    h.update(
+        f"{torch.is_grad_enabled()}|{torch.is_autocast_enabled('cpu')}|"
+        f"{torch.get_default_dtype()}".encode()
+    )
     h.update(gm.graph.python_code(root_module="self").src.encode())
+    for n in gm.graph.find_nodes(op="get_attr"):  # constants: their values, not in the code
+        v = _attr(gm, n.target)
+        if not isinstance(v, torch.Tensor) or v.device.type != "cpu" or v.numel() > 1 << 20:
+            return None
+        h.update(f"{n.target}:{v.dtype}:{tuple(v.shape)}".encode())
+        h.update(v.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     for v in fakes:
         if isinstance(v, torch.Tensor):
             dims = (*v.shape, *v.stride(), v.storage_offset())
@@ -221,3 +240,10 @@ def _static(val) -> bool:
     if isinstance(val, torch.Tensor):
         return all(isinstance(d, int) for d in (*val.shape, *val.stride()))
     return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _attr(gm: torch.fx.GraphModule, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
