@@ -79,9 +79,10 @@ Options parse_args(int argc, char** argv) {
       o.output = a.substr(2);
     else if (starts_with(a, "--peak-memory"))
       // A peak is a promise about a step that runs: planned and measured where it runs.
-      fail("--peak-memory: a training step's peak is planned and measured where the step runs "
-           "(memslim.compile(model, peak_memory=...) or memslim.optimize(model, example_inputs, "
-           "peak_memory=...)); here --memory-budget plans the saved bytes");
+      fail(
+          "--peak-memory: a training step's peak is planned and measured where the step runs "
+          "(memslim.compile(model, peak_memory=...) or memslim.optimize(model, example_inputs, "
+          "peak_memory=...)); here --memory-budget plans the saved bytes");
     else if (a != "-" && starts_with(a, "-"))
       fail("unknown option '" + a + "' (see --help)");
     else if (!o.input.empty())
