@@ -387,3 +387,13 @@ def test_fx_affine_coupling_bn_group_norm_500804(session):
 @pytest.mark.xfail(strict=True, reason="seed 501142: FX, affine coupling + BatchNorm + dropout")
 def test_fx_affine_coupling_bn_dropout_501142(session):
     check_corpus(session, "seed501142_affine_coupling_bn_dropout_fx.py")
+
+
+# Seed 941051, dynamic campaign at 0.5 (2026-11-30): a ladder step's dry run puts the step's
+# tags on the shared joint by node provenance; Inductor's joint passes had left the tagged
+# nodes (a fractional activation) with none, and the planner raised instead of measuring
+# the step on a trace with its tags on (the step stopped).
+def test_compile_budget_dynamic_retag_without_provenance(compile_budget_dynamic_session):
+    check_corpus(
+        compile_budget_dynamic_session, "seed941051_compile_budget_dynamic_retag_no_provenance.py"
+    )

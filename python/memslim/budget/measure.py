@@ -280,6 +280,22 @@ def _storage_nbytes(val) -> int:
 
 
 def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset()) -> Partition:
+    """_partitioned's figures, on a shared joint where it can; where a ladder step's tags
+    cannot be put on the shared joint (NoProvenance: Inductor's joint passes left the
+    tagged nodes with no provenance; fuzz seed 941051, a fractional activation) on a
+    trace of the graph with its tags on, or, inside the compile, on the old way's
+    (Retrace)."""
+    try:
+        return _partitioned(graph, fakes, skip, share=True)
+    except NoProvenance as e:
+        if _STATE["mode"] == "inside":
+            from .partitioner import Retrace
+
+            raise Retrace(str(e)) from e
+        return _partitioned(graph, fakes, skip, share=False)
+
+
+def _partitioned(graph: torch.fx.GraphModule, fakes, skip, share: bool) -> Partition:
     """What Inductor's partitioner keeps for backward on `graph`: AOTAutograd traces the
     joint graph and Inductor's partition_fn (its joint passes, then the min-cut
     rematerialization) splits it; no code is generated. The bytes of the backward
@@ -298,7 +314,7 @@ def _partitioned_saved_bytes(graph: torch.fx.GraphModule, fakes, skip=frozenset(
     box = {}
     # Shared: the joint traced without a ladder step's tags, put on a copy (_retag); not
     # shared: traced with them on.
-    overlay = _ladder_overlay(graph) if _sharing() else {}
+    overlay = _ladder_overlay(graph) if share and _sharing() else {}
     with _ladder_base(graph, overlay):
         key = _joint_key(graph, fakes)
         if _STATE["mode"] == "inside" and (key is None or key not in _JOINTS):
@@ -471,11 +487,16 @@ def _split(joint, joint_inputs, kwargs, key, graph, overlay):
     return partition_fn(joint, joint_inputs, partitioner_fn_override=kept, **kwargs)
 
 
+class NoProvenance(RuntimeError):
+    """A ladder step's tags found no node of the joint to go on (_retag_or_raise)."""
+
+
 def _retag_or_raise(joint, graph, overlay) -> None:
     if overlay and not _retag(joint, graph, overlay):
-        # (a torch whose trace records no provenance: a dry run that measured the
-        # graph untagged would mislead the planner)
-        raise RuntimeError(
+        # (no joint node came from a tagged one: a torch whose trace records no
+        # provenance, or joint passes that dropped it; a dry run that measured the graph
+        # untagged would mislead the planner)
+        raise NoProvenance(
             "memslim: a dry run could not put the ladder's recompute tags on the joint "
             "graph (no node provenance)"
         )

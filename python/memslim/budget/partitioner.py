@@ -115,7 +115,10 @@ def _partitioner_class():
             overlay = self.overlay
             if overlay is None:  # planned just now, inside: the tags are on the graph
                 overlay = measure._ladder_overlay(self.aten)
-            measure._retag_or_raise(gm, self.aten, overlay)
+            try:
+                measure._retag_or_raise(gm, self.aten, overlay)
+            except measure.NoProvenance as e:  # the compile takes the tags traced on
+                raise Retrace(str(e)) from e
             kwargs.setdefault("compiler", "inductor")
             with functorch_config.patch(**options):
                 return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
@@ -173,8 +176,8 @@ def compile_planned(aten, fakes, plan: Callable, compile_with: Callable, records
         if not key or result[3] is not aten:
             return "plan", result
         planner = _partitioner_class()(aten, fakes, plan, key, result)
-        return "compiled", (result[0], compile_with(planner))
-    planner = _partitioner_class()(aten, fakes, plan, uuid_lib.uuid4().hex)
+    else:
+        planner = _partitioner_class()(aten, fakes, plan, uuid_lib.uuid4().hex)
     try:
         compiled = compile_with(planner)
     except Retrace:
