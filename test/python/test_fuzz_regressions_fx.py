@@ -397,3 +397,13 @@ def test_compile_budget_dynamic_retag_without_provenance(compile_budget_dynamic_
     check_corpus(
         compile_budget_dynamic_session, "seed941051_compile_budget_dynamic_retag_no_provenance.py"
     )
+
+
+# Seed 941071 (and 941082), dynamic campaign at 0.5 (2026-11-30): a dry run re-partitioned a
+# copy of a shared joint whose ladder step re-runs a random op, outside any fake mode or
+# tracing context (a piece beside a coupling chain, compiled per shape): torch's
+# functionalize_rng_ops asserted "fake_mode must not be None" and the step stopped.
+def test_compile_budget_dynamic_rng_op_on_a_shared_joint(compile_budget_dynamic_session):
+    check_corpus(
+        compile_budget_dynamic_session, "seed941071_compile_budget_dynamic_rng_shared_joint.py"
+    )

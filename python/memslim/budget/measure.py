@@ -338,7 +338,8 @@ def _partitioned(graph: torch.fx.GraphModule, fakes, skip, share: bool) -> Parti
         ):
             if key is not None and key in _JOINTS:
                 joint, joint_inputs, kwargs = _JOINTS[key]
-                partition(_copy(joint), joint_inputs, **kwargs)
+                with _fake_mode_found(detect_fake_mode(fakes)):
+                    partition(_copy(joint), joint_inputs, **kwargs)
             else:
                 aot_module_simplified(
                     graph,
@@ -349,6 +350,16 @@ def _partitioned(graph: torch.fx.GraphModule, fakes, skip, share: bool) -> Parti
                     decompositions=select_decomp_table(),
                 )
     return box.get("partition", Partition.of(0))
+
+
+def _fake_mode_found(mode):
+    """A tracing context holding `mode` where none is: a shared joint's copy is split
+    outside AOTAutograd's trace, and torch's functionalize_rng_ops (a recomputed random op)
+    looks the fake mode up (fuzz seed 941071: "fake_mode must not be None" beside a
+    coupling chain, where no Dynamo context is either)."""
+    if mode is None or torch._guards.TracingContext.try_get() is not None:
+        return contextlib.nullcontext()
+    return torch._guards.tracing(torch._guards.TracingContext(mode))
 
 
 def _ladder_overlay(graph: torch.fx.GraphModule) -> dict:
