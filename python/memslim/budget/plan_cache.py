@@ -5,7 +5,7 @@ What: `lookup` / `store` of one graph's plans, a JSON file per graph under
 MEMSLIM_PLAN_CACHE=0 to turn it off). The file's name is a hash of what the plan depends
 on: the graph as make_fx traced it (its code and every placeholder's shape, stride and
 dtype), the parameters' positions, the policy, torch's version and memslim's own
-(its planner's Python files and its C++ library, by content and size). It holds the
+(its Python files and its C++ library, by content and size). It holds the
 unmodified partition's bytes ("before", which the target is computed from; "profile",
 its live peaks for peak_memory='s predictor) and, per
 budget and target, the way the planner took (budget/ladder.py `_replay`), the bytes that
@@ -46,13 +46,13 @@ def _dir() -> Optional[Path]:
 
 @functools.lru_cache(maxsize=1)
 def _memslim_version() -> str:
-    """The planner's Python files and the C++ library, by content (a rebuild or an edit
-    gives other plans a new key)."""
+    """memslim's Python files and the C++ library, by content (a rebuild or an edit gives
+    other plans and traces a new key: a trace reads the ops' fake kernels, _library.py)."""
     from .. import _C
 
     h = hashlib.sha256()
-    here = Path(__file__).parent
-    for f in sorted(here.glob("*.py")) + [here.parent / "backend.py", here.parent / "fx.py"]:
+    package = Path(__file__).parent.parent
+    for f in sorted(package.rglob("*.py")):
         h.update(f.read_bytes())
     lib = Path(getattr(_C, "__file__", "") or "")
     if lib.is_file():
