@@ -96,7 +96,8 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs, static: bool = False):
     k = None if static else plan_cache.graph_key(gm, fakes)
     aten = plan_cache.load_graph(k, mode) if k else None
     if aten is not None:
-        aten.shape_env = mode.shape_env
+        with _dynamic_output_shapes(mode):  # (its setting stays, as after a trace)
+            aten.shape_env = mode.shape_env
         return aten, mode, fakes
     with _dynamic_output_shapes(mode):
         # "fake": an int input stays the int it is ("symbolic" makes it a symbol).
