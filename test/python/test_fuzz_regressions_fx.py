@@ -416,3 +416,12 @@ def test_compile_budget_dynamic_rng_op_on_a_shared_joint(compile_budget_dynamic_
 @pytest.mark.xfail(strict=True, reason="seed 941090: TorchScript's no_grad, memslim off both")
 def test_optimize_no_grad_block_torchscript_ignores_941090(session):
     check_corpus(session, "seed941090_optimize_no_grad_scripted_ignores.py")
+
+
+# Seed 941102, dynamic campaign at 0.5 (2026-11-30): a graph whose compile never called the
+# planner inside the partition step; compile_planned read the plan it did not make (TypeError,
+# the step stopped). Such a graph is planned the old way.
+def test_compile_budget_dynamic_planner_never_called(compile_budget_dynamic_session):
+    check_corpus(
+        compile_budget_dynamic_session, "seed941102_compile_budget_dynamic_planner_never_called.py"
+    )

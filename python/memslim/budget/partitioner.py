@@ -183,6 +183,11 @@ def compile_planned(aten, fakes, plan: Callable, compile_with: Callable, records
     except Retrace:
         del records[first:]
         return "retrace", None
+    if planner.result is None:
+        # The compile never partitioned a joint, so nothing was planned inside it (fuzz
+        # seed 941102): the old way plans it.
+        del records[first:]
+        return "retrace", None
     return "compiled", (planner.result[0], compiled)
 
 
