@@ -75,7 +75,7 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs, static: bool = False):
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     fakes = [None if static else n.meta.get("example_value") for n in placeholders]
     if any(f is None for f in fakes):  # not from Dynamo: fake the example inputs
-        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+        from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         # Static sizes: a real input's sizes are what it is compiled for. (from_tensor in
@@ -83,14 +83,7 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs, static: bool = False):
         # chains.py given real tensors was then partitioned with symbols no placeholder
         # carries, and tensorify's pass raised KeyError on one: memcnn's RevNet, issue 45.)
         mode = detect_fake_mode(example_inputs) or FakeTensorMode(shape_env=ShapeEnv())
-        fakes = [
-            t
-            if isinstance(t, FakeTensor)
-            else mode.from_tensor(t, static_shapes=True)
-            if isinstance(t, torch.Tensor)
-            else t
-            for t in example_inputs
-        ]
+        fakes = _static_fakes(mode, example_inputs)
     mode = detect_fake_mode(fakes)
     # Dynamo's static graphs: the trace of a former process, where the plan cache keeps it.
     k = None if static else plan_cache.graph_key(gm, fakes)
@@ -539,8 +532,18 @@ def _in_mode(mode, example_inputs):
 
     if getattr(mode, "shape_env", None) is None or detect_fake_mode(example_inputs) is not None:
         return example_inputs
+    return _static_fakes(mode, example_inputs)
+
+
+def _static_fakes(mode, example_inputs) -> list:
+    """`example_inputs` with each real tensor faked in `mode` at its own, static sizes
+    (fakes and other values as they are)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
     return [
-        mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
+        mode.from_tensor(t, static_shapes=True)
+        if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor)
+        else t
         for t in example_inputs
     ]
 

@@ -25,6 +25,7 @@ import torch
 
 from .budget import BudgetError, budget_note, piece_shares, target_bytes
 from .budget.measure import _dynamic_output_shapes, _partitioned_saved_bytes
+from . import fx
 from . import records as records_store
 from .records import Decision
 
@@ -307,11 +308,6 @@ class _PerShape(torch.nn.Module):
 def _why_not_split(aten: torch.fx.GraphModule, level) -> Optional[str]:
     """Why the chains of `aten` stay with Inductor (None: they can be split out)."""
 
-    def static(val):
-        return isinstance(val, torch.Tensor) and all(
-            isinstance(d, int) for d in (*val.shape, *val.stride())
-        )
-
     def switches_mode(n):  # grad mode or autocast: split_module keeps them in order only
         name = getattr(n.target, "__name__", str(n.target))
         return n.op == "call_function" and ("set_grad_enabled" in name or "autocast" in name)
@@ -327,7 +323,7 @@ def _why_not_split(aten: torch.fx.GraphModule, level) -> Optional[str]:
     # environment: its guards failed on them), and a trace is specialised anyway: a
     # dynamic graph's chains are split per input shape (_PerShape) by the backend.
     if not all(
-        static(n.meta.get("val")) or not isinstance(n.meta.get("val"), torch.Tensor)
+        fx._static_tensor(n.meta.get("val")) or not isinstance(n.meta.get("val"), torch.Tensor)
         for n in aten.graph.nodes
     ) or any(
         isinstance(n.meta.get("val"), torch.SymInt) for n in aten.graph.find_nodes(op="placeholder")

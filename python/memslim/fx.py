@@ -37,6 +37,13 @@ def _hint(x) -> Optional[int]:
     return None
 
 
+def _static_tensor(val) -> bool:
+    """Whether `val` is a tensor whose sizes and strides are all ints (no symbol)."""
+    return isinstance(val, torch.Tensor) and all(
+        isinstance(d, int) for d in (*val.shape, *val.stride())
+    )
+
+
 def _contiguous(val) -> Optional[bool]:
     try:
         return bool(val.is_contiguous())

@@ -30,6 +30,8 @@ from typing import Optional
 
 import torch
 
+from .. import fx
+
 VERSION = 2  # of the file's layout (2: the partitions' profiles)
 
 
@@ -238,7 +240,7 @@ def _static(val) -> bool:
     if isinstance(val, (list, tuple)):
         return all(_static(v) for v in val)
     if isinstance(val, torch.Tensor):
-        return all(isinstance(d, int) for d in (*val.shape, *val.stride()))
+        return fx._static_tensor(val)
     return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
