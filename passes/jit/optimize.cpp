@@ -294,6 +294,66 @@ void unpin_writes(const std::shared_ptr<Graph>& graph) {
   for (Node* n : pins) n->destroy();
 }
 
+// Whether `n` is prim::Enter of `with torch.no_grad():` (TorchScript's class
+// torch.autograd.grad_mode.no_grad).
+bool enters_no_grad(const Node* n) {
+  if (n->kind() != c10::prim::Enter) return false;
+  auto cls = n->input(0)->type()->cast<c10::ClassType>();
+  if (!cls || !cls->name()) return false;
+  const std::string name = cls->name()->qualifiedName();
+  const std::string tail = "torch.autograd.grad_mode.no_grad";
+  return name.size() >= tail.size() &&
+         name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The node of block `b` that holds `n` (n itself, or the If / Loop around it);
+// nullptr where n is not inside b.
+Node* ancestor_in(Node* n, const torch::jit::Block* b) {
+  while (n && n->owningBlock() != b) n = n->owningBlock()->owningNode();
+  return n;
+}
+
+// A tensor made inside `with torch.no_grad():` and read after it becomes
+// aten::detach of it there. In eager such a tensor has no history; TorchScript's
+// common-subexpression elimination merges `sigmoid(x)` inside the block with
+// the same expression outside it (it ignores the grad mode), so the scripted
+// module's gradient flows where eager's does not, and once memslim has rewritten
+// one of the two copies (x * sigmoid(x) -> silu) the merge lands elsewhere and
+// the result matches neither (fuzz seed 941090). The detach makes the program
+// mean what eager computes, whatever the executor merges. Tensors inside lists
+// or tuples that leave the block are not reached.
+void detach_no_grad_results(torch::jit::Block* b) {
+  for (Node* n : b->nodes())
+    for (torch::jit::Block* inner : n->blocks()) detach_no_grad_results(inner);
+  for (Node* enter : b->nodes()) {
+    if (!enters_no_grad(enter)) continue;
+    Node* exit = nullptr;
+    for (Node* n = enter->next(); n != b->return_node(); n = n->next())
+      if (n->kind() == c10::prim::Exit && n->input(0) == enter->input(0)) {
+        exit = n;
+        break;
+      }
+    if (!exit) continue;
+    Node* insert_after = exit;
+    for (Node* n = enter->next(); n != exit; n = n->next()) {
+      for (Value* v : n->outputs()) {
+        if (!v->type()->isSubtypeOf(*c10::TensorType::get())) continue;
+        std::vector<torch::jit::Use> later;
+        for (const auto& use : v->uses()) {
+          Node* a = ancestor_in(use.user, b);
+          if (a && (a == b->return_node() || a->isAfter(exit))) later.push_back(use);
+        }
+        if (later.empty()) continue;
+        Node* d = b->owningGraph()->create(c10::aten::detach, {v}, 1);
+        d->output()->setType(v->type());
+        d->insertAfter(insert_after);
+        insert_after = d;
+        for (const auto& use : later) use.user->replaceInput(use.offset, d->output());
+      }
+    }
+  }
+}
+
 } // namespace
 
 OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
@@ -329,6 +389,7 @@ OptimizeResult optimize(const Module& module, const OptimizeOptions& options) {
     pin_unused_writes(graph->block());
     torch::jit::ConstantPropagation(graph);
     unpin_writes(graph);
+    detach_no_grad_results(graph->block());
     if (method == "forward" && (!options.example_inputs.empty() || !options.example_kwargs.empty()))
       propagate_shapes(graph, result.module, options.example_inputs, options.example_kwargs);
     PassContext ctx;

@@ -1,7 +1,9 @@
 # memslim differential fuzzer program (test/fuzz/gen.py), seed 941090: memslim.optimize's x gradient
-# is 0.0177 (max-norm relative) off eager's (2026-11-30). TorchScript itself ignores the
-# `with torch.no_grad()` block here: the scripted model's x gradient equals eager's with the block
-# made differentiable (2e-16) and is 2.5 off eager's; memslim's result matches neither. Not fixed.
+# was 0.0177 (max-norm relative) off eager's (2026-11-30). TorchScript's common-subexpression
+# elimination merges sigmoid(x) inside the `with torch.no_grad()` block with the one outside (the
+# scripted gradient equals eager's with the block made differentiable, 2e-16, and is 2.5 off
+# eager's); memslim's silu rewrite inside the block left the merge half done. Fixed: memslim.optimize
+# detaches the tensors that leave a no_grad block.
 # features: act:elu act:hardswish_ act:mish act_inplace dtype_float64 hand_mish hand_silu hand_split if_attr inplace_slice inplace_write linear loop loop_carried mode_train nn_linear no_grad norm norm:group norm:layer pw_binary pw_unary residual_join sum_term tuple_return
 import math
 
