@@ -214,6 +214,50 @@ def test_the_optimizers_state_is_counted_before_its_first_step():
     assert _figure(note, r"optimizer state ([\d,]+) B") == 2 * params, note
 
 
+class _Wide(nn.Module):
+    """Its parameters are most of the step, whose peak is at the end of the backward (all
+    gradients made, the activations gone), and it returns hidden states, not a loss: the
+    shape of the suite's llama_small."""
+
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512))
+
+    def forward(self, x):
+        return x + self.f(x)
+
+
+def test_a_target_at_the_unmodified_peak_is_met_where_the_output_is_not_a_loss():
+    # The suite's llama_small (2026-11-30): every target fell on the unmodified peak and was
+    # refused, the verifying step measuring 1 MiB over the user's step: it held the output
+    # and its gradient of ones through the whole backward, where a user's loss frees both
+    # at the backward's start.
+    torch.manual_seed(0)
+    model = _Wide()
+    x = torch.randn(4, 32, 512, generator=torch.Generator().manual_seed(1))
+
+    def peak(m, fn):
+        for p in m.parameters():
+            p.grad = None
+        gc.collect()
+        got = _resident(m, x) + step_peak_bytes(lambda: fn(x).square().mean().backward())
+        for p in m.parameters():
+            p.grad = None
+        return got
+
+    torch._dynamo.reset()
+    plain = torch.compile(copy.deepcopy(model))
+    plain(x).square().mean().backward()
+    limit = peak(model, plain)
+    torch._dynamo.reset()
+    m = copy.deepcopy(model)
+    ours = memslim.compile(m, peak_memory=limit, strict=True)
+    ours(x).square().mean().backward()
+    note = _model_note(ours)
+    assert ": met" in note, note
+    assert peak(m, ours) <= limit, note
+
+
 class _Block(nn.Module):
     def __init__(self, d=128, h=512):
         super().__init__()
