@@ -104,6 +104,29 @@ def _pointwise(node) -> bool:
     return node.op == "call_function" and torch.Tag.pointwise in getattr(t, "tags", ())
 
 
+# Ops Inductor lowers as a copy of their first input written in place (its index_put /
+# scatter lowerings: clone, then the stores): the copy takes the buffer of a first input
+# that dies there, as a pointwise op's output does (an embedding's gradient, full(0) then
+# an accumulating index_put, is one buffer).
+_WRITES_OVER_FIRST = frozenset(
+    {
+        "index_put",
+        "_unsafe_index_put",
+        "_unsafe_masked_index_put_accumulate",
+        "index_add",
+        "index_copy",
+        "scatter",
+        "scatter_add",
+        "scatter_reduce",
+    }
+)
+
+
+def _writes_over_first(node) -> bool:
+    packet = getattr(node.target, "overloadpacket", None)
+    return node.op == "call_function" and getattr(packet, "__name__", "") in _WRITES_OVER_FIRST
+
+
 def _reduction(node) -> bool:
     t = node.target
     return node.op == "call_function" and torch.Tag.reduction in getattr(t, "tags", ())
@@ -126,7 +149,8 @@ def _live_peak(graph: torch.fx.Graph, start: Sequence = (), resident=frozenset()
     or `resident` (the parameters', the module's inputs'); every other node's value
     allocated when it runs, unless it views a live storage or Inductor fuses it
     (_fused); a pointwise op's output takes the place of an input of its size that dies
-    there (Inductor's in-place buffer reuse). The nodes run in the graph's order or in
+    there (Inductor's in-place buffer reuse), as an index_put's or scatter's does
+    (_writes_over_first). The nodes run in the graph's order or in
     a least-peak-first order (_least_peak_order), whichever peaks lower: Inductor's
     reorder_for_peak_memory (on by default) takes the lowest of its orders, the graph's
     among them (a backward's mm for an input's gradient before the one for a weight's,
@@ -263,7 +287,7 @@ def _walk_peak(graph: torch.fx.Graph, order, start: Sequence = (), resident=froz
             else:
                 counted = not _fused(n, outputs)
             nbytes = _storage_nbytes(v) if counted else 0
-            if nbytes and _pointwise(n):
+            if nbytes and (_pointwise(n) or _writes_over_first(n)):
                 release(n, nbytes)
             hold(n, key, nbytes)
         peak = max(peak, live)
