@@ -29,11 +29,43 @@ def _params_of(model) -> Iterable[torch.Tensor]:
     return []
 
 
+def _accumulated_leaves(tensors) -> list:
+    """The leaf tensors a backward from `tensors` accumulates gradients into (the
+    AccumulateGrad nodes' variables of their graph)."""
+    seen, leaves, stack = set(), [], [t.grad_fn for t in tensors]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        var = getattr(fn, "variable", None)
+        if isinstance(var, torch.Tensor):
+            leaves.append(var)
+        stack.extend(f for f, _ in fn.next_functions)
+    return leaves
+
+
+def backward_leaving_no_grads(*tensors) -> None:
+    """torch.autograd.backward(tensors), every leaf's .grad put back as it was after it: a
+    measuring step's loss is not the user's, and what it accumulates must not reach the
+    user's step (an input that requires grad came out of memslim.compile(peak_memory=)'s
+    first step with 716x eager's gradient, 2026-11-30; parameters, inputs and tensors
+    the model closes over alike). What the backward allocates is allocated as in a step."""
+    held = [(v, v.grad) for v in _accumulated_leaves(tensors)]
+    for v, _ in held:
+        v.grad = None
+    try:
+        torch.autograd.backward(list(tensors))
+    finally:
+        for v, g in held:
+            v.grad = g
+
+
 def _run_backward(out) -> None:
     outs = out if isinstance(out, (tuple, list)) else (out,)
     tensors = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
     if tensors:
-        torch.autograd.backward([o.float().sum() for o in tensors])
+        backward_leaving_no_grads(*[o.float().sum() for o in tensors])
 
 
 class _SavedRecorder:

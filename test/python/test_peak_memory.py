@@ -258,6 +258,35 @@ def test_a_target_at_the_unmodified_peak_is_met_where_the_output_is_not_a_loss()
     assert peak(m, ours) <= limit, note
 
 
+def test_the_verifying_step_leaves_no_gradient_behind():
+    # The first step's verifying forward and backward (a loss of its own) accumulated into
+    # every leaf but the parameters: an input that requires grad came out of the user's
+    # first step with 716x eager's gradient (2026-11-30).
+    torch.manual_seed(0)
+    model = _Wide()
+    extra = torch.randn(512, requires_grad=True)  # a leaf that is no parameter nor input
+
+    def run(m, x):
+        (m(x) + extra).square().mean().backward()
+
+    x = torch.randn(4, 32, 512, generator=torch.Generator().manual_seed(1))
+    eager = copy.deepcopy(model)
+    xe = x.clone().requires_grad_(True)
+    run(eager, xe)
+    want_extra = extra.grad.clone()
+    extra.grad = None
+    torch._dynamo.reset()
+    m = copy.deepcopy(model)
+    ours = memslim.compile(m, peak_memory="1GB", strict=True)
+    xo = x.clone().requires_grad_(True)
+    run(ours, xo)
+    assert ": met" in _model_note(ours)
+    torch.testing.assert_close(xo.grad, xe.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(extra.grad, want_extra, rtol=1e-4, atol=1e-6)
+    for a, b in zip(m.parameters(), eager.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+
+
 class _Block(nn.Module):
     def __init__(self, d=128, h=512):
         super().__init__()

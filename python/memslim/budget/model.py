@@ -640,7 +640,10 @@ def _measure_step(forward, args, kwargs, resident: int) -> Optional[int]:
         # The other outputs dropped first, as `model(x).loss.backward()` drops them (the
         # logits held through the backward measured 16 MiB more on GPT-2).
         del out, leaves, losses
-        loss.backward()
+        # This step's loss is not the user's: no leaf keeps what it accumulates.
+        from ..measure import backward_leaving_no_grads
+
+        backward_leaving_no_grads(loss)
         return True
 
     # Garbage of the planning forwards (a cycle holding saved tensors) freed during the
