@@ -176,16 +176,41 @@ def _note(text: str, before, after, pass_: str = "inductor-partition") -> Decisi
 
 
 def _chains_first(
-    aten, serial, mode, fakes, example_inputs, policy, *, strict, records, per_shape=None
+    aten,
+    serial,
+    mode,
+    fakes,
+    example_inputs,
+    policy,
+    *,
+    strict,
+    records,
+    per_shape=None,
+    peak=False,
 ):
     """The coupling chains of `aten` split out (chains.py): the split graph module, or None
     where there are none or they stay with Inductor. Their records go to the logs here:
     what a chain became is the TorchScript pass's record (at the chain's first call), or
     the note saying why the chains stayed with Inductor. per_shape: chains.
-    _compile_with_chains's (the graph made static for given arguments)."""
+    _compile_with_chains's (the graph made static for given arguments). peak: a peak
+    target is engaged, which plans whole graphs by their predicted and measured step
+    peak: chains stay with Inductor (a split graph's pieces were planned by no one, and
+    a chain's step peak, its F and G re-run eagerly, is predicted by nothing: fuzz seed
+    941181 peaked at 3.6x plain torch.compile's step with no record of the target)."""
     chain_decisions, chains = fx.coupling_chains(aten, policy, serial=serial)
     split = None
-    if chains:
+    if chains and peak:
+        chain_decisions.append(
+            _note(
+                "coupling chains left to Inductor: peak_memory plans whole graphs by the "
+                "step's predicted and measured peak, which a chain's (F and G re-run "
+                "eagerly in its backward) is not part of",
+                None,
+                None,
+                "invertible-couplings",
+            )
+        )
+    elif chains:
         split = _compile_with_chains(
             aten,
             mode,
@@ -388,6 +413,7 @@ def _backend(
                 strict=strict,
                 records=records,
                 per_shape=None if _static else (gm, build),
+                peak=target is not None and target.peak is not None,
             )
             if split is not None:
                 return split

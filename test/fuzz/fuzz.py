@@ -30,7 +30,15 @@ import gen  # noqa: E402
 import runner  # noqa: E402
 
 QUICK_SEEDS = range(0, 340)
-FAILING = ("wrong", "crash", "exception", "budget-miss", "timeout", "runner-error")
+FAILING = (
+    "wrong",
+    "crash",
+    "exception",
+    "budget-miss",
+    "peak-miss",
+    "timeout",
+    "runner-error",
+)
 REPORTED = FAILING + (
     "rng-order",
     "bf16-rounding",

@@ -93,6 +93,7 @@ from runner_common import (  # noqa: F401
 )
 from runner_compile import run_compile_budget  # noqa: F401
 from runner_fx import run_fx  # noqa: F401
+from runner_peak import run_compile_peak  # noqa: F401
 from runner_pool import Pool, Session, Worker, run_job  # noqa: F401
 from runner_torchscript import rng_order_only, run_optimize  # noqa: F401
 
@@ -211,6 +212,7 @@ def _worst(verdicts: list) -> tuple:
         "wrong",
         "exception",
         "budget-miss",
+        "peak-miss",
         "rng-order",
         "bf16-rounding",
         "fp32-rounding",
@@ -264,6 +266,16 @@ def check_source(
             return run_compile_budget(prog, inputs, R, None if b == "none" else float(b), res)
 
         _leg("compile-budget", budget_leg, res, stage, verdicts)
+
+    if os.environ.get("MEMSLIM_FUZZ_COMPILE_PEAK"):
+        frac = float(os.environ["MEMSLIM_FUZZ_COMPILE_PEAK"])
+        _leg(
+            "compile-peak",
+            lambda: run_compile_peak(prog, inputs, R, frac, res),
+            res,
+            stage,
+            verdicts,
+        )
 
     if cli:
         _leg("cli", lambda: run_cli(prog, inputs, R, workdir, memslim_opt), res, stage, verdicts)

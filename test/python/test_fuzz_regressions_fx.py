@@ -257,12 +257,13 @@ def test_inplace_activation_under_no_grad_through_compile(session):
         assert float((g - e).norm() / e.norm()) < 1e-5
 
 
-def _compile_leg_session(budget: str, dynamic: bool = False):
+def _compile_leg_session(budget: str, dynamic: bool = False, leg="MEMSLIM_FUZZ_COMPILE_BUDGET"):
     """A worker whose programs also run memslim.compile's leg with MEMSLIM_FUZZ_COMPILE_BUDGET
-    = budget ("none": no budget; `dynamic`: MEMSLIM_FUZZ_COMPILE_DYNAMIC=1); the variables
+    = budget ("none": no budget; `dynamic`: MEMSLIM_FUZZ_COMPILE_DYNAMIC=1; `leg`
+    MEMSLIM_FUZZ_COMPILE_PEAK: the peak leg at that fraction instead); the variables
     stay set until the fixture ends, since the worker reads them when it starts, at its
     first job."""
-    names = {"MEMSLIM_FUZZ_COMPILE_BUDGET": budget, "MEMSLIM_FUZZ_COMPILE_DYNAMIC": "1"}
+    names = {leg: budget, "MEMSLIM_FUZZ_COMPILE_DYNAMIC": "1"}
     if not dynamic:
         del names["MEMSLIM_FUZZ_COMPILE_DYNAMIC"]
     old = {k: os.environ.get(k) for k in names}
@@ -426,3 +427,18 @@ def test_compile_budget_dynamic_planner_never_called(compile_budget_dynamic_sess
     check_corpus(
         compile_budget_dynamic_session, "seed941102_compile_budget_dynamic_planner_never_called.py"
     )
+
+
+@pytest.fixture(scope="module")
+def compile_peak_session():
+    """memslim.compile's peak leg (runner_peak.py) at 0.9 of the way to plain's step peak."""
+    yield from _compile_leg_session("0.9", leg="MEMSLIM_FUZZ_COMPILE_PEAK")
+
+
+# Seed 941181, the peak leg at 0.9 (2026-11-30): the graph was split around a coupling chain,
+# no one planned its pieces under the peak target and no record said so: the step peaked at
+# 3.6x plain torch.compile's, silently (`peak-miss`). Under a peak target chains stay with
+# Inductor (a record says so) and the whole graph is planned: met.
+def test_compile_peak_chain_graph_is_planned_941181(compile_peak_session):
+    res = check_corpus(compile_peak_session, "seed941181_compile_peak_chain_unplanned.py")
+    assert res.get("peak", "").startswith("met"), res
