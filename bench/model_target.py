@@ -3,18 +3,19 @@
 Usage: .venv/bin/python bench/model_target.py [--models gpt2_hf,gpt2_hf_nodrop,two_graphs]
          [--budgets 0.75,0.5,0.25] [--md bench/results/model_target_<date>_<commit>.md]
 
-Per (model, budget), four fresh processes, in this order: memslim.compile(memory_budget=B,
-on_unreachable="warn") with empty Inductor and plan caches (first process), the same again
-with those caches (second process), then torch.compile under
-torch._functorch.config.activation_memory_budget=B with an empty Inductor cache and again
-with it. Each process times its first training step (forward + backward, compiles
+Per (model, budget), fresh processes: memslim.compile(memory_budget=B, on_unreachable="warn")
+with empty Inductor and plan caches (first process), then torch.compile under
+torch._functorch.config.activation_memory_budget=B with an empty Inductor cache, the pair
+`--cold N` times (each pair with caches of its own, memslim's first); then, with the caches
+of the first pair, `--warm N` pairs of second processes, memslim's and torch's alternating.
+Ratios are per pair, the table gives their median (and the pairs' range). Each process times its first training step (forward + backward, compiles
 included) and measures saved-for-backward bytes after it (saved_tensors_hooks, distinct
 storages, parameters excluded); memslim's also says whether the model's target was met
 (its "the model:" record) and in how many forwards, and how many graphs were replayed from
 the plan cache. The table gives the bytes as fractions of plain torch.compile's and the
-first-step times as memslim / torch ratios (first process, second process). Cold-start
-times cannot be interleaved: the pairs run one after the other, so the ratios carry the
-machine's drift between them.
+first-step times as memslim / torch ratios (first process, second process). The processes
+of a pair run one after the other, so each ratio carries the machine's drift between them;
+the median over alternating pairs is the figure to read (one pair is not).
 Models: gpt2_hf, transformers' GPT-2 from issue 48's config (4 x 256, vocab 8,192, 4 x 128
 tokens, dropouts 0.1); gpt2_hf_nodrop, the same with the dropouts at 0; two_graphs,
 test_model_budget.py's model (a graph break before a product with a 2 MiB input);
@@ -139,6 +140,8 @@ def main():
     ap.add_argument("--models", default="gpt2_hf,gpt2_hf_nodrop,two_graphs")
     ap.add_argument("--budgets", default="0.75,0.5,0.25")
     ap.add_argument("--timeout", type=int, default=1200)
+    ap.add_argument("--cold", type=int, default=1, help="pairs of first processes")
+    ap.add_argument("--warm", type=int, default=1, help="pairs of second processes")
     ap.add_argument("--md", default="")
     a = ap.parse_args()
     commit = subprocess.run(
@@ -151,22 +154,56 @@ def main():
         plain = plain_saved(model, a.timeout)
         for b in [float(x) for x in a.budgets.split(",")]:
             with tempfile.TemporaryDirectory() as d:
-                ind, plans = os.path.join(d, "ind-m"), os.path.join(d, "plans")
-                m1 = run(model, "memslim", b, ind, plans, a.timeout)
-                m2 = run(model, "memslim", b, ind, plans, a.timeout)
-                ind_t = os.path.join(d, "ind-t")
-                t1 = run(model, "torch", b, ind_t, plans, a.timeout)
-                t2 = run(model, "torch", b, ind_t, plans, a.timeout)
-            rows.append((model, b, plain, m1, m2, t1, t2))
+                cold, warm = [], []
+                for i in range(a.cold):
+                    ind, plans = os.path.join(d, f"ind-m{i}"), os.path.join(d, f"plans{i}")
+                    ind_t = os.path.join(d, f"ind-t{i}")
+                    cold.append(
+                        (
+                            run(model, "memslim", b, ind, plans, a.timeout),
+                            run(model, "torch", b, ind_t, plans + "-t", a.timeout),
+                        )
+                    )
+                for _ in range(a.warm):
+                    warm.append(
+                        (
+                            run(
+                                model,
+                                "memslim",
+                                b,
+                                os.path.join(d, "ind-m0"),
+                                os.path.join(d, "plans0"),
+                                a.timeout,
+                            ),
+                            run(
+                                model,
+                                "torch",
+                                b,
+                                os.path.join(d, "ind-t0"),
+                                os.path.join(d, "plans0-t"),
+                                a.timeout,
+                            ),
+                        )
+                    )
+            rows.append((model, b, plain, cold, warm))
             print(json.dumps(rows[-1]), flush=True)
 
     def frac(r, plain):
         return f"{r['saved'] / plain:.3f}" if "saved" in r and plain else r.get("error", "-")
 
-    def ratio(m, t):
-        if "first_step_s" not in m or "first_step_s" not in t:
+    def ratio(pairs):
+        """The median pair's 'memslim / torch s = ratio' (and the range over pairs)."""
+        ok = [(m, t) for m, t in pairs if "first_step_s" in m and "first_step_s" in t]
+        if not ok:
+            m, t = pairs[0]
             return m.get("error") or t.get("error") or "-"
-        return f"{m['first_step_s']:.1f} / {t['first_step_s']:.1f} s = {m['first_step_s'] / t['first_step_s']:.2f}x"
+        ok.sort(key=lambda p: p[0]["first_step_s"] / p[1]["first_step_s"])
+        m, t = ok[len(ok) // 2]
+        r = [p[0]["first_step_s"] / p[1]["first_step_s"] for p in ok]
+        text = f"{m['first_step_s']:.1f} / {t['first_step_s']:.1f} s = {r[len(r) // 2]:.2f}x"
+        if len(ok) > 1:
+            text += f" (median of {len(ok)}: {r[0]:.2f}-{r[-1]:.2f}x)"
+        return text
 
     lines = [
         f"# The model's memory target: memslim.compile vs torch.compile's budget ({date}, {commit})",
@@ -179,12 +216,13 @@ def main():
         "| model | budget | memslim saved | torch saved | first process | second process | replayed | memslim's verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for model, b, plain, m1, m2, t1, t2 in rows:
+    for model, b, plain, cold, warm in rows:
+        m1, t1 = cold[0]
         verdict = m1.get("verdict", m1.get("error", ""))
         verdict = verdict.split(": ", 1)[-1].split(" (memory_budget")[-1][:90]
         lines.append(
-            f"| {model} | {b:g} | {frac(m1, plain)} | {frac(t1, plain)} | {ratio(m1, t1)} | "
-            f"{ratio(m2, t2)} | {m2.get('replayed', '-')} | {verdict} |"
+            f"| {model} | {b:g} | {frac(m1, plain)} | {frac(t1, plain)} | {ratio(cold)} | "
+            f"{ratio(warm)} | {warm[0][0].get('replayed', '-')} | {verdict} |"
         )
     os.makedirs(os.path.dirname(md), exist_ok=True)
     with open(md, "w") as f:
