@@ -258,6 +258,52 @@ def test_a_target_at_the_unmodified_peak_is_met_where_the_output_is_not_a_loss()
     assert peak(m, ours) <= limit, note
 
 
+class _WideOut(nn.Module):
+    """Small parameters, a large output (not a loss): its step peaks where the loss's
+    tensors live, at the forward's end and the backward's start."""
+
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Linear(64, 512), nn.GELU(), nn.Linear(512, 1024))
+
+    def forward(self, x):
+        return self.f(x)
+
+
+def test_a_target_at_plain_peak_is_met_where_the_loss_is_the_users():
+    # Fuzz seed 941279: a target 329 B above plain torch.compile's step was refused, the
+    # verifying step's loss (out * ones_like(out)) holding two tensors of the output's
+    # size where a user's, against data it already has, holds one.
+    torch.manual_seed(0)
+    model = _WideOut()
+    x = torch.randn(256, 64, generator=torch.Generator().manual_seed(1))
+    w = torch.randn(256, 1024, generator=torch.Generator().manual_seed(2))  # the loss's data
+
+    def loss(out):
+        return (out * w).sum()
+
+    def peak(m, fn):
+        for p in m.parameters():
+            p.grad = None
+        gc.collect()
+        got = _resident(m, x) + step_peak_bytes(lambda: loss(fn(x)).backward())
+        for p in m.parameters():
+            p.grad = None
+        return got
+
+    torch._dynamo.reset()
+    plain = torch.compile(copy.deepcopy(model))
+    loss(plain(x)).backward()
+    limit = peak(model, plain)
+    torch._dynamo.reset()
+    m = copy.deepcopy(model)
+    ours = memslim.compile(m, peak_memory=limit, strict=True)
+    loss(ours(x)).backward()
+    note = _model_note(ours)
+    assert ": met" in note, note
+    assert peak(m, ours) <= limit, note
+
+
 def test_the_verifying_step_leaves_no_gradient_behind():
     # The first step's verifying forward and backward (a loss of its own) accumulated into
     # every leaf but the parameters: an input that requires grad came out of the user's

@@ -629,14 +629,17 @@ def _measure_step(forward, args, kwargs, resident: int) -> Optional[int]:
         # A loss among the outputs is what the step differentiates (transformers return
         # the logits beside it); without one, every output, through a loss that keeps its
         # input and makes a gradient of its size, freed once its backward has run, as a
-        # user's loss does. Held from outside autograd (the outputs in a list, gradients
-        # of ones handed to the backward) they stayed through the whole backward: 1 MiB
-        # over the user's step on the suite's llama_small, whose peak is the backward's end.
+        # user's loss does (MSE keeps one tensor of its input's size and makes one). Held
+        # from outside autograd (the outputs in a list, gradients of ones handed to the
+        # backward) they stayed through the whole backward: 1 MiB over the user's step on
+        # the suite's llama_small, whose peak is the backward's end. `t * ones_like(t)`
+        # made two: a target 329 B above plain torch.compile's step was refused (fuzz
+        # seed 941279).
         losses = [t for t in leaves if t.numel() == 1]
         if losses:
             loss = sum(t.sum() for t in losses)
         else:
-            loss = sum((t * torch.ones_like(t)).sum() for t in leaves)
+            loss = sum((t * t.detach()).sum() for t in leaves)
         # The other outputs dropped first, as `model(x).loss.backward()` drops them (the
         # logits held through the backward measured 16 MiB more on GPT-2).
         del out, leaves, losses
