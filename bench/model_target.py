@@ -154,37 +154,18 @@ def main():
         plain = plain_saved(model, a.timeout)
         for b in [float(x) for x in a.budgets.split(",")]:
             with tempfile.TemporaryDirectory() as d:
-                cold, warm = [], []
-                for i in range(a.cold):
-                    ind, plans = os.path.join(d, f"ind-m{i}"), os.path.join(d, f"plans{i}")
-                    ind_t = os.path.join(d, f"ind-t{i}")
-                    cold.append(
-                        (
-                            run(model, "memslim", b, ind, plans, a.timeout),
-                            run(model, "torch", b, ind_t, plans + "-t", a.timeout),
-                        )
+
+                def pair(i):  # memslim's process, then torch's, with pair i's caches
+                    def at(name):
+                        return os.path.join(d, f"{name}{i}")
+
+                    return (
+                        run(model, "memslim", b, at("ind-m"), at("plans"), a.timeout),
+                        run(model, "torch", b, at("ind-t"), at("plans-t"), a.timeout),
                     )
-                for _ in range(a.warm):
-                    warm.append(
-                        (
-                            run(
-                                model,
-                                "memslim",
-                                b,
-                                os.path.join(d, "ind-m0"),
-                                os.path.join(d, "plans0"),
-                                a.timeout,
-                            ),
-                            run(
-                                model,
-                                "torch",
-                                b,
-                                os.path.join(d, "ind-t0"),
-                                os.path.join(d, "plans0-t"),
-                                a.timeout,
-                            ),
-                        )
-                    )
+
+                cold = [pair(i) for i in range(a.cold)]
+                warm = [pair(0) for _ in range(a.warm)]
             rows.append((model, b, plain, cold, warm))
             print(json.dumps(rows[-1]), flush=True)
 

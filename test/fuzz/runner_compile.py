@@ -53,6 +53,24 @@ def budget_miss(budget: float, plain: int, kept: int) -> Optional[tuple]:
     )
 
 
+def run_plain(prog, fn):
+    """fn(plain, module): `plain` a torch.compile of a fresh `module` (dynamic=True under
+    MEMSLIM_FUZZ_COMPILE_DYNAMIC=1), fn run with memslim's Inductor guards patched in (the
+    compile happens at its first call). With the guards (memslim.inductor_guards) the bar
+    widens by Inductor's rounding, not by an Inductor bug memslim's backend avoids (torch
+    2.14.1's add+mm->addmm drops add's alpha: plain torch.compile's error would have let
+    any memslim error of that size pass)."""
+    import torch
+    from memslim import inductor_guards
+    from torch._inductor import config as inductor_config
+
+    dynamic = True if os.environ.get("MEMSLIM_FUZZ_COMPILE_DYNAMIC") == "1" else None
+    torch._dynamo.reset()
+    m, _ = prog.make()
+    with inductor_config.patch(inductor_guards.config_patches()):
+        return fn(torch.compile(m, dynamic=dynamic), m)
+
+
 def run_compile_budget(
     prog, inputs, R: "Reference", budget: Optional[float], res: Optional[dict] = None
 ):
@@ -77,18 +95,13 @@ def run_compile_budget(
     dynamic = True if os.environ.get("MEMSLIM_FUZZ_COMPILE_DYNAMIC") == "1" else None
     with inductor_config.patch(fallback_random=True):
         try:
-            torch._dynamo.reset()
-            m2, _ = prog.make()
-            # With memslim's Inductor guards (memslim.inductor_guards): the bar widens by
-            # Inductor's rounding, not by an Inductor bug memslim's backend avoids (torch
-            # 2.14.1's add+mm->addmm drops add's alpha: plain torch.compile's error would
-            # have let any memslim error of that size pass).
-            from memslim import inductor_guards
-
-            with inductor_config.patch(inductor_guards.config_patches()):
-                plain = torch.compile(m2, dynamic=dynamic)
-                base = call(plain, inputs, trainable(m2))
-                plain_kept = kept_bytes(plain, inputs, trainable(m2))
+            base, plain_kept = run_plain(
+                prog,
+                lambda plain, m2: (
+                    call(plain, inputs, trainable(m2)),
+                    kept_bytes(plain, inputs, trainable(m2)),
+                ),
+            )
         except Exception as e:  # noqa: BLE001
             return ("limitation", "compile", first_line(e))
         torch._dynamo.reset()

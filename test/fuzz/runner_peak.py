@@ -30,6 +30,7 @@ from typing import Optional
 
 from runner_common import BARS, DRIFT_FACTOR, RUN_SEED, Reference, call, compare, first_line
 from runner_common import flatten, rel_err, trainable, weight
+from runner_compile import run_plain
 
 
 def _storages_bytes(tensors) -> int:
@@ -113,23 +114,22 @@ def run_compile_peak(prog, inputs, R: "Reference", frac: float, res: Optional[di
     """memslim.compile(peak_memory=...)'s leg (see the module's docstring)."""
     import torch
     import memslim
-    from memslim import inductor_guards
     from torch._inductor import config as inductor_config
 
     dynamic = True if os.environ.get("MEMSLIM_FUZZ_COMPILE_DYNAMIC") == "1" else None
     res = res if res is not None else {}
     with inductor_config.patch(fallback_random=True):
+        plain_grads: list = []
+
+        def measure_plain(plain, m2):
+            base = call(plain, inputs, trainable(m2))
+            torch.manual_seed(RUN_SEED)
+            outs = plain(*_args(inputs))
+            weights = _weights(plain, inputs)
+            return base, outs, weights, step_peak(plain, inputs, weights, plain_grads)
+
         try:
-            torch._dynamo.reset()
-            m2, _ = prog.make()
-            with inductor_config.patch(inductor_guards.config_patches()):
-                plain = torch.compile(m2, dynamic=dynamic)
-                base = call(plain, inputs, trainable(m2))
-                torch.manual_seed(RUN_SEED)
-                base_outs = plain(*_args(inputs))
-                weights = _weights(plain, inputs)
-                plain_grads: list = []
-                plain_peak = step_peak(plain, inputs, weights, plain_grads)
+            base, base_outs, weights, plain_peak = run_plain(prog, measure_plain)
         except Exception as e:  # noqa: BLE001
             return ("limitation", "compile", first_line(e))
         if plain_peak is None:
