@@ -313,6 +313,36 @@ Node* ancestor_in(Node* n, const torch::jit::Block* b) {
   return n;
 }
 
+// The input an in-place (or out=) op writes and returns as its output `i`
+// (`Tensor(a!)`), or nullptr where output i is no written input.
+Value* written_input_returned(Node* n, size_t i) {
+  const c10::FunctionSchema* schema = n->maybeSchema();
+  if (!schema || i >= schema->returns().size()) return nullptr;
+  const c10::AliasInfo* ret = schema->returns()[i].alias_info();
+  if (!ret || !ret->isWrite()) return nullptr;
+  const auto& args = schema->arguments();
+  for (size_t j = 0; j < args.size() && j < n->inputs().size(); ++j) {
+    const c10::AliasInfo* a = args[j].alias_info();
+    if (a && a->isWrite() && a->beforeSets() == ret->beforeSets()) return n->input(j);
+  }
+  return nullptr;
+}
+
+// Whether the tensor `v` (output `i` of its node) was made in block `b` between
+// `enter` and `exit`: an in-place op's output is its written input, made where
+// that was (`with torch.no_grad(): y = x.tanh_()` returns x itself, whose
+// history eager keeps: fuzz seeds 927093, 232).
+bool made_between(Value* v, const torch::jit::Block* b, Node* enter, Node* exit) {
+  for (int hops = 0; hops < 64; ++hops) {
+    Node* p = v->node();
+    if (p->owningBlock() != b || !p->isAfter(enter) || !p->isBefore(exit)) return false;
+    Value* w = written_input_returned(p, v->offset());
+    if (!w) return true;
+    v = w;
+  }
+  return false;
+}
+
 // A tensor made inside `with torch.no_grad():` and read after it becomes
 // aten::detach of it there. In eager such a tensor has no history; TorchScript's
 // common-subexpression elimination merges `sigmoid(x)` inside the block with
@@ -320,8 +350,10 @@ Node* ancestor_in(Node* n, const torch::jit::Block* b) {
 // module's gradient flows where eager's does not, and once memslim has rewritten
 // one of the two copies (x * sigmoid(x) -> silu) the merge lands elsewhere and
 // the result matches neither (fuzz seed 941090). The detach makes the program
-// mean what eager computes, whatever the executor merges. Tensors inside lists
-// or tuples that leave the block are not reached.
+// mean what eager computes, whatever the executor merges. An in-place op's
+// result is its input (made_between); a view made in the block carries no
+// history in eager either. Tensors inside lists or tuples that leave the block
+// are not reached.
 void detach_no_grad_results(torch::jit::Block* b) {
   for (Node* n : b->nodes())
     for (torch::jit::Block* inner : n->blocks()) detach_no_grad_results(inner);
@@ -338,6 +370,7 @@ void detach_no_grad_results(torch::jit::Block* b) {
     for (Node* n = enter->next(); n != exit; n = n->next()) {
       for (Value* v : n->outputs()) {
         if (!v->type()->isSubtypeOf(*c10::TensorType::get())) continue;
+        if (!made_between(v, b, enter, exit)) continue;
         std::vector<torch::jit::Use> later;
         for (const auto& use : v->uses()) {
           Node* a = ancestor_in(use.user, b);
