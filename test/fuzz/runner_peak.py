@@ -43,6 +43,14 @@ def _storages_bytes(tensors) -> int:
     return total
 
 
+def _resident(module, inputs) -> int:
+    """The bytes a step holds before it starts: parameters, buffers, inputs."""
+    import torch
+
+    tensors = [a for a in inputs if isinstance(a, torch.Tensor)]
+    return _storages_bytes(list(module.parameters()) + list(module.buffers()) + tensors)
+
+
 def _args(inputs):
     import torch
 
@@ -80,9 +88,7 @@ def step_peak(module, inputs, weights, input_grads: Optional[list] = None) -> Op
     from memslim.probe import step_peak_bytes
 
     params = list(module.parameters())
-    resident = _storages_bytes(
-        params + list(module.buffers()) + [a for a in inputs if isinstance(a, torch.Tensor)]
-    )
+    resident = _resident(module, inputs)
     ran = {}
     args = _args(inputs)
 
@@ -135,11 +141,7 @@ def run_compile_peak(prog, inputs, R: "Reference", frac: float, res: Optional[di
         if plain_peak is None:
             return ("limitation", "compile-peak", "no gradient flows: no training step")
         m3, _ = prog.make()
-        resident = _storages_bytes(
-            list(m3.parameters())
-            + list(m3.buffers())
-            + [a for a in inputs if isinstance(a, torch.Tensor)]
-        )
+        resident = _resident(m3, inputs)
         limit = int(resident + frac * (plain_peak - resident))
         res["peak_limit"], res["peak_plain"] = limit, plain_peak
         slack = _storages_bytes([a for a in inputs if isinstance(a, torch.Tensor)])

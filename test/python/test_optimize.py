@@ -1,5 +1,6 @@
 """memslim.optimize / report on scripted models: bytes saved, gradients kept, cost model honest."""
 
+import functools
 import math
 import re
 
@@ -448,6 +449,13 @@ def test_report_is_decision_records():
     assert gelu.as_dict()["line"] == str(gelu)
 
 
+def _input_grad(m, x):
+    """x's gradient through m under the loss sum(m(x)^2)."""
+    xi = x.clone().requires_grad_(True)
+    m(xi).square().sum().backward()
+    return xi.grad
+
+
 class NoGradBlock(torch.nn.Module):
     """x * sigmoid(x) outside and inside a no_grad block: TorchScript's common-subexpression
     elimination merges what it can of the two (it ignores the grad mode), so the scripted
@@ -474,11 +482,7 @@ def test_no_grad_block_results_carry_no_gradient_like_eager():
     # is detached there, so the module means what eager computes.
     torch.manual_seed(1)
     x = torch.randn(6, 5, dtype=torch.float64)
-
-    def grad(m):
-        xi = x.clone().requires_grad_(True)
-        m(xi).square().sum().backward()
-        return xi.grad
+    grad = functools.partial(_input_grad, x=x)
 
     torch.manual_seed(0)
     ref = grad(NoGradBlock())
@@ -509,11 +513,7 @@ class NoGradInPlace(torch.nn.Module):
 def test_an_in_place_result_of_a_no_grad_block_keeps_its_history():
     torch.manual_seed(1)
     x = torch.randn(6, 5, dtype=torch.float64)
-
-    def grad(m):
-        xi = x.clone().requires_grad_(True)
-        m(xi).square().sum().backward()
-        return xi.grad
+    grad = functools.partial(_input_grad, x=x)
 
     ref = grad(NoGradInPlace())
     om = memslim.optimize(NoGradInPlace(), example_inputs=(x,))

@@ -66,12 +66,13 @@ def _resident(model, x) -> int:
     return total
 
 
-def _measured_peak(model, fn, x) -> int:
-    """The step's peak as a user would measure it: resident + the profiler's high-water."""
+def _measured_peak(model, fn, x, loss=lambda out: out) -> int:
+    """The step's peak as a user would measure it, the loss `loss(fn(x))`: resident + the
+    profiler's high-water."""
     for p in model.parameters():
         p.grad = None
     gc.collect()  # nothing of an earlier step freed inside the measured one
-    peak = _resident(model, x) + step_peak_bytes(lambda: fn(x).backward())
+    peak = _resident(model, x) + step_peak_bytes(lambda: loss(fn(x)).backward())
     for p in model.parameters():
         p.grad = None
     return peak
@@ -237,13 +238,7 @@ def test_a_target_at_the_unmodified_peak_is_met_where_the_output_is_not_a_loss()
     x = torch.randn(4, 32, 512, generator=torch.Generator().manual_seed(1))
 
     def peak(m, fn):
-        for p in m.parameters():
-            p.grad = None
-        gc.collect()
-        got = _resident(m, x) + step_peak_bytes(lambda: fn(x).square().mean().backward())
-        for p in m.parameters():
-            p.grad = None
-        return got
+        return _measured_peak(m, fn, x, lambda out: out.square().mean())
 
     torch._dynamo.reset()
     plain = torch.compile(copy.deepcopy(model))
@@ -283,13 +278,7 @@ def test_a_target_at_plain_peak_is_met_where_the_loss_is_the_users():
         return (out * w).sum()
 
     def peak(m, fn):
-        for p in m.parameters():
-            p.grad = None
-        gc.collect()
-        got = _resident(m, x) + step_peak_bytes(lambda: loss(fn(x)).backward())
-        for p in m.parameters():
-            p.grad = None
-        return got
+        return _measured_peak(m, fn, x, loss)
 
     torch._dynamo.reset()
     plain = torch.compile(copy.deepcopy(model))
