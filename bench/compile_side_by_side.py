@@ -10,6 +10,11 @@ torch.compile (Inductor) and memslim.compile (memslim's rewrites, then Inductor)
 - gradients at step 1: global relative L2 distance to eager's of torch.compile and of memslim;
 - memslim's decisions (rewrites, predicted bytes).
 --budget sets torch._functorch.config.activation_memory_budget for both compiled copies.
+--plan: instead, memslim's copy is memslim.compile(model, memory_budget=B) (memslim's
+planner, the model's target) and torch.compile's first step (where it partitions) runs under
+activation_memory_budget = B (issue 48's side by side: each at its own budget B);
+--torch-budget B2 puts torch.compile's at B2 instead (the budget at which torch's keeps
+what memslim's plan keeps, where B does not reach it).
 --dropout P sets every nn.Dropout's p to P (the suite sets 0): the copies then draw different
 masks (Inductor's RNG is not eager's), so the gradient columns compare different functions
 and only the bytes and times are read.
@@ -31,16 +36,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
-def one(model_name: str, budget: float, reps: int, batch: int, dropout: float = 0.0) -> dict:
+def one(
+    model_name: str,
+    budget: float,
+    reps: int,
+    batch: int,
+    dropout: float = 0.0,
+    plan: bool = False,
+    torch_budget: float = 0.0,
+) -> dict:
     import torch
     import memslim
     from _suite_models import SPECS, zero_dropout
     from _suite_worker import _grads, _step, grad_diff
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    if budget < 1:
-        from torch._functorch import config as functorch_config
+    import contextlib
 
+    from torch._functorch import config as functorch_config
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    if budget < 1 and not plan:
         functorch_config.activation_memory_budget = budget
     spec = SPECS[model_name]
     torch.manual_seed(0)
@@ -56,14 +71,25 @@ def one(model_name: str, budget: float, reps: int, batch: int, dropout: float = 
     fns = {
         "eager": models["eager"],
         "compile": torch.compile(models["compile"]),
-        "memslim": memslim.compile(models["memslim"]),
+        "memslim": (
+            memslim.compile(models["memslim"], memory_budget=budget)
+            if plan
+            else memslim.compile(models["memslim"])
+        ),
     }
     params = {k: list(m.parameters()) for k, m in models.items()}
     res = {"model": model_name, "budget": budget, "batch": batch or spec.batch, "dropout": dropout}
+    res["plan"] = plan
+    res["torch_budget"] = torch_budget or budget
     grads = {}
     for k in ("eager", "compile", "memslim"):
         t = time.perf_counter()
-        _step(fns[k], spec, params[k], x, target)
+        with (
+            functorch_config.patch(activation_memory_budget=torch_budget or budget)
+            if plan and k == "compile"
+            else contextlib.nullcontext()
+        ):
+            _step(fns[k], spec, params[k], x, target)
         res[f"first_step_s_{k}"] = time.perf_counter() - t
         grads[k] = _grads(params[k], x)
     for k in ("compile", "memslim"):
@@ -132,10 +158,13 @@ def main():
     ap.add_argument("--jsonl", default="")
     ap.add_argument("--md", default="")
     ap.add_argument("--dropout", type=float, default=0.0, help="nn.Dropout p (suite: 0)")
+    ap.add_argument("--plan", action="store_true", help="memslim.compile(memory_budget=B)")
+    ap.add_argument("--torch-budget", type=float, default=0.0, help="with --plan: torch's B")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print("RESULT " + json.dumps(one(a.one[0], float(a.one[1]), a.reps, a.batch, a.dropout)))
+        res = one(a.one[0], float(a.one[1]), a.reps, a.batch, a.dropout, a.plan, a.torch_budget)
+        print("RESULT " + json.dumps(res))
         return
     from _suite_models import FULL_MODELS
 
@@ -155,7 +184,7 @@ def main():
                 str(a.batch),
                 "--dropout",
                 str(a.dropout),
-            ]
+            ] + (["--plan", "--torch-budget", str(a.torch_budget)] if a.plan else [])
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                 line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]

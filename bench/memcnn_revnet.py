@@ -23,7 +23,7 @@ wrapper disabled), one step, fp32, and against eager in float64; the two downsam
 shortcuts' BN biases left out (a BatchNorm follows each: their gradient is zero: ~1e-8 in
 fp32, ~1e-16 in fp64, against >= 9e-3 for every other tensor; the cut is 1e-6 of the
 largest).
-Usage: bench/memcnn_revnet.py [--batch 8] [--compile] [--reps 15] [--out FILE] (needs
+Usage: bench/memcnn_revnet.py [--net revnet38|revnet110] [--batch 8] [--compile] [--reps 15] [--out FILE] (needs
 `pip install memcnn==1.5.2`).
 """
 
@@ -45,16 +45,23 @@ import memslim
 warnings.filterwarnings("ignore")
 
 
+# memcnn/config/experiments.json: (layers, channels_per_layer) of each RevNet
+NETS = {"revnet38": ([3, 3, 3], [32, 32, 64, 112]), "revnet110": ([9, 9, 9], [32, 32, 64, 128])}
+NET = "revnet38"  # main() sets it from --net
+
+
 def revnet38(wrapped: bool, dtype=torch.float32):
+    """memcnn's RevNet (NET: RevNet-38 unless --net says otherwise)."""
     from memcnn.models.resnet import ResNet, RevBasicBlock
     from memcnn.models.revop import InvertibleModuleWrapper
 
+    layers, channels = NETS[NET]
     torch.manual_seed(0)
     m = ResNet(
         RevBasicBlock,
-        [3, 3, 3],
+        layers,
         num_classes=10,
-        channels_per_layer=[32, 32, 64, 112],
+        channels_per_layer=channels,
         strides=[1, 1, 2, 2],
         init_max_pool=False,
         init_kernel_size=3,
@@ -187,6 +194,11 @@ def compile_rows(a, x, g_eager, g64):
     return out, chains, kept
 
 
+def n_couplings() -> int:
+    """The couplings of NET: its blocks without a downsampling shortcut."""
+    return sum(hasattr(b, "revblock") for b in revnet38(False).modules())
+
+
 def commit() -> str:
     try:
         return subprocess.run(
@@ -202,7 +214,10 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--out", default="")
+    ap.add_argument("--net", choices=sorted(NETS), default="revnet38")
     a = ap.parse_args()
+    global NET
+    NET = a.net
     torch.manual_seed(1)
     x = torch.randn(a.batch, 3, 32, 32)
     eager = revnet38(False)
@@ -212,7 +227,7 @@ def main():
     g_e64 = grads(e64, list(e64.parameters()), x64)
     g64 = [g.float() for g in g_e64]
     head = (
-        f"memcnn 1.5.2 RevNet-38, {a.batch}x3x32x32 fp32, CPU; {datetime.date.today()}, "
+        f"memcnn 1.5.2 {a.net}, {a.batch}x3x32x32 fp32, CPU; {datetime.date.today()}, "
         f"commit {commit()}, torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
     if a.compile:
@@ -239,7 +254,7 @@ def main():
             )
         lines += [
             "",
-            f"memslim.compile: couplings per chain {chains} ({sum(chains)} of 7 in chains, "
+            f"memslim.compile: couplings per chain {chains} ({sum(chains)} of {n_couplings()} in chains, "
             f"{kept} kept); fp64 gradients vs eager fp64: {rel64:.1e}; step times: medians of "
             f"{a.reps} interleaved steps (eager {te * 1e3:.1f} ms, torch.compile "
             f"{tc * 1e3:.1f} ms)",
@@ -272,7 +287,7 @@ def main():
             lines.append(f"| {name} | {sb:,} | {ab:,} | {max_rel(g, g_eager):.1e} |")
         lines += [
             "",
-            f"memslim: couplings per chain {chains} ({sum(chains)} of 7 in chains, {kept} kept); "
+            f"memslim: couplings per chain {chains} ({sum(chains)} of {n_couplings()} in chains, {kept} kept); "
             f"fp64 gradients vs eager fp64: {rel64:.1e}",
         ]
     text = "\n".join(lines) + "\n"

@@ -58,6 +58,9 @@ class _ChainPiece(torch.nn.Module):
         self.strict = strict
         self.log = log  # the backend's log of every graph's records (compiled_decisions)
         self.by_signature = {}
+        # What Inductor's partitioner keeps for backward on this piece unmodified (set by
+        # _compile_with_chains; None: unknown): the chain's record is priced against it.
+        self.inductor_keeps: Optional[int] = None
 
     def _build(self, args):
         from .optimize import optimize
@@ -79,7 +82,7 @@ class _ChainPiece(torch.nn.Module):
         opt = optimize(
             traced, clones, **{k: v for k, v in self.policy.items() if k in keep and v is not None}
         )
-        found = report(opt)
+        found = _priced_under_compile(report(opt), self.inductor_keeps)
         if self.records is not None:
             self.records.extend(found)
         if self.log is not None:
@@ -131,6 +134,35 @@ class _ChainPiece(torch.nn.Module):
                 if where is not None:
                     where.append(rec)
         return out
+
+
+def _priced_under_compile(found: List[Decision], inductor_keeps: Optional[int]):
+    """The TorchScript pass prices a chain by what eager autograd keeps for its blocks;
+    under torch.compile the blocks would otherwise go to Inductor, whose partitioner keeps
+    less (it re-runs cheap ops in backward). With one chain rewritten in the piece, its
+    record's figure before is Inductor's for the piece (`inductor_keeps`), eager's named
+    beside it."""
+    chained = [
+        i
+        for i, d in enumerate(found)
+        if d.pass_ == "invertible-couplings" and d.verdict == "rewrote"
+    ]
+    if inductor_keeps is None or len(chained) != 1:
+        return found
+    d = found[chained[0]]
+    if d.bytes_before is None or d.bytes_before == inductor_keeps:
+        return found
+    eager = f"instead of {d.bytes_before} B"
+    if eager not in d.text:
+        return found
+    text = d.text.replace(
+        eager,
+        f"instead of {inductor_keeps} B (what Inductor's partitioner keeps for these blocks "
+        f"unmodified; eager autograd keeps {d.bytes_before} B)",
+    )
+    rec = dict(d.as_dict(), text=text, bytes_before=inductor_keeps)
+    rec["line"] = str(d).replace(d.text, text)
+    return found[: chained[0]] + [Decision(rec)] + found[chained[0] + 1 :]
 
 
 _DRIFT_BYTES = re.compile(r"keeps its exact input \((\d+) B\) from now on")
@@ -424,26 +456,31 @@ def _pieces(split, example):
     return pieces
 
 
+def _piece_kept(sub, ins, piece_mode) -> int:
+    """What Inductor's partitioner keeps for backward on the piece `sub` unmodified (a
+    dry run; parameters excluded)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    with _dynamic_output_shapes(piece_mode):
+        faked = [
+            piece_mode.from_tensor(t)
+            if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor)
+            else t
+            for t in ins
+        ]
+        return _partitioned_saved_bytes(
+            sub, faked, {i for i, t in enumerate(ins) if isinstance(t, torch.nn.Parameter)}
+        )
+
+
 def _piece_budgets(pieces, piece_mode, budget, whole, target, chains, note):
     """Under a memory budget: each non-chain piece's share of the target (budget.
     piece_shares over what each keeps unmodified, a dry run each), noted."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    kept = {}
-    with _dynamic_output_shapes(piece_mode):
-        for name, sub, ins, is_chain, _ in pieces:
-            if not is_chain:
-                faked = [
-                    piece_mode.from_tensor(t)
-                    if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor)
-                    else t
-                    for t in ins
-                ]
-                kept[name] = _partitioned_saved_bytes(
-                    sub,
-                    faked,
-                    {i for i, t in enumerate(ins) if isinstance(t, torch.nn.Parameter)},
-                )
+    kept = {
+        name: _piece_kept(sub, ins, piece_mode)
+        for name, sub, ins, is_chain, _ in pieces
+        if not is_chain
+    }
     chained = sum(after for _, _, after in chains)
     shares, rest, total = piece_shares(target, chained, kept)
     note(
@@ -558,7 +595,12 @@ def _compile_with_chains(
         )
     for name, sub, ins, is_chain, single in pieces:
         if is_chain:
-            setattr(split, name, _ChainPiece(sub, policy, records, strict, log))
+            piece = _ChainPiece(sub, policy, records, strict, log)
+            try:  # the chain's record prices it against what Inductor would keep
+                piece.inductor_keeps = _piece_kept(sub, ins, piece_mode)
+            except Exception:  # noqa: BLE001  (the record keeps eager autograd's figure)
+                pass
+            setattr(split, name, piece)
             continue
         sub_policy = dict(policy)
         if budget is not None:
