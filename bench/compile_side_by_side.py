@@ -14,7 +14,9 @@ torch.compile (Inductor) and memslim.compile (memslim's rewrites, then Inductor)
 planner, the model's target) and torch.compile's first step (where it partitions) runs under
 activation_memory_budget = B (issue 48's side by side: each at its own budget B);
 --torch-budget B2 puts torch.compile's at B2 instead (the budget at which torch's keeps
-what memslim's plan keeps, where B does not reach it).
+what memslim's plan keeps, where B does not reach it); --ckpt adds a fourth copy,
+torch.compile over the model with each block under torch.utils.checkpoint (the suite's
+"ckpt" blocks), timed in the same rotation (time_ratio_ckpt: memslim / it).
 --dropout P sets every nn.Dropout's p to P (the suite sets 0): the copies then draw different
 masks (Inductor's RNG is not eager's), so the gradient columns compare different functions
 and only the bytes and times are read.
@@ -44,6 +46,7 @@ def one(
     dropout: float = 0.0,
     plan: bool = False,
     torch_budget: float = 0.0,
+    ckpt: bool = False,
 ) -> dict:
     import torch
     import memslim
@@ -67,7 +70,8 @@ def one(
     x, target = spec.make_inputs(batch or spec.batch)
     if x.is_floating_point():
         x.requires_grad_(True)
-    models = {k: copy.deepcopy(base) for k in ("eager", "compile", "memslim")}
+    keys = ("eager", "compile", "memslim") + (("ckpt",) if ckpt else ())
+    models = {k: copy.deepcopy(base) for k in keys}
     fns = {
         "eager": models["eager"],
         "compile": torch.compile(models["compile"]),
@@ -77,12 +81,17 @@ def one(
             else memslim.compile(models["memslim"])
         ),
     }
+    if ckpt:  # torch.compile over the model with each block checkpointed
+        from _suite_models import wrap_blocks
+
+        wrap_blocks(models["ckpt"])
+        fns["ckpt"] = torch.compile(models["ckpt"])
     params = {k: list(m.parameters()) for k, m in models.items()}
     res = {"model": model_name, "budget": budget, "batch": batch or spec.batch, "dropout": dropout}
     res["plan"] = plan
     res["torch_budget"] = torch_budget or budget
     grads = {}
-    for k in ("eager", "compile", "memslim"):
+    for k in keys:
         t = time.perf_counter()
         with (
             functorch_config.patch(activation_memory_budget=torch_budget or budget)
@@ -92,20 +101,25 @@ def one(
             _step(fns[k], spec, params[k], x, target)
         res[f"first_step_s_{k}"] = time.perf_counter() - t
         grads[k] = _grads(params[k], x)
-    for k in ("compile", "memslim"):
+    for k in keys[1:]:
         res[f"grad_glob_{k}"] = grad_diff(grads[k], grads["eager"])[2]
     del grads
-    for k in ("eager", "compile", "memslim"):
+    for k in keys:
         res[f"saved_{k}"] = memslim.saved_bytes(fns[k], x, warmup=1)
-    ratios = []
+    ratios, ckpt_ratios = [], []
+    timed = keys[1:]
     for r in range(reps):
-        order = ("compile", "memslim") if r % 2 == 0 else ("memslim", "compile")
+        order = timed[r % len(timed) :] + timed[: r % len(timed)]  # rotated each round
         t = {}
         for k in order:
             t0 = time.perf_counter()
             _step(fns[k], spec, params[k], x, target)
             t[k] = time.perf_counter() - t0
         ratios.append(t["memslim"] / t["compile"])
+        if ckpt:
+            ckpt_ratios.append(t["memslim"] / t["ckpt"])
+    if ckpt:
+        res["time_ratio_ckpt"] = statistics.median(ckpt_ratios)
     res["time_ratio"] = statistics.median(ratios)
     decisions = memslim.report(fns["memslim"])
     res["rewrites"] = sum(d.verdict == "rewrote" for d in decisions)
@@ -160,10 +174,13 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.0, help="nn.Dropout p (suite: 0)")
     ap.add_argument("--plan", action="store_true", help="memslim.compile(memory_budget=B)")
     ap.add_argument("--torch-budget", type=float, default=0.0, help="with --plan: torch's B")
+    ap.add_argument("--ckpt", action="store_true", help="also torch.compile, blocks checkpointed")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        res = one(a.one[0], float(a.one[1]), a.reps, a.batch, a.dropout, a.plan, a.torch_budget)
+        res = one(
+            a.one[0], float(a.one[1]), a.reps, a.batch, a.dropout, a.plan, a.torch_budget, a.ckpt
+        )
         print("RESULT " + json.dumps(res))
         return
     from _suite_models import FULL_MODELS
@@ -185,6 +202,7 @@ def main():
                 "--dropout",
                 str(a.dropout),
             ] + (["--plan", "--torch-budget", str(a.torch_budget)] if a.plan else [])
+            cmd += ["--ckpt"] if a.ckpt else []
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                 line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
