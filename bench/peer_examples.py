@@ -47,6 +47,7 @@ from memslim.probe import step_peak_bytes
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from memcnn_revnet import alive_bytes  # noqa: E402
+from revlib_chains import grads, max_rel  # noqa: E402  (one step's gradients; their distance)
 
 warnings.filterwarnings("ignore")
 
@@ -100,19 +101,6 @@ def invtorch_net(plain: bool):
             p.weight.copy_(q.weight)
             p.bias.copy_(q.bias)
     return plain_net
-
-
-def grads(model, params, x):
-    xx = x.clone().requires_grad_()
-    model(xx).square().sum().backward()
-    out = [xx.grad] + [p.grad.clone() for p in params]
-    for p in params:
-        p.grad = None
-    return out
-
-
-def max_rel(a, b):
-    return max(float((p - q).abs().max() / q.abs().max()) for p, q in zip(a, b))
 
 
 def ways(make, x):
