@@ -3,7 +3,7 @@ InvertibleModuleWrapper disabled) against eager, torch.compile and memcnn's own 
 (keep_input=False), at CIFAR sizes, through memslim.optimize and (--compile)
 memslim.compile.
 
-The network is memcnn 1.5.2's `revnet38` experiment (memcnn/config/experiments.json):
+The network is memcnn 1.5.2's `revnet38` experiment (or, with --net revnet110, its `revnet110`; memcnn/config/experiments.json):
 ResNet(RevBasicBlock, [3, 3, 3], channels [32, 32, 64, 112], strides [1, 1, 2, 2], a 3x3
 stem, no max-pool, batch_norm_fix off), 10 classes. memcnn's wrapper trains on torch 2.14
 only with a `.clone()` after the stem's ReLU (the wrapper frees its input's storage, which
@@ -50,8 +50,8 @@ NETS = {"revnet38": ([3, 3, 3], [32, 32, 64, 112]), "revnet110": ([9, 9, 9], [32
 NET = "revnet38"  # main() sets it from --net
 
 
-def revnet38(wrapped: bool, dtype=torch.float32):
-    """memcnn's RevNet (NET: RevNet-38 unless --net says otherwise)."""
+def revnet(wrapped: bool, dtype=torch.float32):
+    """memcnn's RevNet NET (RevNet-38 unless --net says otherwise)."""
     from memcnn.models.resnet import ResNet, RevBasicBlock
     from memcnn.models.revop import InvertibleModuleWrapper
 
@@ -160,13 +160,13 @@ def compile_rows(a, x, g_eager, g64):
 
     torch._dynamo.reset()
     ways = {}
-    ways["eager (wrapper disabled)"] = revnet38(False)
-    ways["memcnn's wrapper (keep_input=False)"] = revnet38(True)
-    tc = revnet38(False)
+    ways["eager (wrapper disabled)"] = revnet(False)
+    ways["memcnn's wrapper (keep_input=False)"] = revnet(True)
+    tc = revnet(False)
     ways["torch.compile"] = (torch.compile(tc), tc)
-    ms = revnet38(False)
+    ms = revnet(False)
     ways["memslim.compile"] = (memslim.compile(ms), ms)
-    mo = revnet38(False)
+    mo = revnet(False)
     ways["memslim.optimize"] = (memslim.optimize(mo, (x,)), mo)
     ways = {k: v if isinstance(v, tuple) else (v, v) for k, v in ways.items()}
     xr = x.clone().requires_grad_()
@@ -196,7 +196,7 @@ def compile_rows(a, x, g_eager, g64):
 
 def n_couplings() -> int:
     """The couplings of NET: its blocks without a downsampling shortcut."""
-    return sum(hasattr(b, "revblock") for b in revnet38(False).modules())
+    return sum(hasattr(b, "revblock") for b in revnet(False).modules())
 
 
 def commit() -> str:
@@ -220,10 +220,10 @@ def main():
     NET = a.net
     torch.manual_seed(1)
     x = torch.randn(a.batch, 3, 32, 32)
-    eager = revnet38(False)
+    eager = revnet(False)
     g_eager = grads(eager, list(eager.parameters()), x)
     x64 = x.double()
-    e64 = revnet38(False, torch.float64)
+    e64 = revnet(False, torch.float64)
     g_e64 = grads(e64, list(e64.parameters()), x64)
     g64 = [g.float() for g in g_e64]
     head = (
@@ -232,7 +232,7 @@ def main():
     )
     if a.compile:
         out, chains, kept = compile_rows(a, x, g_eager, g64)
-        b64 = revnet38(False, torch.float64)
+        b64 = revnet(False, torch.float64)
         torch._dynamo.reset()
         c64 = memslim.compile(b64)
         grads(c64, list(b64.parameters()), x64)  # the chains' first call
@@ -260,11 +260,11 @@ def main():
             f"{tc * 1e3:.1f} ms)",
         ]
     else:
-        base = revnet38(False)
+        base = revnet(False)
         opt = memslim.optimize(base, (x,))
         chains, kept = chained(opt)
         g_opt = grads(opt, list(base.parameters()), x)
-        memcnn = revnet38(True)
+        memcnn = revnet(True)
         g_memcnn = grads(memcnn, list(memcnn.parameters()), x)
         xr = x.clone().requires_grad_()
         rows = [
@@ -272,7 +272,7 @@ def main():
             ("memslim.optimize (wrapper disabled, traced)", opt, g_opt),
             ("memcnn's wrapper (keep_input=False)", memcnn, g_memcnn),
         ]
-        b64 = revnet38(False, torch.float64)
+        b64 = revnet(False, torch.float64)
         o64 = memslim.optimize(b64, (x64,))
         rel64 = max_rel(grads(o64, list(b64.parameters()), x64), g_e64)
         lines = [

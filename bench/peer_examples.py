@@ -31,11 +31,8 @@ import argparse
 import copy
 import datetime
 import os
-import re
-import statistics
 import subprocess
 import sys
-import time
 import warnings
 
 import torch
@@ -47,7 +44,7 @@ from memslim.probe import step_peak_bytes
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from memcnn_revnet import alive_bytes  # noqa: E402
-from revlib_chains import grads, max_rel  # noqa: E402  (one step's gradients; their distance)
+from revlib_chains import chains, grads, max_rel, time_ratios, train_step  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -139,12 +136,7 @@ def measure(make, x, rounds):
         saved = memslim.saved_bytes(model, x.clone().requires_grad_())
         alive = alive_bytes(model, x.clone().requires_grad_()) if model is base else None
 
-        def step(model=model, base=base):
-            model(x.clone().requires_grad_()).square().sum().backward()
-            for p in base.parameters():
-                p.grad = None
-
-        peak = step_peak_bytes(step)
+        peak = step_peak_bytes(lambda model=model, base=base: train_step(model, base, x))
         if [n for n, _ in sorted(base.named_parameters())] != names:
             # invtorch's parameters are its parametrisation's originals: the input's only
             g, r, r64 = g[:1], ref[:1], ref64[:1]
@@ -161,26 +153,10 @@ def measure(make, x, rounds):
                 input_only=len(g) == 1,
             )
         )
-    times = {r["way"]: [] for r in rows}
-    for _ in range(rounds):
-        for name, model, base in ws:
-            t0 = time.perf_counter()
-            model(x.clone().requires_grad_()).square().sum().backward()
-            times[name].append(time.perf_counter() - t0)
-            for p in base.parameters():
-                p.grad = None
-    base_t = times["torch.compile (plain)"]
+    ratios, tc = time_ratios(ws, x, rounds, "torch.compile (plain)")
     for r in rows:
-        ratios = sorted(t / b for t, b in zip(times[r["way"]], base_t))
-        q = statistics.quantiles(ratios, n=4)
-        r["time"] = (statistics.median(ratios), q[0], q[2])
-    chains = [
-        int(m.group(1))
-        for d in memslim.report(ws[3][1])
-        if d.pass_ == "invertible-couplings"
-        and (m := re.search(r"(\d+) \w+ couplings? -> ", str(d)))
-    ]
-    return rows, chains, statistics.median(base_t)
+        r["time"] = ratios[r["way"]]
+    return rows, chains(ws[3][1]), tc
 
 
 def fmt(v, spec):

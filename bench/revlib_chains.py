@@ -103,6 +103,33 @@ def grads(model, params, x):
     return out
 
 
+def train_step(model, base, x):
+    """One training step of `model` on a fresh copy of `x` (`base`: the module whose
+    parameters it trains; their gradients dropped after)."""
+    model(x.clone().requires_grad_()).square().sum().backward()
+    for p in base.parameters():
+        p.grad = None
+
+
+def time_ratios(ws, x, rounds, base_way):
+    """Each way's step time over `base_way`'s ((name, model, base) ways, each once per
+    round in turn: interleaved), per round, then their median and quartiles:
+    ({way: (median, q1, q3)}, base_way's median step in seconds)."""
+    times = {name: [] for name, _, _ in ws}
+    for _ in range(rounds):
+        for name, model, base in ws:
+            t0 = time.perf_counter()
+            train_step(model, base, x)
+            times[name].append(time.perf_counter() - t0)
+    base_t = times[base_way]
+    out = {}
+    for name, ts in times.items():
+        ratios = sorted(t / b for t, b in zip(ts, base_t))
+        q = statistics.quantiles(ratios, n=4)
+        out[name] = (statistics.median(ratios), q[0], q[2])
+    return out, statistics.median(base_t)
+
+
 def max_rel(a, b):
     return max(float((p - q).abs().max() / q.abs().max()) for p, q in zip(a, b))
 
@@ -151,27 +178,11 @@ def measure(kind, batch, rounds):
         # A dispatch mode around a compiled call changes what it runs: eager ways only.
         alive = alive_bytes(model, xr) if model is base else None
 
-        def step(model=model, base=base):
-            model(x.clone().requires_grad_()).square().sum().backward()
-            for p in base.parameters():
-                p.grad = None
-
-        peak = step_peak_bytes(step)
+        peak = step_peak_bytes(lambda model=model, base=base: train_step(model, base, x))
         rows.append(dict(way=name, saved=saved, alive=alive, peak=peak, grad=max_rel(g, ref)))
-    times = {r["way"]: [] for r in rows}
-    for _ in range(rounds):
-        for name, model, base in ws:
-            t0 = time.perf_counter()
-            model(x.clone().requires_grad_()).square().sum().backward()
-            times[name].append(time.perf_counter() - t0)
-            for p in base.parameters():
-                p.grad = None
-    base_t = times["torch.compile (no_savings)"]
-    tc = statistics.median(base_t)
-    for r in rows:  # each round's ratio, then their median and quartiles
-        ratios = sorted(t / b for t, b in zip(times[r["way"]], base_t))
-        q = statistics.quantiles(ratios, n=4)
-        r["time"] = (statistics.median(ratios), q[0], q[2])
+    ratios, tc = time_ratios(ws, x, rounds, "torch.compile (no_savings)")
+    for r in rows:
+        r["time"] = ratios[r["way"]]
     chain = chains(ws[3][1])
     plain = Net(kind, revlib.MemoryModes.no_savings)
     before = graph_count(plain, x)
