@@ -4,14 +4,16 @@ What: small graphs traced with fake tensors whose peak is known by hand: a point
 whose only user is pointwise is fused (no buffer), an extern op's output coexists with its
 inputs, a pointwise op writes over an input of its size that dies there (Inductor's
 in-place reuse), views share their base's storage, outputs stay live, `start`
-placeholders are live from the beginning and `resident` ones never count.
+placeholders are live from the beginning and `resident` ones never count. And
+_graph_flops, the added-work figure the planner weighs plans by, against torch's own
+flop counter run on real tensors.
 Why: the peak target (memslim.compile(peak_memory=)) plans by these figures.
 """
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from memslim.budget.measure import _live_peak, _storage
+from memslim.budget.measure import _graph_flops, _live_peak, _storage
 
 KB16 = 64 * 64 * 4
 
@@ -95,3 +97,24 @@ def test_an_embeddings_gradient_is_one_buffer():
     weight_grad = 1000 * 64 * 4
     # The incoming gradient (4 KB) and the weight's gradient, once.
     assert _live_peak(graph, start=ph[:1]) <= weight_grad + 16 * 64 * 4 + 1024
+
+
+def test_graph_flops_are_torchs_flop_counter_over_the_graph():
+    # Matrix products (mm, addmm, bmm) and a convolution count what FlopCounterMode
+    # counts running the same function on real tensors; pointwise ops count nothing.
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def f(x, w, b, q, img, k):
+        h = torch.relu(torch.addmm(b, x, w))  # 2 * 8 * 16 * 32
+        y = torch.mm(h, w.t())  # 2 * 8 * 32 * 16
+        z = torch.bmm(q, q.transpose(1, 2))  # 2 * 3 * 5 * 4 * 5
+        c = torch.nn.functional.conv2d(img, k, padding=1)
+        return y.sum() + z.sum() + c.sum()
+
+    args = [torch.randn(*s) for s in ((8, 16), (16, 32), (32,), (3, 5, 4), (2, 3, 8, 8))]
+    args.append(torch.randn(4, 3, 3, 3))
+    with FlopCounterMode(display=False) as counter:
+        f(*args)
+    want = counter.get_total_flops()
+    assert want == 2 * 8 * 16 * 32 * 2 + 2 * 3 * 5 * 4 * 5 + 2 * (2 * 4 * 8 * 8) * (3 * 3 * 3)
+    assert _graph_flops(make_fx(f, tracing_mode="fake")(*args).graph) == want

@@ -14,6 +14,8 @@ the graph, the ladders and the pipeline's apply().
 
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 from . import BudgetError, budget_note, knapsack, partitioner, plan_cache, target_bytes
 from .knapsack import FUSED_RECOMPUTE, TORCH_KNAPSACK
 from .measure import Partition, _forget_fx_sources, _partitioned_saved_bytes, shared_joints
@@ -61,6 +63,11 @@ def _meet_budget(
        too) at the least estimated time, where the ladder below is greedy per byte:
        resnet50 at 0.25 kept 58.6-58.7 MB both, torch's at x1.06 of eager's step, the
        ladder's at x1.32 (2026-11-27); toy CNN at 0.25: the ladder's peak +16%.
+       Where torch's plan at the user's fraction misses and a smaller fraction's meets
+       the target, its knapsack may have fallen off a cliff (GPT-2 small: 190.9 MB at
+       0.5, 14.4 MB at the largest fraction meeting 0.5's 152 MB), so way 3's first
+       step meeting the target is measured too and the plan running fewer matrix-product
+       and convolution flops is taken (_cheaper_ladder_step: the least added work).
     3. The rest of `plain` (steps re-running convolutions and matrix products, the
        cheapest per byte first): the first step meeting the target.
     4. The pipeline's rewrites alone (memslim's own ops decompose into aten in the
@@ -253,10 +260,11 @@ class _Probes:
         if lad.skipped:
             note(f"{lad.skipped} run(s) left out: they overlap the model's own checkpointing")
 
-    def walk(self, lad, lo, measured, what):
+    def walk(self, lad, lo, measured, what, take=True):
         """The step of `lad` after `lo` to tag (None: it cannot reach the target; then
         the smallest it reaches is in `reached`); measured[lo] is known and over the
-        target."""
+        target. take: tag it and note it as the plan taken (False: the caller weighs
+        it against another way first)."""
         last = len(lad.steps) - 1
         if lo >= last:
             lad.tag(0)
@@ -277,7 +285,8 @@ class _Probes:
         # generator's state): the earliest step meeting the target next to the one found.
         while hi > 1 and self.fits(self.measure(lad, hi - 1, measured)):
             hi -= 1
-        self.take(lad, hi, measured, what)
+        if take:
+            self.take(lad, hi, measured, what)
         return hi
 
     def least(self, lad, lo, measured) -> int:
@@ -324,7 +333,17 @@ def _meet_budget_fused(probes, apply, ladder, plain, budget, decisions, options)
             return met
     if plain is not None:
         plain.tag(0)  # the light end's tags off for torch's knapsack
-    if _torchs_knapsack(probes, budget, options, fused, measured[light]):
+    knap = _torchs_knapsack(probes, budget)
+    if knap is not None:
+        if knap.frac != knap.user and probes.usable(plain):
+            # torch's plan at the user's fraction misses the target and a smaller one
+            # meets it: its knapsack may have fallen off a cliff (GPT-2 small at 0.5: 190.9
+            # MB at 0.5, 14.4 MB at 0.09375 for a 152 MB target, 1.25x torch's step), so
+            # the pieces ladder's first step meeting the target is weighed against it.
+            if _cheaper_ladder_step(probes, plain, light, measured, knap):
+                outcome["way"] = "plain"
+                return True
+        _take_knapsack(probes, knap, options, fused, measured[light])
         outcome["way"] = "knapsack"
         return False
     if probes.usable(plain) and probes.walk(plain, light, measured, _UNMODIFIED) is not None:
@@ -379,9 +398,19 @@ def _fused_re_runs(probes, plain, light, measured):
     return True
 
 
-def _torchs_knapsack(probes, budget, options, fused, light_bytes) -> bool:
+class _Knapsack(NamedTuple):
+    """Way 2's plan: torch's knapsack at `frac` keeps `got` (a Partition); `user` is the
+    fraction torch.compile itself gets, where its plan keeps `at_user`."""
+
+    frac: float
+    got: Partition
+    at_user: int
+    user: float
+
+
+def _torchs_knapsack(probes, budget) -> Optional[_Knapsack]:
     """Way 2: torch's own knapsack (knapsack._torch_knapsack) where its plan meets the
-    target; whether it was taken (then `options` are torch.compile's and its fraction)."""
+    target; None where no fraction tried meets it."""
     aten, before, target, note = probes.aten, probes.before, probes.target, probes.note
     # Torch's knapsack may re-run a random op in backward, which draws again unless
     # Inductor's own seeds replay it (not under fallback_random: aten's generator moved
@@ -409,23 +438,65 @@ def _torchs_knapsack(probes, budget, options, fused, light_bytes) -> bool:
     if frac is None:
         if got is not None:
             probes.reached.append((probes.value(got), "torch's activation_memory_budget knapsack"))
-        return False
+        return None
+    return _Knapsack(frac, got, at_user, user)
+
+
+def _take_knapsack(probes, knap, options, fused, light_bytes) -> None:
+    """Way 2 taken: `options` become torch.compile's own at the knapsack's fraction."""
+    frac, got = knap.frac, knap.got
     options.update(TORCH_KNAPSACK, activation_memory_budget=frac)
     lower = (
         ""
-        if frac == user
+        if frac == knap.user
         else (
-            f", the largest fraction found whose plan meets the target (at {user:.3g}, "
-            f"torch.compile's own plan keeps {at_user:,} B)"
+            f", the largest fraction found whose plan meets the target (at {knap.user:.3g}, "
+            f"torch.compile's own plan keeps {knap.at_user:,} B)"
         )
     )
-    note(
+    probes.note(
         probes.head + f": met by torch's own activation_memory_budget knapsack at {frac:.6g}"
         f"{lower} (keeps {got:,} B; "
         + ("" if fused is None else f"the partitioner alone: {fused:,} B, ")
         + f"with memslim's norm and activation re-runs: {light_bytes:,} B)",
-        before,
+        probes.before,
         got,
+    )
+
+
+def _gflop(p) -> str:
+    return f"{getattr(p, 'flops', 0) / 1e9:.3g} GFLOP"
+
+
+def _cheaper_ladder_step(probes, plain, light, measured, knap) -> bool:
+    """Least added work between way 2 below the user's fraction and way 3: the pieces
+    ladder's first step meeting the target (probes.walk, its dry runs) is taken where its
+    partition runs fewer matrix-product and convolution flops (Partition.flops, forward
+    and backward) than torch's knapsack's; whether it was. Ties go to the knapsack, which
+    picks its re-runs by estimated time where the ladder is greedy per byte. Monotone
+    as the ways are only where the two order alike at every target: a smaller target
+    that moves the knapsack's fraction down can take a ladder step keeping more bytes
+    than a larger target's knapsack plan (both meet their targets)."""
+    k = probes.walk(plain, light, measured, "", take=False)
+    if k is None or not measured[k].flops < knap.got.flops:
+        if k is not None:
+            probes.note(
+                f"the pieces ladder's step {k} meets the target too (keeps {measured[k]:,} B, "
+                f"{_gflop(measured[k])}; torch's knapsack at {knap.frac:.6g}: "
+                f"{_gflop(knap.got)}): not taken, it runs no fewer flops"
+            )
+        plain.tag(0)
+        return False
+    base = getattr(probes.before, "flops", 0)
+    added = f"; added {(measured[k].flops - base) / 1e9:.3g} GFLOP" if base else ""
+    probes.take(
+        plain,
+        k,
+        measured,
+        _UNMODIFIED + f", the least added work: its partition runs {_gflop(measured[k])}"
+        f"{added}, where torch's knapsack at {knap.frac:.6g}, the largest fraction found "
+        f"whose plan meets the target (at {knap.user:.3g} torch.compile's own keeps "
+        f"{knap.at_user:,} B), keeps {knap.got:,} B and runs {_gflop(knap.got)}",
     )
     return True
 

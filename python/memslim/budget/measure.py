@@ -81,15 +81,20 @@ class Partition(int):
     inputs not); `bw_peak`, the backward's (its saved inputs and incoming gradients live
     from its start, each freed after its last use, as AOTAutograd's backward clears
     them); `outputs`, the forward's outputs that are not saved for backward; `grads`, the
-    parameters' gradients the backward makes. Arithmetic gives plain ints."""
+    parameters' gradients the backward makes; `flops`, the matrix products' and
+    convolutions' floating-point operations of the forward and the backward together
+    (_graph_flops: a plan's added work is its flops less the unmodified graph's; re-runs
+    of pointwise ops count nothing, Inductor fuses them into the backward's kernels).
+    Arithmetic gives plain ints."""
 
     fw_peak: int = 0
     bw_peak: int = 0
     outputs: int = 0
     grads: int = 0
+    flops: int = 0
 
     def profile(self) -> dict:
-        return {k: getattr(self, k) for k in ("fw_peak", "bw_peak", "outputs", "grads")}
+        return {k: getattr(self, k) for k in ("fw_peak", "bw_peak", "outputs", "grads", "flops")}
 
     @classmethod
     def of(cls, saved: int, profile: Optional[dict] = None) -> "Partition":
@@ -590,7 +595,33 @@ def _profile(fw, bw, bw_inputs, params, skip) -> dict:
         "bw_peak": _live_peak(bw.graph, start=bw_inputs, resident=params),
         "outputs": outputs,
         "grads": grads,
+        "flops": _graph_flops(fw.graph) + _graph_flops(bw.graph),
     }
+
+
+def _graph_flops(graph: torch.fx.Graph) -> int:
+    """The floating-point operations of `graph`'s nodes that torch's flop counter has a
+    formula for (torch.utils.flop_counter.flop_registry: matrix products, convolutions,
+    attention), from the nodes' fake values, symbolic sizes at their hints: what torch's
+    knapsack estimates a re-run's time by (its "flops" runtime estimator), counted over a
+    whole partition."""
+    from torch.utils.flop_counter import flop_registry
+
+    def val(a):
+        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+
+    total = 0
+    for n in graph.nodes:
+        formula = flop_registry.get(getattr(n.target, "overloadpacket", None))
+        if n.op != "call_function" or formula is None:
+            continue
+        args, kwargs = torch.fx.node.map_aggregate((n.args, n.kwargs), val)
+        try:
+            count = formula(*args, **kwargs, out_val=n.meta.get("val"))
+        except Exception:  # noqa: BLE001  (a formula that cannot read these values: uncounted)
+            continue
+        total += fx._hint(count) or 0
+    return total
 
 
 @contextlib.contextmanager
