@@ -63,11 +63,8 @@ def _meet_budget(
        too) at the least estimated time, where the ladder below is greedy per byte:
        resnet50 at 0.25 kept 58.6-58.7 MB both, torch's at x1.06 of eager's step, the
        ladder's at x1.32 (2026-11-27); toy CNN at 0.25: the ladder's peak +16%.
-       Where torch's plan at the user's fraction misses and a smaller fraction's meets
-       the target, its knapsack may have fallen off a cliff (GPT-2 small: 190.9 MB at
-       0.5, 14.4 MB at the largest fraction meeting 0.5's 152 MB), so way 3's first
-       step meeting the target is measured too and the plan running fewer matrix-product
-       and convolution flops is taken (_cheaper_ladder_step: the least added work).
+       Below the user's fraction it may be past a cliff (GPT-2 small): way 3 is weighed
+       against it by added work (_cheaper_ladder_step).
     3. The rest of `plain` (steps re-running convolutions and matrix products, the
        cheapest per byte first): the first step meeting the target.
     4. The pipeline's rewrites alone (memslim's own ops decompose into aten in the
