@@ -62,9 +62,7 @@ def _meet_budget(
        fraction whose plan meets it. Its solver picks the re-runs (matrix products
        too) at the least estimated time, where the ladder below is greedy per byte:
        resnet50 at 0.25 kept 58.6-58.7 MB both, torch's at x1.06 of eager's step, the
-       ladder's at x1.32 (2026-11-27); toy CNN at 0.25: the ladder's peak +16%.
-       Below the user's fraction it may be past a cliff (GPT-2 small): way 3 is weighed
-       against it by added work (_cheaper_ladder_step).
+       ladder's at x1.32 (2026-11-27). Below the user's fraction: _cheaper_ladder_step.
     3. The rest of `plain` (steps re-running convolutions and matrix products, the
        cheapest per byte first): the first step meeting the target.
     4. The pipeline's rewrites alone (memslim's own ops decompose into aten in the
