@@ -123,6 +123,12 @@ def one(
     res["time_ratio"] = statistics.median(ratios)
     decisions = memslim.report(fns["memslim"])
     res["rewrites"] = sum(d.verdict == "rewrote" for d in decisions)
+    # The plan each graph took (its memory-budget note that starts with the target).
+    res["plans"] = [
+        d.text
+        for d in decisions
+        if d.pass_ == "memory-budget" and d.text.startswith(("budget", "the graph's share"))
+    ]
     # Rewrites in graphs Inductor got rewritten (the backend's inductor-partition note
     # follows each graph's records and says whether its rewrites were kept).
     compiled = pending = 0
