@@ -91,14 +91,44 @@ def _aten_graph(gm: torch.fx.GraphModule, example_inputs, static: bool = False):
     if aten is not None:
         with _dynamic_output_shapes(mode):  # (its setting stays, as after a trace)
             aten.shape_env = mode.shape_env
-        return aten, mode, fakes
+        return _dynamos_inputs(gm, aten), mode, fakes
     with _dynamic_output_shapes(mode):
         # "fake": an int input stays the int it is ("symbolic" makes it a symbol).
         tracing = "fake" if static else "symbolic"
         aten = make_fx(gm, tracing_mode=tracing, pre_dispatch=True)(*fakes)
     if k:
         plan_cache.store_graph(k, aten)
-    return aten, mode, fakes
+    return _dynamos_inputs(gm, aten), mode, fakes
+
+
+def _dynamos_inputs(gm: torch.fx.GraphModule, aten: torch.fx.GraphModule):
+    """`aten` given what AOTAutograd reads of Dynamo's graph about its inputs: the
+    compile id, and each placeholder's source and static-input mark (the parameters and
+    buffers Dynamo lifted: `_dynamo_static_input_type`). From them AOTAutograd finds the
+    static inputs (frontend_utils._try_get_metadata_from_dynamo), which torch's
+    partitioner treats as free to save (config.treat_parameters_as_free_to_save: they
+    live anyway) and Inductor's cudagraphs do not copy. Without them make_fx's trace of
+    Dynamo's graph had none: torch's knapsack on bert at 0.25 kept the embeddings' sum
+    (1.8 MB) where torch.compile's keeps the two id buffers and re-runs the embeddings.
+    Only where the placeholders are Dynamo's one for one and the trace lifted no
+    constant (AOTAutograd would look a source up for it): else as traced."""
+    ours = list(aten.graph.find_nodes(op="placeholder"))
+    theirs = list(gm.graph.find_nodes(op="placeholder"))
+    if (
+        "dynamo_compile_id" not in gm.meta
+        or len(ours) != len(theirs)
+        or not all(hasattr(n, "_dynamo_source") for n in theirs)
+        or next(aten.named_buffers(), None) is not None
+        or next(aten.named_parameters(), None) is not None
+    ):
+        return aten
+    aten.meta["dynamo_compile_id"] = gm.meta["dynamo_compile_id"]
+    aten._param_name_to_source = {}  # (no lifted parameter: the loop over them is empty)
+    for a, d in zip(ours, theirs):
+        a._dynamo_source = d._dynamo_source
+        if "tensor_dict" in d.meta:
+            a.meta["tensor_dict"] = dict(d.meta["tensor_dict"])
+    return aten
 
 
 def _specialize_tensorified_floats(gm: torch.fx.GraphModule) -> None:
