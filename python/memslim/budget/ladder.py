@@ -468,10 +468,11 @@ def _cheaper_ladder_step(probes, plain, light, measured, knap) -> bool:
     ladder's first step meeting the target (probes.walk, its dry runs) is taken where its
     partition runs fewer matrix-product and convolution flops (Partition.flops, forward
     and backward) than torch's knapsack's; whether it was. Ties go to the knapsack, which
-    picks its re-runs by estimated time where the ladder is greedy per byte. Monotone
-    as the ways are only where the two order alike at every target: a smaller target
-    that moves the knapsack's fraction down can take a ladder step keeping more bytes
-    than a larger target's knapsack plan (both meet their targets)."""
+    picks its re-runs by estimated time where the ladder is greedy per byte. A smaller
+    target never keeps more where, on the probed points, the knapsack's bytes do not
+    rise and its flops do not fall as its fraction falls (way 2's premise) and the
+    ladder's flops do not fall along its steps: the plan a larger target took, if it
+    meets the smaller, is then the smaller's knapsack or ladder step and wins again."""
     k = probes.walk(plain, light, measured, "", take=False)
     if k is None or not measured[k].flops < knap.got.flops:
         if k is not None:
