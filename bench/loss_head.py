@@ -7,8 +7,8 @@ forward + backward, the weight's gradient included, allocated from a step start 
 gradients), step time (medians of interleaved runs, as a ratio to torch.compile's), loss
 and gradients against eager's; (2) transformers' causal LMs from configs (GPT-2, Llama,
 Qwen2; vocab 32,000, batch 2 x 512 tokens, fp32, dropout 0) through torch.compile and
-memslim.compile: saved bytes (saved_tensors_hooks), peak, step time, gradients against
-eager's; memslim.compile sets the model's loss_type (memslim/_transformers.py) so the
+memslim.compile, and through torch.export with and without memslim.fx.optimize: saved bytes
+(saved_tensors_hooks), peak, step time, gradients against eager's; memslim.compile sets the model's loss_type (memslim/_transformers.py) so the
 logits and the loss share a graph; plain torch.compile runs the same model with it set too.
 Writes a markdown table (stdout, or --out FILE) headed by the date and commit.
 Why: the pass is judged by the step's peak and time, not by saved bytes alone.
@@ -18,6 +18,7 @@ Usage: python bench/loss_head.py [--quick] [--out FILE] [--part head|models|all]
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import statistics
 import subprocess
@@ -143,48 +144,60 @@ def _causal_lm(kind: str, vocab: int, tokens: int):
     return getattr(transformers, f"{cls}ForCausalLM")(cfg)
 
 
-def model_rows(kind: str, reps: int, vocab=32000, tokens=512) -> list:
+def model_rows(kind: str, reps: int, vocab=32000, tokens=512, export=True) -> list:
+    """One model's rows: torch.compile and memslim.compile (ratios to torch.compile's),
+    and with `export` the exported program's module unmodified and rewritten by
+    memslim.fx.optimize (ratios to the unmodified one's; both run eagerly)."""
     torch.manual_seed(0)
     model = _causal_lm(kind, vocab, tokens)
     model.config.use_cache = False
     ids = torch.randint(0, vocab, (2, tokens))
+    kw = {"input_ids": ids, "labels": ids}
 
-    def grads(f):
-        model.zero_grad(set_to_none=True)
-        out = f(input_ids=ids, labels=ids)
-        out.loss.backward()
-        return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    def grads(f, mod):
+        mod.zero_grad(set_to_none=True)
+        f(**kw).loss.backward()
+        return {k: p.grad.clone() for k, p in mod.named_parameters() if p.grad is not None}
 
-    want = grads(model)
+    want = grads(model, model)
     torch._dynamo.reset()
     ways = {"torch.compile": None, "memslim.compile": memslim.compile(model)}
     model.loss_type = "ForCausalLM"  # memslim.compile set it; the same model for both
     ways["torch.compile"] = torch.compile(model)
-    rows = []
+    mods = {k: model for k in ways}
+    base_of = {k: "torch.compile" for k in ways}
+    if export:
+        plain = torch.export.export(copy.deepcopy(model), (), kw)
+        rewritten = torch.export.export(copy.deepcopy(model), (), kw)
+        memslim.fx.optimize(rewritten)
+        for k, ep in (("torch.export", plain), ("torch.export + memslim.fx.optimize", rewritten)):
+            ways[k] = mods[k] = ep.module()
+            base_of[k] = "torch.export"
+    rows = {}
     for k, f in ways.items():
-        got = grads(f)
+        got = grads(f, mods[k])
         err = max(_rel(got[n], want[n]) for n in want)
         kept = memslim.saved_bytes(lambda i, f=f: f(input_ids=i, labels=i).loss, ids)
-        model.zero_grad(set_to_none=True)
-        peak = step_peak_bytes(lambda f=f: f(input_ids=ids, labels=ids).loss.backward())
-        rows.append([k, kept, peak, err])
+        mods[k].zero_grad(set_to_none=True)
+        peak = step_peak_bytes(lambda f=f: f(**kw).loss.backward())
+        rows[k] = (kept, peak, err)
 
-    def timed(f):
+    def timed(k):
         def run():
-            model.zero_grad(set_to_none=True)
-            f(input_ids=ids, labels=ids).loss.backward()
+            mods[k].zero_grad(set_to_none=True)
+            ways[k](**kw).loss.backward()
 
         return run
 
-    secs = _interleaved({k: timed(f) for k, f in ways.items()}, reps)
+    secs = _interleaved({k: timed(k) for k in ways}, reps)
     recs = [str(x) for x in memslim.report(ways["memslim.compile"]) if "fuse-loss-head" in str(x)]
     out = []
-    base = rows[0]
-    for k, kept, peak, err in rows:
+    for k, (kept, peak, err) in rows.items():
+        b = base_of[k]
         out.append(
             f"| {kind}, vocab {vocab:,}, 2x{tokens} | {k} | {kept / 2**20:.1f} | "
-            f"{peak / 2**20:.1f} ({peak / base[2]:.2f}x) | "
-            f"{secs[k] / secs['torch.compile']:.2f}x ({secs[k]:.2f} s) | {err:.1e} |"
+            f"{peak / 2**20:.1f} ({peak / rows[b][1]:.2f}x) | "
+            f"{secs[k] / secs[b]:.2f}x ({secs[k]:.2f} s) | {err:.1e} |"
         )
     out.append(f"|  | records | {'; '.join(r.split(': ', 2)[-1][:160] for r in recs)} | | | |")
     return out
@@ -217,8 +230,8 @@ def main(argv=None) -> int:
         lines.append("")
     if a.part in ("models", "all"):
         lines += [
-            "| model | way | saved MiB | peak MiB | step vs torch.compile | grad rel. diff "
-            "to eager |",
+            "| model | way | saved MiB | peak MiB (vs the plain way) | step vs the plain way "
+            "(torch.compile / torch.export) | grad rel. diff to eager |",
             "|---|---|---|---|---|---|",
         ]
         for kind in ["gpt2"] if a.quick else ["gpt2", "llama", "qwen2"]:
