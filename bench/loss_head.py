@@ -8,8 +8,9 @@ gradients), step time (medians of interleaved runs, as a ratio to torch.compile'
 and gradients against eager's; (2) transformers' causal LMs from configs (GPT-2, Llama,
 Qwen2; vocab 32,000, batch 2 x 512 tokens, fp32, dropout 0) through torch.compile and
 memslim.compile, and through torch.export with and without memslim.fx.optimize: saved bytes
-(saved_tensors_hooks), peak, step time, gradients against eager's; memslim.compile sets the model's loss_type (memslim/_transformers.py) so the
-logits and the loss share a graph; plain torch.compile runs the same model with it set too.
+(saved_tensors_hooks), peak, step time, gradients against eager's; memslim.compile sets
+the model's loss_type (memslim/_transformers.py) so the logits and the loss share a graph;
+plain torch.compile runs the same model with it set too.
 Writes a markdown table (stdout, or --out FILE) headed by the date and commit.
 Why: the pass is judged by the step's peak and time, not by saved bytes alone.
 Usage: python bench/loss_head.py [--quick] [--out FILE] [--part head|models|all]
