@@ -11,6 +11,15 @@ ROOT=$PWD
 for a in "$@"; do
   echo "setup: unknown argument $a (scripts/setup.sh takes none)" >&2; exit 2
 done
+# Disk first: a fresh .venv is about 5.5 GiB (torch's CUDA wheel), the build about 0.7 GiB; pip
+# running out of space half way leaves a broken .venv, so say so before starting.
+free_gib() { df -Pk "$ROOT" | awk 'NR == 2 { printf "%d", $4 / 1048576 }'; }
+need_gib=2
+[ -x .venv/bin/python ] || need_gib=7
+if [ "$(free_gib)" -lt "$need_gib" ]; then
+  echo "setup: $(free_gib) GiB free under $ROOT; setting up needs about $need_gib GiB (a fresh .venv is ~5.5 GiB)" >&2
+  exit 1
+fi
 LOGS=$ROOT/build/setup-logs
 mkdir -p "$LOGS"
 T0=$(date +%s%N)
