@@ -148,6 +148,9 @@ TORCH_LIBRARY_FRAGMENT(memslim, m) {
   // returns. Internal: its backward (input, weight, bias gradients as
   // output_mask asks; zeros for an all-zero gradient).
   m.def("linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
+  // RoPE's rotate_half, cat([-self[.., split:], self[.., :split]], dim), whose
+  // backward keeps no tensor (rotate_half_ops.cpp): fuse-rotate-half's op.
+  m.def("rotate_half(Tensor self, int dim, SymInt split) -> Tensor");
   m.def(
       "linear_backward(Tensor grad, Tensor input, Tensor weight, bool[3] output_mask) -> "
       "(Tensor, Tensor, Tensor)");

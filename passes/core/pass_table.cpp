@@ -15,6 +15,7 @@
 #include "memslim/core/max_pool.h"
 #include "memslim/core/output_saving.h"
 #include "memslim/core/output_saving_norms.h"
+#include "memslim/core/rotate_half.h"
 
 namespace memslim {
 
@@ -69,6 +70,14 @@ const std::vector<PassSpec>& pass_table() {
        "TorchScript's autodiff would keep a mask for them)",
        {"dropout_mask_bytes"},
        "not available in the FX front end yet (TorchScript only)"},
+      {"fuse-rotate-half",
+       "RoPE's rotate_half, cat([-x[.., s:], x[.., :s]]), becomes memslim::rotate_half, whose "
+       "backward keeps no tensor (TorchScript's autodiff keeps the cat's list: a slice of q / k "
+       "and the neg's output)",
+       {},
+       "TorchScript only: eager's and Inductor's cat keep sizes only",
+       {},
+       {is_rotate_half_site, decide_rotate_half}},
       {"invertible-couplings",
        "chains of additive couplings (y1 = x1 + F(x2), y2 = x2 + G(y1): RevNet, Reformer, "
        "RevViT) and affine ones (y1 = x1 * m + t or (x1 + t) * m with (m, t) = F(x2): RealNVP, "
@@ -172,6 +181,10 @@ const std::vector<PipelineSpec>& pipeline_table() {
             "dropouts at p == 0 are the identity: removed before anything prices their reader "
             "(TorchScript's autodiff keeps a mask for them)",
             "no FX form yet"},
+           {"fuse-rotate-half",
+            "with the dropouts: an executor artefact removed before anything prices the graph "
+            "(the attention's q and k then have no reader keeping them through the cat)",
+            "eager's cat keeps sizes only: nothing to free outside TorchScript's executor"},
            {"cleanup",
             "drop the formulas' now-dead intermediates before pricing: otherwise the "
             "saved-tensor analysis still sees them as consumers",

@@ -354,6 +354,12 @@ class Gen(LayerStatements, BlockStatements):
             main, self.rng = self.rng, extra
             p.body += self.s_gated() if extra.random() < 0.5 else self.s_head()
             self.rng = main
+        # RoPE's rotate_half likewise.
+        extra = random.Random(p.seed * 7919 + 45)
+        if extra.random() < 0.25:
+            main, self.rng = self.rng, extra
+            p.body += self.s_rope()
+            self.rng = main
         self.outputs()
         return p
 

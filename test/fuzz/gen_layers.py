@@ -111,6 +111,43 @@ class LayerStatements:
         ids = [g.id, u.id, a.id, r.id] if form == "two" else [gu.id, g.id, u.id, a.id, r.id]
         return [Stmt(lines, ids, feats)]
 
+    def s_rope(self):
+        """RoPE's rotate_half as transformers writes it, `cat((-x2, x1), -1)` of the last
+        dim's two halves (fuse-rotate-half's site), the split a constant or
+        `x.shape[-1] // 2` (odd widths too); half the time inside `x * cos + rot * sin`
+        with cos / sin buffers (no gradient), as apply_rotary_pos_emb reads them."""
+        v = self.pick(lambda u: len(u.shape) >= 2 and u.shape[-1] >= 2)
+        if v is None:
+            return []
+        n = v.shape[-1]
+        k = n // 2
+        split = "%s.shape[-1] // 2" % V(v) if self.rng.random() < 0.5 else str(k)
+        lo = self.new(v.shape[:-1] + (k,), contig=False, alias=v)
+        hi = self.new(v.shape[:-1] + (n - k,), contig=False, alias=v)
+        r = self.new(v.shape)
+        lines = [
+            "%s = %s[..., :%s]" % (V(lo), V(v), split),
+            "%s = %s[..., %s:]" % (V(hi), V(v), split),
+            "%s = torch.cat((-%s, %s), dim=-1)" % (V(r), V(hi), V(lo)),
+        ]
+        ids, feats = [lo.id, hi.id, r.id], ["rotate_half"]
+        for x in (lo, hi):  # read here: not made program outputs (the site needs them alone)
+            self.uses[x.id] = self.uses.get(x.id, 0) + 1
+        if self.rng.random() < 0.5:
+            c, sn = self.name("cos"), self.name("sin")
+            for b, f in ((c, "cos"), (sn, "sin")):
+                self.p.decls[b] = (
+                    'self.register_buffer("%s", torch.%s(torch.arange(%d.0) * 0.37), '
+                    "persistent=False)" % (b, f, n)
+                )
+            o = self.new(v.shape)
+            self.save(v, r)
+            self.uses[r.id] = self.uses.get(r.id, 0) + 1
+            lines.append("%s = %s * self.%s + %s * self.%s" % (V(o), V(v), c, V(r), sn))
+            ids.append(o.id)
+            feats.append("rope")
+        return [Stmt(lines, ids, feats)]
+
     def s_head(self):
         """A loss head: cross_entropy over a linear's logits (fuse-loss-head's site), the
         targets made in the program (some ignored), any reduction, label smoothing, bf16

@@ -24,7 +24,12 @@ def test_pipelines_per_front_end_come_from_one_table():
     compile_ = _C.pipeline_passes("memslim-default", "compile")
     assert fx == _C.fx_default_passes()
     assert [p for p in ts if p in fx] == fx  # same order, a subset
-    assert set(ts) - set(fx) == {"remove-identity-dropouts", "cleanup", "invertible-couplings"}
+    assert set(ts) - set(fx) == {
+        "remove-identity-dropouts",
+        "fuse-rotate-half",
+        "cleanup",
+        "invertible-couplings",
+    }
     assert [p for p in fx if p != "fuse-activation-dropout"] == compile_
     with pytest.raises(ValueError, match="unknown pipeline 'nope'"):
         _C.pipeline_passes("nope", "fx")
