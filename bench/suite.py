@@ -277,6 +277,10 @@ def main():
 
     models = [m for m in a.models.split(",") if m] or (["tiny"] if a.quick else FULL_MODELS)
     variants = [v for v in a.variants.split(",") if v] or list(VARIANTS)
+    for kind, given, known in (("model", models, list(SPECS)), ("variant", variants, VARIANTS)):
+        bad = [x for x in given if x not in known]
+        if bad:
+            sys.exit(f"suite.py: unknown {kind} {bad[0]!r} (known: {', '.join(known)})")
     if "eager" not in variants:
         variants.insert(0, "eager")  # every other row is compared with eager's
     out_dir = a.out_dir or (
