@@ -20,14 +20,14 @@ namespace memslim {
 namespace {
 
 at::Tensor rotate_half_plain(const at::Tensor& x, int64_t dim, c10::SymInt split) {
-  return at::cat({at::neg(x.slice_symint(dim, split, std::nullopt)),
-                  x.slice_symint(dim, std::nullopt, split)},
-                 dim);
+  return at::cat(
+      {at::neg(x.slice_symint(dim, split, std::nullopt)), x.slice_symint(dim, std::nullopt, split)},
+      dim);
 }
 
 struct RotateHalfFunction : public torch::autograd::Function<RotateHalfFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            int64_t dim, c10::SymInt split) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, int64_t dim,
+                            c10::SymInt split) {
     // a: how many elements x[.., split:] has (the moved half's length).
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["a"] = x.slice_symint(dim, split, std::nullopt).sym_size(dim);
@@ -45,9 +45,8 @@ struct RotateHalfFunction : public torch::autograd::Function<RotateHalfFunction>
     const int64_t dim = ctx->saved_data["dim"].toInt();
     const c10::SymInt a = ctx->saved_data["a"].toSymInt();
     // y = [-x[s:], x[:s]] with |x[s:]| = a: dx[:s] = g[a:], dx[s:] = -g[:a].
-    at::Tensor gx = at::cat({g.slice_symint(dim, a, std::nullopt),
-                             at::neg(g.slice_symint(dim, std::nullopt, a))},
-                            dim);
+    at::Tensor gx = at::cat(
+        {g.slice_symint(dim, a, std::nullopt), at::neg(g.slice_symint(dim, std::nullopt, a))}, dim);
     return {gx, at::Tensor(), at::Tensor()};
   }
 };

@@ -31,7 +31,8 @@ bool is_none(const GraphView& g, ValueRef v) {
 // `d` counted from the front where the rank is known.
 std::optional<int64_t> normal_dim(const GraphView& g, ValueRef x, std::optional<int64_t> d) {
   if (!d || *d >= 0) return d;
-  if (const auto r = g.rank(x)) return *d + *r >= 0 ? std::optional<int64_t>(*d + *r) : std::nullopt;
+  if (const auto r = g.rank(x))
+    return *d + *r >= 0 ? std::optional<int64_t>(*d + *r) : std::nullopt;
   return d;
 }
 
@@ -43,9 +44,9 @@ bool same_int(const GraphView& g, ValueRef a, ValueRef b, int depth = 8) {
   const auto ca = g.constant(a), cb = g.constant(b);
   if (ca || cb) return ca && cb && ca->isInt() && cb->isInt() && ca->toInt() == cb->toInt();
   static const std::set<std::string> kPure = {
-      "aten::size",  "prim::NumToTensor", "aten::floor_divide", "aten::Int",
-      "aten::floordiv", "aten::__getitem__", "aten::div",        "aten::mul",
-      "aten::add",   "aten::sub",         "aten::len"};
+      "aten::size",     "prim::NumToTensor", "aten::floor_divide", "aten::Int",
+      "aten::floordiv", "aten::__getitem__", "aten::div",          "aten::mul",
+      "aten::add",      "aten::sub",         "aten::len"};
   const NodeRef pa = g.producer(a), pb = g.producer(b);
   if (depth == 0 || !pa || !pb || g.kind(pa) != g.kind(pb) || !kPure.count(g.kind(pa)) ||
       g.num_inputs(pa) != g.num_inputs(pb) || g.num_outputs(pa) != 1 || g.num_outputs(pb) != 1)
@@ -148,8 +149,8 @@ FormulaDecision decide_rotate_half(const GraphView& g, NodeRef n, const CostPoli
   const int64_t x_bytes = saved::kept_by_other(g, h.x, self) ? 0 : g.bytes(h.x).value_or(0);
   d.price = {neg_bytes + x_bytes, 0, 0.0};
   std::ostringstream why;
-  why << "rewrote " << g.kind(n) << " at " << g.name(g.output(n, 0)) << " into "
-      << out.op << " (rotate_half of " << g.name(h.x) << " along dim " << h.dim
+  why << "rewrote " << g.kind(n) << " at " << g.name(g.output(n, 0)) << " into " << out.op
+      << " (rotate_half of " << g.name(h.x) << " along dim " << h.dim
       << "): its backward keeps no tensor, where TorchScript's autodiff keeps the cat's list";
   if (neg_bytes + x_bytes > 0) why << " (" << neg_bytes + x_bytes << " B)";
   d.text = why.str();
