@@ -79,21 +79,45 @@ struct LceCall {
 // matmuls of so few rows run slower (bench/results/loss_head_2026-11-29b.md),
 // hence a floor of 128 rows (vocab 128,256 at 32 rows ran 1.98x Inductor's
 // step; GPT-2's d 256 would give 64 rows: 16 chunks of 1,024 tokens).
+// The chunks are then made equal (at most that many rows each): 1,024 rows at
+// 144 left a last chunk of 16 whose three matmuls took 27 ms of a 0.72 s step.
 int64_t rows_per_chunk(int64_t rows, int64_t d, int64_t logit_bytes, int64_t chunk) {
   const int64_t n = std::max<int64_t>(rows, 1);
-  if (chunk > 0) return std::min(chunk, n);
   const int64_t by_cost = (3 * d * 4 / (10 * std::max<int64_t>(logit_bytes, 1))) / 16 * 16;
-  return std::min(std::max<int64_t>(by_cost, 128), n);
+  const int64_t most = std::min(chunk > 0 ? chunk : std::max<int64_t>(by_cost, 128), n);
+  const int64_t chunks = (n + most - 1) / most;
+  return (n + chunks - 1) / chunks;
 }
 
 at::ScalarType logits_type(const at::Tensor& input, const LceCall& c) {
   return c.logits_dtype.value_or(input.scalar_type());
 }
 
+// Vocabulary entries per matmul of a chunk's logits on the CPU: MKL's
+// [144, 512] x [512, 32,000] took 36.7 ms whole and 30.4 ms as 16 matmuls of
+// 2,000 columns, each into its columns of the chunk (the same values, bit for
+// bit: no sum is split). Measured 2026-12-01, 2 threads (docs/facts.md).
+constexpr int64_t kVocabTile = 2000;
+
 // One chunk's logits as the model computes them: linear in the input's dtype
-// (the model's cast, if any, applied by the caller).
+// (the model's cast, if any, applied by the caller); fp32 on the CPU in tiles
+// of the vocabulary.
 at::Tensor chunk_linear(const at::Tensor& hc, const at::Tensor& w, const at::Tensor& b) {
-  return at::linear(hc, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt);
+  const int64_t V = w.size(0);
+  if (!(plain_cpu(hc) && plain_cpu(w) && hc.scalar_type() == at::kFloat &&
+        w.scalar_type() == at::kFloat && (!b.defined() || b.scalar_type() == at::kFloat) &&
+        V > kVocabTile))
+    return at::linear(hc, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt);
+  at::Tensor z = at::empty({hc.size(0), V}, hc.options());
+  for (int64_t v = 0; v < V; v += kVocabTile) {
+    const int64_t n = std::min(kVocabTile, V - v);
+    at::Tensor zv = z.narrow(1, v, n);
+    if (b.defined())
+      at::addmm_out(zv, b.narrow(0, v, n), hc, w.narrow(0, v, n).t());
+    else
+      at::mm_out(zv, hc, w.narrow(0, v, n).t());
+  }
+  return z;
 }
 
 void check_args(const at::Tensor& input, const at::Tensor& w, const at::Tensor& target,
@@ -176,7 +200,11 @@ Grads grads_for(const Rows& r, const at::Tensor& w, const at::Tensor& b, std::ar
   Grads g;
   g.wide = w.scalar_type() != r.op;
   if (mask[0]) g.gh = at::empty_like(r.h);
-  if (mask[1]) g.gw = at::zeros(w.sizes(), w.options().dtype(g.wide ? r.op : w.scalar_type()));
+  // the first chunk writes it (linear_backward_chunk at s == 0): no zero fill
+  // of a weight-sized buffer (13 ms at 32,000 x 512); no rows, no chunk: zeros
+  if (mask[1])
+    g.gw = (r.rows > 0 ? at::empty(w.sizes(), w.options().dtype(g.wide ? r.op : w.scalar_type()))
+                       : at::zeros(w.sizes(), w.options().dtype(g.wide ? r.op : w.scalar_type())));
   if (mask[2] && b.defined()) g.gb = at::zeros(b.sizes(), b.options().dtype(r.op));
   return g;
 }
@@ -192,10 +220,12 @@ void linear_backward_chunk(const Rows& r, const at::Tensor& w, const at::Tensor&
     at::mm_out(rows_out, gl, w);
   }
   if (out.gw.defined()) {
-    if (out.wide) // aten's 16-bit mm accumulates in fp32 and rounds once: so do the chunks
-      out.gw.addmm_(gl.t().to(r.op), hc.to(r.op));
+    // aten's 16-bit mm accumulates in fp32 and rounds once: so do the chunks
+    const at::Tensor a = out.wide ? gl.t().to(r.op) : gl.t(), x = out.wide ? hc.to(r.op) : hc;
+    if (s == 0)
+      at::mm_out(out.gw, a, x); // the first chunk: gw is uninitialised (grads_for)
     else
-      out.gw.addmm_(gl.t(), hc);
+      out.gw.addmm_(a, x);
   }
   if (out.gb.defined()) out.gb.add_(gl.sum(0, false, r.op));
 }
