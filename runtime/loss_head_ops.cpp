@@ -73,7 +73,8 @@ struct LceCall {
 // proportion to vocab. The rule: a chunk's logits are 30% of the weight
 // gradient's bytes, rows = 0.3 * d * 4 / logit_bytes (a multiple of 16): the
 // step's peak is the weight's gradient plus 30%, vocab 32,000 or 128,256 alike
-// (d 512 fp32: 144 rows, 0.44x Inductor's peak at 1,024 tokens). The added
+// (d 512 fp32: 144 rows, 128 once equal, 0.43x Inductor's peak at 1,024
+// tokens; bench/results/loss_head_alone_2026-12-01_faa620d.md). The added
 // traffic is then 16 B per 0.375 * rows flops of the head (54 flop/B at 144
 // rows), above a CPU's balance, so in principle hidden; measured, MKL's
 // matmuls of so few rows run slower (bench/results/loss_head_2026-11-29b.md),
