@@ -272,3 +272,26 @@ def test_autocast_as_aten_linear_then_float32_loss():
     for a, b_ in zip(gg, gr):
         assert a.dtype == b_.dtype == torch.float32
         torch.testing.assert_close(a, b_, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("gif", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_no_rows_as_aten(reduction, gif, dtype):
+    """No tokens: no chunk runs, so the weight's gradient (written by the first chunk
+    otherwise) must still come back as aten's zeros; the loss as aten's (NaN for mean)."""
+    h, w, b, t = _inputs(n=0, d=16, v=50, dtype=dtype, bias=True)
+    ref, got, gr, gg = _both(h, w, b, t, reduction, -100, 0.0, None, 0, gif)
+    torch.testing.assert_close(got, ref, rtol=0, atol=0, equal_nan=True)
+    for a, b_ in zip(gg, gr):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
+
+
+def test_uneven_chunks_and_vocab_tiles_fp32():
+    """1,000 rows at most 144 a chunk (equal chunks of 143) and a vocabulary of 4,500
+    (three matmul tiles of 2,000, the last 500): fp32 values and gradients as aten's."""
+    h, w, b, t = _inputs(n=1000, d=32, v=4500, dtype=torch.float32, bias=True, seed=3)
+    ref, got, gr, gg = _both(h, w, b, t, "mean", -100, 0.0, None, 144, True)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    for a, b_ in zip(gg, gr):
+        torch.testing.assert_close(a, b_, rtol=1e-4, atol=1e-7)
