@@ -203,9 +203,10 @@ Grads grads_for(const Rows& r, const at::Tensor& w, const at::Tensor& b, std::ar
   if (mask[0]) g.gh = at::empty_like(r.h);
   // the first chunk writes it (linear_backward_chunk at s == 0): no zero fill
   // of a weight-sized buffer (13 ms at 32,000 x 512); no rows, no chunk: zeros
-  if (mask[1])
-    g.gw = (r.rows > 0 ? at::empty(w.sizes(), w.options().dtype(g.wide ? r.op : w.scalar_type()))
-                       : at::zeros(w.sizes(), w.options().dtype(g.wide ? r.op : w.scalar_type())));
+  if (mask[1]) {
+    const auto opts = w.options().dtype(g.wide ? r.op : w.scalar_type());
+    g.gw = r.rows > 0 ? at::empty(w.sizes(), opts) : at::zeros(w.sizes(), opts);
+  }
   if (mask[2] && b.defined()) g.gb = at::zeros(b.sizes(), b.options().dtype(r.op));
   return g;
 }

@@ -35,20 +35,6 @@ NodeRef activation_at(const GraphView& g, NodeRef mul, size_t i) {
   return a;
 }
 
-std::optional<int64_t> int_constant(const GraphView& g, ValueRef v) {
-  const auto c = g.constant(v);
-  if (!c || !c->isInt()) return std::nullopt;
-  return c->toInt();
-}
-
-// A view's dim argument as a non-negative dim of `base`, or null.
-std::optional<int64_t> dim_of(const GraphView& g, ValueRef dim, ValueRef base) {
-  const auto d = int_constant(g, dim);
-  const auto r = g.rank(base);
-  if (!d || !r || *d < -*r || *d >= *r) return std::nullopt;
-  return *d < 0 ? *d + *r : *d;
-}
-
 // Where g and u are views of one tensor along one dim: the two outputs of an
 // aten::chunk / split / split_with_sizes (through prim::ListUnpack in
 // TorchScript; FX's getitems are the node's outputs), or two aten::slice of
@@ -79,22 +65,22 @@ std::optional<Views> views_of_one(const GraphView& g, ValueRef gate, ValueRef up
     if (g.num_inputs(s) != 3 || !g.is_tensor(g.input(s, 0))) return std::nullopt;
     out.base = g.input(s, 0);
     out.form = k;
-    dim = dim_of(g, g.input(s, 2), out.base);
+    dim = g.dim_of(g.input(s, 2), out.base);
   } else {
     if (g.kind(pg) != "aten::slice" || g.kind(pu) != "aten::slice" || g.num_inputs(pg) != 5 ||
         g.num_inputs(pu) != 5 || g.input(pg, 0) != g.input(pu, 0))
       return std::nullopt;
     out.base = g.input(pg, 0);
     out.form = "aten::slice";
-    dim = dim_of(g, g.input(pg, 1), out.base);
-    if (!dim || dim != dim_of(g, g.input(pu, 1), out.base)) return std::nullopt;
+    dim = g.dim_of(g.input(pg, 1), out.base);
+    if (!dim || dim != g.dim_of(g.input(pu, 1), out.base)) return std::nullopt;
     for (NodeRef n : {pg, pu})
-      if (int_constant(g, g.input(n, 4)) != 1) return std::nullopt;
+      if (g.int_constant(g.input(n, 4)) != 1) return std::nullopt;
     // The halves: one slice starts at 0 (or None), the other where it ends.
     auto start = [&](NodeRef n) -> std::optional<int64_t> {
       const auto c = g.constant(g.input(n, 2));
       if (c && c->isNone()) return 0;
-      return int_constant(g, g.input(n, 2));
+      return g.int_constant(g.input(n, 2));
     };
     const auto bs = g.sizes(out.base);
     const auto a = start(pg), b = start(pu);

@@ -18,22 +18,16 @@ namespace {
 
 constexpr int64_t kToTheEnd = std::numeric_limits<int64_t>::max();
 
-std::optional<int64_t> const_int(const GraphView& g, ValueRef v) {
-  const auto c = g.constant(v);
-  if (c && c->isInt()) return c->toInt();
-  return std::nullopt;
-}
 bool is_none(const GraphView& g, ValueRef v) {
   const auto c = g.constant(v);
   return c && c->isNone();
 }
 
-// `d` counted from the front where the rank is known.
-std::optional<int64_t> normal_dim(const GraphView& g, ValueRef x, std::optional<int64_t> d) {
-  if (!d || *d >= 0) return d;
-  if (const auto r = g.rank(x))
-    return *d + *r >= 0 ? std::optional<int64_t>(*d + *r) : std::nullopt;
-  return d;
+// A dim argument counted from the front where `x`'s rank is known, else as
+// written (two dims then match only when written alike).
+std::optional<int64_t> dim_arg(const GraphView& g, ValueRef dim, ValueRef x) {
+  const auto d = g.dim_of(dim, x);
+  return d ? d : g.rank(x) ? std::nullopt : g.int_constant(dim);
 }
 
 // Whether `a` and `b` are surely one integer: one value, equal constants, or
@@ -59,7 +53,7 @@ bool same_int(const GraphView& g, ValueRef a, ValueRef b, int depth = 8) {
 // aten::slice(x, dim, start, end, step 1).
 bool is_unit_slice(const GraphView& g, NodeRef n) {
   return n && g.kind(n) == "aten::slice" && g.num_inputs(n) == 5 && g.num_outputs(n) == 1 &&
-         g.is_tensor(g.input(n, 0)) && const_int(g, g.input(n, 4)) == int64_t{1};
+         g.is_tensor(g.input(n, 0)) && g.int_constant(g.input(n, 4)) == int64_t{1};
 }
 
 struct Halves {
@@ -69,19 +63,12 @@ struct Halves {
   std::string why_not;
 };
 
+// The rest of the form at a site (is_rotate_half_site: cat([neg(..), ..])).
 Halves match(const GraphView& g, NodeRef cat) {
   Halves h;
   h.list = g.producer(g.input(cat, 0));
-  if (!h.list || g.kind(h.list) != "prim::ListConstruct" || g.num_inputs(h.list) != 2) {
-    h.why_not = "not a cat of two tensors";
-    return h;
-  }
   h.neg = g.producer(g.input(h.list, 0));
   h.lo = g.producer(g.input(h.list, 1));
-  if (!h.neg || g.kind(h.neg) != "aten::neg" || g.num_inputs(h.neg) != 1) {
-    h.why_not = "its first tensor is not a neg";
-    return h;
-  }
   h.hi = g.producer(g.input(h.neg, 0));
   if (!is_unit_slice(g, h.hi) || !is_unit_slice(g, h.lo)) {
     h.why_not = "its halves are not unit-step slices";
@@ -92,9 +79,9 @@ Halves match(const GraphView& g, NodeRef cat) {
     h.why_not = "its halves are slices of two tensors";
     return h;
   }
-  const auto d_cat = normal_dim(g, h.x, const_int(g, g.input(cat, 1)));
-  const auto d_hi = normal_dim(g, h.x, const_int(g, g.input(h.hi, 1)));
-  const auto d_lo = normal_dim(g, h.x, const_int(g, g.input(h.lo, 1)));
+  const auto d_cat = dim_arg(g, g.input(cat, 1), h.x);
+  const auto d_hi = dim_arg(g, g.input(h.hi, 1), h.x);
+  const auto d_lo = dim_arg(g, g.input(h.lo, 1), h.x);
   if (!d_cat || d_cat != d_hi || d_cat != d_lo) {
     h.why_not = "its slices and the cat are not along one constant dimension";
     return h;
@@ -102,8 +89,8 @@ Halves match(const GraphView& g, NodeRef cat) {
   h.dim = *d_cat;
   // x[s:]: end None or "to the end"; x[:s]: start None or 0; one s for both.
   const ValueRef hi_end = g.input(h.hi, 3), lo_start = g.input(h.lo, 2);
-  const bool hi_to_end = is_none(g, hi_end) || const_int(g, hi_end) == kToTheEnd;
-  const bool lo_from_0 = is_none(g, lo_start) || const_int(g, lo_start) == int64_t{0};
+  const bool hi_to_end = is_none(g, hi_end) || g.int_constant(hi_end) == kToTheEnd;
+  const bool lo_from_0 = is_none(g, lo_start) || g.int_constant(lo_start) == int64_t{0};
   const ValueRef s_hi = g.input(h.hi, 2), s_lo = g.input(h.lo, 3);
   if (!hi_to_end || !lo_from_0 || is_none(g, s_hi) || !same_int(g, s_hi, s_lo)) {
     h.why_not = "its slices are not x[s:] and x[:s] of one s";
@@ -120,7 +107,7 @@ bool is_rotate_half_site(const GraphView& g, NodeRef n) {
   const NodeRef list = g.producer(g.input(n, 0));
   if (!list || g.kind(list) != "prim::ListConstruct" || g.num_inputs(list) != 2) return false;
   const NodeRef first = g.producer(g.input(list, 0));
-  return first && g.kind(first) == "aten::neg";
+  return first && g.kind(first) == "aten::neg" && g.num_inputs(first) == 1;
 }
 
 FormulaDecision decide_rotate_half(const GraphView& g, NodeRef n, const CostPolicy&) {

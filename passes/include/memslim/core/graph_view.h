@@ -115,6 +115,20 @@ class GraphView {
     const NodeRef p = producer(v);
     return !p || kind(p) == "prim::Param";
   }
+  // `v`'s value where it is an int constant.
+  std::optional<int64_t> int_constant(ValueRef v) const {
+    const auto c = constant(v);
+    if (!c || !c->isInt()) return std::nullopt;
+    return c->toInt();
+  }
+  // A dim argument as a non-negative dim of `base`, or null (not a constant,
+  // `base`'s rank unknown, out of range).
+  std::optional<int64_t> dim_of(ValueRef dim, ValueRef base) const {
+    const auto d = int_constant(dim);
+    const auto r = rank(base);
+    if (!d || !r || *d < -*r || *d >= *r) return std::nullopt;
+    return *d < 0 ? *d + *r : *d;
+  }
   std::optional<int64_t> bytes(ValueRef v) const {
     const auto n = numel(v);
     const auto t = dtype(v);

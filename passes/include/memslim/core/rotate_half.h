@@ -29,7 +29,8 @@ namespace memslim {
 
 inline constexpr const char* kRotateHalfPass = "fuse-rotate-half";
 
-// Whether `n` is an aten::cat of a two-element prim::ListConstruct.
+// Whether `n` is an aten::cat of a two-element prim::ListConstruct whose first
+// element is an aten::neg (the rest of the form is the decision's).
 bool is_rotate_half_site(const GraphView& g, NodeRef n);
 // The rewrite of cat `n` into memslim::rotate_half(x, dim, split), or a Kept
 // record saying which part of the form is missing.
